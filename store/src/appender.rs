@@ -1,0 +1,504 @@
+//! The appender: the single writer of a store. Assigns each frame its seq and timestamp,
+//! writes it in place in the mapped active segment and publishes the committed position with
+//! release ordering; rolls to the next segment, which a background thread prepared.
+//!
+//! It never blocks on another process, never writes below the committed position, and never
+//! makes a frame visible that it has not completely written.
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use crate::clock::MonotonicStamp;
+use crate::config::{FlushPolicy, StoreConfig};
+use crate::error::{Result, StoreError};
+use crate::format::{self, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
+use crate::index::{Index, IndexEntry};
+use crate::lock::DirLock;
+use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
+use crate::scan::file_offset;
+use crate::segment::Segment;
+
+/// Counters of one appender, cumulative since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppenderStats {
+    /// Frames committed.
+    pub frames: u64,
+    /// Payload bytes committed.
+    pub payload_bytes: u64,
+    /// Segment rolls.
+    pub rolls: u64,
+    /// Rolls that had to prepare the next segment on the appender's thread (none was ready).
+    pub roll_stalls: u64,
+    /// `msync` calls made by the flush policy or `flush()`.
+    pub flushes: u64,
+}
+
+/// A segment and its index, ready to activate.
+struct Prepared {
+    segment: Segment,
+    index: Index,
+}
+
+fn prepare(dir: &Path, cfg: &StoreConfig, seg_index: u64) -> Result<Prepared> {
+    let segment = Segment::prepare(
+        dir,
+        cfg.stream_id,
+        seg_index,
+        cfg.segment_size,
+        cfg.pretouch,
+    )?;
+    let index = Index::create(dir, seg_index, cfg.segment_size, cfg.index_stride)?;
+    Ok(Prepared { segment, index })
+}
+
+/// The single writer of a store. See the module docs.
+pub struct Appender {
+    dir: PathBuf,
+    cfg: StoreConfig,
+    _lock: DirLock,
+    segment: Segment,
+    info: SegmentInfo,
+    index: Index,
+    /// Stream position one past the last byte frames may use in the active segment.
+    limit: u64,
+    /// Committed position: where the next frame goes.
+    position: u64,
+    next_seq: u64,
+    stamp: MonotonicStamp,
+    next_index_position: u64,
+    prepared: Option<Prepared>,
+    preparing: Option<JoinHandle<Result<Prepared>>>,
+    frames_since_flush: u32,
+    last_flush_ns: u64,
+    flushed_position: u64,
+    stats: AppenderStats,
+    report: RecoveryReport,
+}
+
+impl std::fmt::Debug for Appender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Appender")
+            .field("dir", &self.dir)
+            .field("segment", &self.info.index)
+            .field("position", &self.position)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl Appender {
+    /// Opens the store in `dir` for writing, creating it (and the directory) if it holds no
+    /// segment yet, and recovering it if the previous appender crashed. See
+    /// [`Appender::report`] for what recovery did.
+    ///
+    /// Errors: `Locked` when another appender is live; the open errors of
+    /// [`StoreError`] when a file is not a valid segment of this stream (nothing is modified
+    /// then); `Io` on a failing file system.
+    pub fn open_or_create(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Appender> {
+        Self::open_impl(dir.as_ref(), cfg, true)
+    }
+
+    /// As [`open_or_create`](Self::open_or_create), but `NoStore` when `dir` holds no store.
+    pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Appender> {
+        Self::open_impl(dir.as_ref(), cfg, false)
+    }
+
+    fn open_impl(dir: &Path, cfg: StoreConfig, create: bool) -> Result<Appender> {
+        let r = open_for_append(dir, &cfg, create)?;
+        let prepared = match r.prepared {
+            Some(segment) => {
+                let index = Index::create(
+                    dir,
+                    segment.info().0.index,
+                    segment.file_len() as u64,
+                    cfg.index_stride,
+                )?;
+                Some(Prepared { segment, index })
+            }
+            None => None,
+        };
+        let mut appender = Appender {
+            dir: dir.to_path_buf(),
+            limit: r.info.limit_position(),
+            segment: r.active,
+            info: r.info,
+            index: r.index,
+            position: r.scan.end_position,
+            next_seq: r.scan.next_seq,
+            stamp: MonotonicStamp::after(r.scan.last_timestamp_ns),
+            next_index_position: r.next_index_position,
+            prepared,
+            preparing: None,
+            frames_since_flush: 0,
+            last_flush_ns: crate::clock::wall_clock_ns(),
+            flushed_position: r.scan.end_position,
+            stats: AppenderStats::default(),
+            report: r.report,
+            _lock: r.lock,
+            cfg,
+        };
+        if appender.prepared.is_none() {
+            appender.start_preparing();
+        }
+        Ok(appender)
+    }
+
+    /// What opening the store found and repaired.
+    pub fn report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The stream id.
+    pub fn stream_id(&self) -> u32 {
+        self.cfg.stream_id
+    }
+
+    /// The committed position: where the next frame will be written.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The seq the next frame gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The timestamp of the last committed frame (0 for an empty stream).
+    pub fn last_timestamp_ns(&self) -> u64 {
+        self.stamp.last()
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> AppenderStats {
+        self.stats
+    }
+
+    /// The largest payload one frame can carry.
+    pub fn max_payload(&self) -> usize {
+        self.cfg.max_payload()
+    }
+
+    /// Appends `payload` as one frame with default [`FrameFields`]; returns its
+    /// `(seq, position)`.
+    #[inline]
+    pub fn append(&mut self, payload: &[u8]) -> Result<(u64, u64)> {
+        self.append_with(&FrameFields::default(), payload)
+    }
+
+    /// Appends `payload` as one frame with the given fields; returns its `(seq, position)`.
+    #[inline]
+    pub fn append_with(&mut self, fields: &FrameFields, payload: &[u8]) -> Result<(u64, u64)> {
+        let mut claim = self.claim_with(*fields, payload.len())?;
+        claim.copy_from_slice(payload);
+        claim.commit()
+    }
+
+    /// Claims room for a frame of `len` payload bytes, to be written in place through the
+    /// returned [`Claim`] and published by [`Claim::commit`]. Dropping the claim uncommitted
+    /// aborts it: nothing becomes visible and the seq is not used.
+    ///
+    /// Errors: `FrameTooLarge` above [`max_payload`](Self::max_payload); errors of the roll
+    /// when the active segment is full (e.g. disk full preparing the next one: the store is
+    /// unchanged and the call can be retried).
+    #[inline]
+    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
+        self.claim_with(FrameFields::default(), len)
+    }
+
+    /// As [`claim`](Self::claim), with the frame's fields.
+    #[inline]
+    pub fn claim_with(&mut self, fields: FrameFields, len: usize) -> Result<Claim<'_>> {
+        self.ensure_room(len)?;
+        let off = file_offset(&self.info, self.position);
+        Ok(Claim {
+            appender: self,
+            off,
+            len,
+            fields,
+            written: false,
+        })
+    }
+
+    /// Appends several payloads as consecutive frames and publishes them with one release
+    /// store per segment touched. Returns the `(seq, position)` of the first; the others follow
+    /// with consecutive seqs. On error, the frames before the failing one are committed.
+    pub fn append_batch<P: AsRef<[u8]>>(
+        &mut self,
+        fields: &FrameFields,
+        payloads: &[P],
+    ) -> Result<(u64, u64)> {
+        // Positions are contiguous across segments, so the first frame starts at the current
+        // position even when the batch begins with a roll.
+        let first = (self.next_seq, self.position);
+        let mut pending = 0u32;
+        for p in payloads {
+            let p = p.as_ref();
+            let needs_roll = self.position + format::frame_span(p.len()) as u64 > self.limit;
+            if pending > 0 && (needs_roll || p.len() > self.max_payload()) {
+                self.publish(pending)?;
+                pending = 0;
+            }
+            self.ensure_room(p.len())?;
+            let off = file_offset(&self.info, self.position);
+            // SAFETY: single appender (store lock); the range is above the committed position
+            // (the last publish), where no tailer reads, and inside the segment (ensure_room).
+            unsafe {
+                self.segment
+                    .mapped()
+                    .bytes_mut(off + FRAME_HEADER_LEN, p.len())
+                    .copy_from_slice(p)
+            };
+            self.write_header(off, p.len(), fields);
+            pending += 1;
+        }
+        if pending > 0 {
+            self.publish(pending)?;
+        }
+        Ok(first)
+    }
+
+    /// Writes the header of the frame at `self.position` (payload already in `buf`) and
+    /// advances position and seq *without* publishing them.
+    ///
+    /// The index entry is pushed here, before the publish: if the publish then fails (a flush
+    /// error), position and seq are rewound and the next frame written at the same position
+    /// gets the same seq and a timestamp no earlier, so the entry stays a valid seek start.
+    #[inline]
+    fn write_header(&mut self, off: usize, len: usize, fields: &FrameFields) {
+        let ts = self.stamp.stamp();
+        // SAFETY: single appender (store lock); `off` is the file offset of `self.position`,
+        // above the committed position, and the caller checked the frame fits (ensure_room).
+        let buf = unsafe { self.segment.mapped().bytes_mut(off, FRAME_HEADER_LEN + len) };
+        format::write_frame_header(buf, len, self.next_seq, ts, fields);
+        if self.position >= self.next_index_position {
+            self.index.push(IndexEntry {
+                position: self.position,
+                seq: self.next_seq,
+                timestamp_ns: ts,
+            });
+            self.next_index_position =
+                next_boundary(&self.info, self.position, self.cfg.index_stride);
+        }
+        self.position += format::frame_span(len) as u64;
+        self.next_seq += 1;
+        self.stats.frames += 1;
+        self.stats.payload_bytes += len as u64;
+    }
+
+    /// Applies the flush policy to the frames written since the last publish, then publishes
+    /// the committed position (release).
+    #[inline]
+    fn publish(&mut self, frames: u32) -> Result<()> {
+        match self.cfg.flush {
+            FlushPolicy::None => {}
+            FlushPolicy::EveryFrames(n) => {
+                self.frames_since_flush += frames;
+                if self.frames_since_flush >= n {
+                    self.flush_written()?;
+                }
+            }
+            FlushPolicy::Interval(t) => {
+                if self.stamp.last().saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64 {
+                    self.flush_written()?;
+                }
+            }
+        }
+        self.segment.publish_committed(self.position);
+        Ok(())
+    }
+
+    /// Forces every written frame of the active segment to disk (`msync(MS_SYNC)`).
+    fn flush_written(&mut self) -> Result<()> {
+        let from = file_offset(
+            &self.info,
+            self.flushed_position.max(self.info.base_position),
+        );
+        let to = file_offset(&self.info, self.position);
+        let page = from & !4095;
+        self.segment.mapped().flush_range(page, to - page)?;
+        self.segment.mapped().flush_range(0, 4096)?;
+        self.flushed_position = self.position;
+        self.frames_since_flush = 0;
+        self.last_flush_ns = self.stamp.last();
+        self.stats.flushes += 1;
+        Ok(())
+    }
+
+    /// Forces every committed frame to disk now, whatever the flush policy.
+    pub fn flush(&mut self) -> Result<()> {
+        self.flush_written()
+    }
+
+    /// For [`FlushPolicy::Interval`]: flushes if the interval has passed since the last
+    /// flush and frames are unflushed. Call it from the owning duty cycle when idle, so the
+    /// policy holds when appends stop. Returns whether it flushed.
+    pub fn flush_if_due(&mut self) -> Result<bool> {
+        if let FlushPolicy::Interval(t) = self.cfg.flush {
+            let now = crate::clock::wall_clock_ns();
+            if self.flushed_position != self.position
+                && now.saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64
+            {
+                self.flush_written()?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    #[inline]
+    fn ensure_room(&mut self, len: usize) -> Result<()> {
+        if len > self.max_payload() {
+            return Err(StoreError::FrameTooLarge {
+                len,
+                max: self.max_payload(),
+            });
+        }
+        if self.position + format::frame_span(len) as u64 > self.limit {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    fn start_preparing(&mut self) {
+        if !self.cfg.prepare_ahead || self.preparing.is_some() || self.prepared.is_some() {
+            return;
+        }
+        let dir = self.dir.clone();
+        let cfg = self.cfg.clone();
+        let next = self.info.index + 1;
+        self.preparing = Some(
+            std::thread::Builder::new()
+                .name("seg-prepare".into())
+                .spawn(move || prepare(&dir, &cfg, next))
+                .expect("spawning the segment preparation thread"),
+        );
+    }
+
+    fn take_prepared(&mut self) -> Result<Prepared> {
+        if let Some(p) = self.prepared.take() {
+            return Ok(p);
+        }
+        if let Some(handle) = self.preparing.take() {
+            if let Ok(Ok(p)) = handle.join() {
+                return Ok(p);
+            }
+        }
+        self.stats.roll_stalls += 1;
+        prepare(&self.dir, &self.cfg, self.info.index + 1)
+    }
+
+    /// Seals the active segment and activates the next one.
+    fn roll(&mut self) -> Result<()> {
+        let next = self.take_prepared()?;
+        if self.cfg.flush != FlushPolicy::None {
+            if let Err(e) = self.flush_written() {
+                self.prepared = Some(next);
+                return Err(e);
+            }
+        }
+        next.segment
+            .activate(self.position, self.next_seq, crate::clock::wall_clock_ns());
+        self.segment.publish_state(SegmentState::Sealed);
+        let (info, _) = next.segment.info();
+        self.segment = next.segment;
+        self.index = next.index;
+        self.info = info;
+        self.limit = info.limit_position();
+        self.next_index_position = info.base_position;
+        self.stats.rolls += 1;
+        self.start_preparing();
+        Ok(())
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        if let Some(h) = self.preparing.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Room for one frame in the active segment, claimed by [`Appender::claim`].
+///
+/// Dereferences to the payload bytes (`len` bytes, initially zero or stale; write them all).
+/// [`commit`](Claim::commit) writes the header and publishes the frame; dropping the claim
+/// without committing zeroes the bytes and publishes nothing.
+pub struct Claim<'a> {
+    appender: &'a mut Appender,
+    off: usize,
+    len: usize,
+    fields: FrameFields,
+    written: bool,
+}
+
+impl Claim<'_> {
+    /// Sets the frame's fields (source id, source seq, template id).
+    pub fn set_fields(&mut self, fields: FrameFields) {
+        self.fields = fields;
+    }
+
+    /// Writes the header and publishes the frame; returns its `(seq, position)`.
+    ///
+    /// Errors only under a flush policy, when `msync` fails: the frame is then not published,
+    /// its seq is not used, and the claim's bytes are zeroed.
+    #[inline]
+    pub fn commit(mut self) -> Result<(u64, u64)> {
+        let a = &mut *self.appender;
+        let seq = a.next_seq;
+        let position = a.position;
+        a.write_header(self.off, self.len, &self.fields);
+        if let Err(e) = a.publish(1) {
+            a.position = position;
+            a.next_seq = seq;
+            a.stats.frames -= 1;
+            a.stats.payload_bytes -= self.len as u64;
+            return Err(e);
+        }
+        self.written = true;
+        Ok((seq, position))
+    }
+}
+
+impl std::ops::Deref for Claim<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.appender
+            .segment
+            .bytes(self.off + FRAME_HEADER_LEN, self.len)
+    }
+}
+
+impl std::ops::DerefMut for Claim<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: single appender; the claimed range is above the committed position, and the
+        // returned borrow is tied to `&mut self`, so it is the only reference to the range.
+        unsafe {
+            self.appender
+                .segment
+                .mapped()
+                .bytes_mut(self.off + FRAME_HEADER_LEN, self.len)
+        }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.written {
+            // SAFETY: as in deref_mut; the frame was never published.
+            unsafe {
+                self.appender
+                    .segment
+                    .mapped()
+                    .bytes_mut(self.off, FRAME_HEADER_LEN + self.len)
+                    .fill(0)
+            };
+        }
+    }
+}

@@ -1,0 +1,619 @@
+//! `storetool`: inspect, dump, follow, verify and load-test a seqstream store.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use seqstream_store::format::{FrameFields, SegmentState};
+use seqstream_store::index::{index_file_name, Index};
+use seqstream_store::scan::scan;
+use seqstream_store::segment::Segment;
+use seqstream_store::{
+    layout, pattern, Appender, FlushPolicy, Frame, Idle, IdleStrategy, StoreConfig, Tailer,
+};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(
+    name = "storetool",
+    version,
+    about = "Inspect, dump, follow and verify a seqstream store (a directory of segment files)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Segments, first/last seq, committed position and time range.
+    Info {
+        /// Store directory.
+        dir: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print frames from the start, a seq or a time.
+    Dump {
+        /// Store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        opts: DumpOpts,
+    },
+    /// Print the last frames, and with -f keep printing new ones as they are committed.
+    Tail {
+        /// Store directory.
+        dir: PathBuf,
+        /// Keep following the stream (until SIGINT, or --until-seq).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// How many of the last frames to print first.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        lines: u64,
+        #[command(flatten)]
+        opts: DumpOpts,
+    },
+    /// Check every frame's checksum, seq contiguity, segment chain and index; exit 1 on any fault.
+    Verify {
+        /// Store directory.
+        dir: PathBuf,
+    },
+    /// Append deterministic test frames (see `pattern`), e.g. to load-test or crash-test.
+    Append {
+        /// Store directory (created if empty).
+        dir: PathBuf,
+        /// Stream id of a new store.
+        #[arg(long, default_value_t = 1)]
+        stream_id: u32,
+        /// Frames to append.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// Smallest payload in bytes.
+        #[arg(long, default_value_t = 64)]
+        min_size: usize,
+        /// Largest payload in bytes.
+        #[arg(long, default_value_t = 64)]
+        max_size: usize,
+        /// Segment size in bytes for new segments.
+        #[arg(long, default_value_t = 1 << 30)]
+        segment_size: u64,
+        /// Flush policy: none, frames:N, ms:T.
+        #[arg(long, default_value = "none")]
+        flush: FlushPolicy,
+        /// Print `committed <seq>` (flushed) every this many frames; 0 = never.
+        #[arg(long, default_value_t = 0)]
+        report_every: u64,
+        /// Frames per batch (1 = single appends).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Do not pretouch new segments.
+        #[arg(long)]
+        no_pretouch: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct DumpOpts {
+    /// Start at this seq.
+    #[arg(long, conflicts_with = "from_time")]
+    from_seq: Option<u64>,
+    /// Start at the first frame at or after this time (ns since the Unix epoch).
+    #[arg(long)]
+    from_time: Option<u64>,
+    /// Stop after this many frames.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop after the frame with this seq (waits for it with tail -f).
+    #[arg(long)]
+    until_seq: Option<u64>,
+    /// JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Check each payload against the test pattern of its seq (storetool append); exit 1 if any differs.
+    #[arg(long)]
+    check_pattern: bool,
+    /// Print no frames, only a summary line at the end (frames, seq range, pattern faults).
+    #[arg(long)]
+    summary: bool,
+    /// Print payloads as hex (text mode prints the first 32 bytes).
+    #[arg(long)]
+    hex: bool,
+    /// Idle strategy while following: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    idle: Idle,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("storetool: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Info { dir, json } => info(&dir, json),
+        Cmd::Dump { dir, opts } => dump(&dir, &opts, false, None),
+        Cmd::Tail {
+            dir,
+            follow,
+            lines,
+            opts,
+        } => dump(&dir, &opts, follow, Some(lines)),
+        Cmd::Verify { dir } => verify(&dir),
+        Cmd::Append {
+            dir,
+            stream_id,
+            count,
+            min_size,
+            max_size,
+            segment_size,
+            flush,
+            report_every,
+            batch,
+            no_pretouch,
+        } => {
+            let cfg = StoreConfig::new(stream_id)
+                .segment_size(segment_size)
+                .flush(flush)
+                .pretouch(!no_pretouch);
+            append(&dir, cfg, count, min_size, max_size, report_every, batch)
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SegmentJson {
+    index: u64,
+    file: String,
+    state: &'static str,
+    length: u64,
+    base_position: u64,
+    base_seq: u64,
+    committed_position: u64,
+    created_ns: u64,
+}
+
+#[derive(Serialize)]
+struct InfoJson {
+    stream_id: u32,
+    segments: Vec<SegmentJson>,
+    frames: u64,
+    first_seq: Option<u64>,
+    last_seq: Option<u64>,
+    committed_position: u64,
+    first_timestamp_ns: Option<u64>,
+    last_timestamp_ns: Option<u64>,
+}
+
+fn state_name(s: Option<SegmentState>) -> &'static str {
+    match s {
+        Some(SegmentState::Prepared) => "prepared",
+        Some(SegmentState::Active) => "active",
+        Some(SegmentState::Sealed) => "sealed",
+        None => "unknown",
+    }
+}
+
+fn info(dir: &Path, json: bool) -> Result<ExitCode> {
+    let listing = layout::list(dir)?;
+    if listing.segments.is_empty() {
+        bail!("{}: no store here (no segment files)", dir.display());
+    }
+    let mut segments = Vec::new();
+    let mut stream_id = 0;
+    let mut committed = 0;
+    for (index, path) in &listing.segments {
+        let s = Segment::open(path, false)?;
+        let (i, _) = s.info();
+        stream_id = i.stream_id;
+        let state = s.state();
+        if state != Some(SegmentState::Prepared) {
+            committed = s.committed();
+        }
+        segments.push(SegmentJson {
+            index: *index,
+            file: path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into(),
+            state: state_name(state),
+            length: i.length,
+            base_position: i.base_position,
+            base_seq: i.base_seq,
+            committed_position: s.committed(),
+            created_ns: i.created_ns,
+        });
+    }
+    let mut tailer = Tailer::open(dir)?;
+    let first = tailer.poll()?.map(|f| (f.seq(), f.timestamp_ns()));
+    let last = last_frame(dir)?;
+    let out = InfoJson {
+        stream_id,
+        frames: match (first, last) {
+            (Some((a, _)), Some((b, _))) => b - a + 1,
+            _ => 0,
+        },
+        first_seq: first.map(|f| f.0),
+        last_seq: last.map(|f| f.0),
+        committed_position: committed,
+        first_timestamp_ns: first.map(|f| f.1),
+        last_timestamp_ns: last.map(|f| f.1),
+        segments,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("store      {}", dir.display());
+        println!("stream_id  {}", out.stream_id);
+        println!(
+            "frames     {} (seq {:?} ..= {:?})",
+            out.frames, out.first_seq, out.last_seq
+        );
+        println!("committed  position {}", out.committed_position);
+        println!(
+            "time       {:?} ..= {:?} ns since epoch",
+            out.first_timestamp_ns, out.last_timestamp_ns
+        );
+        println!("segments   {}", out.segments.len());
+        for s in &out.segments {
+            println!(
+                "  {} {:<8} base_seq {:>12} base_position {:>14} committed {:>14} length {}",
+                s.file, s.state, s.base_seq, s.base_position, s.committed_position, s.length
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `(seq, timestamp)` of the last committed frame, found through the active segment's index.
+fn last_frame(dir: &Path) -> Result<Option<(u64, u64)>> {
+    let listing = layout::list(dir)?;
+    for (_, path) in listing.segments.iter().rev() {
+        let s = Segment::open(path, false)?;
+        if s.state() == Some(SegmentState::Prepared) {
+            continue;
+        }
+        let info = s.checked_info()?;
+        let start = Index::open(&dir.join(index_file_name(info.index)), false)
+            .ok()
+            .and_then(|ix| ix.last_where(|e| e.position < s.committed()))
+            .map(|e| (e.position, e.seq))
+            .unwrap_or((info.base_position, info.base_seq));
+        let mut last = None;
+        scan(&s, &info, start.0, start.1, 0, s.committed(), |_, h| {
+            last = Some((h.seq, h.timestamp_ns));
+            true
+        });
+        if last.is_some() {
+            return Ok(last);
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Serialize)]
+struct FrameJson<'a> {
+    seq: u64,
+    position: u64,
+    timestamp_ns: u64,
+    source_id: u32,
+    source_seq: u64,
+    template_id: u16,
+    payload_len: usize,
+    checksum: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_hex: Option<&'a str>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<()> {
+    if opts.json {
+        let h = opts.hex.then(|| hex(f.payload()));
+        let j = FrameJson {
+            seq: f.seq(),
+            position: f.position(),
+            timestamp_ns: f.timestamp_ns(),
+            source_id: f.source_id(),
+            source_seq: f.source_seq(),
+            template_id: f.template_id(),
+            payload_len: f.payload().len(),
+            checksum: f.checksum(),
+            payload_hex: h.as_deref(),
+        };
+        writeln!(out, "{}", serde_json::to_string(&j)?)?;
+    } else {
+        let shown = if opts.hex {
+            f.payload()
+        } else {
+            &f.payload()[..f.payload().len().min(32)]
+        };
+        writeln!(
+            out,
+            "seq {:>10} pos {:>12} ts {} src {}:{} tpl {} len {} {}{}",
+            f.seq(),
+            f.position(),
+            f.timestamp_ns(),
+            f.source_id(),
+            f.source_seq(),
+            f.template_id(),
+            f.payload().len(),
+            hex(shown),
+            if shown.len() < f.payload().len() {
+                "…"
+            } else {
+                ""
+            }
+        )?;
+    }
+    Ok(())
+}
+
+fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Result<ExitCode> {
+    let mut tailer = Tailer::open(dir)?;
+    if let Some(seq) = opts.from_seq {
+        tailer.seek_seq(seq)?;
+    } else if let Some(t) = opts.from_time {
+        tailer.seek_time(t)?;
+    } else if let Some(n) = last_n {
+        let next = last_frame(dir)?.map(|(s, _)| s + 1).unwrap_or(1);
+        tailer.seek_seq(next.saturating_sub(n).max(1))?;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
+    }
+    let mut idle = opts.idle.build();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printed = 0u64;
+    let mut bad_patterns = 0u64;
+    let mut first_seq = None;
+    let started = std::time::Instant::now();
+    loop {
+        if opts.count.is_some_and(|c| printed >= c) {
+            break;
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        match tailer.poll()? {
+            Some(f) => {
+                idle.reset();
+                if opts.check_pattern && !pattern::check(f.seq(), f.payload()) {
+                    bad_patterns += 1;
+                    eprintln!(
+                        "storetool: seq {}: payload differs from its pattern",
+                        f.seq()
+                    );
+                }
+                if !opts.summary {
+                    print_frame(&mut out, &f, opts)?;
+                }
+                first_seq.get_or_insert(f.seq());
+                printed += 1;
+                if opts.until_seq.is_some_and(|u| f.seq() >= u) {
+                    break;
+                }
+            }
+            None if follow => {
+                out.flush()?;
+                idle.idle(0);
+            }
+            None => break,
+        }
+    }
+    if opts.summary {
+        writeln!(
+            out,
+            "read {printed} frames (seq {} ..= {}) in {:.3} s, {bad_patterns} payloads differing from their pattern{}",
+            first_seq.map_or("-".into(), |s: u64| s.to_string()),
+            tailer.next_seq() - 1,
+            started.elapsed().as_secs_f64(),
+            if opts.check_pattern { "" } else { " (not checked)" }
+        )?;
+    }
+    out.flush()?;
+    if opts.until_seq.is_some_and(|u| tailer.next_seq() <= u) && !follow {
+        eprintln!(
+            "storetool: stream ended at seq {} before --until-seq",
+            tailer.next_seq() - 1
+        );
+    }
+    Ok(if bad_patterns > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn verify(dir: &Path) -> Result<ExitCode> {
+    let listing = layout::list(dir)?;
+    if listing.segments.is_empty() {
+        bail!("{}: no store here (no segment files)", dir.display());
+    }
+    let mut faults = Vec::new();
+    let mut expect: Option<(u64, u64)> = None; // (position, seq)
+    let mut frames = 0u64;
+    let mut stream_id = None;
+    let mut last_ts = 0u64;
+    for (index, path) in &listing.segments {
+        let s = match Segment::open(path, false) {
+            Ok(s) => s,
+            Err(e) => {
+                faults.push(e.to_string());
+                break;
+            }
+        };
+        if s.state() == Some(SegmentState::Prepared) {
+            continue;
+        }
+        let info = match s.checked_info() {
+            Ok(i) => i,
+            Err(e) => {
+                faults.push(e.to_string());
+                break;
+            }
+        };
+        if *stream_id.get_or_insert(info.stream_id) != info.stream_id {
+            faults.push(format!(
+                "{}: stream {} differs",
+                path.display(),
+                info.stream_id
+            ));
+        }
+        if info.index != *index {
+            faults.push(format!("{}: header index {}", path.display(), info.index));
+        }
+        if let Some((pos, seq)) = expect {
+            if info.base_position != pos || info.base_seq != seq {
+                faults.push(format!(
+                    "{}: starts at position {} seq {}, expected {} seq {}",
+                    path.display(),
+                    info.base_position,
+                    info.base_seq,
+                    pos,
+                    seq
+                ));
+            }
+        }
+        let committed = s.committed();
+        let index = Index::open(&dir.join(index_file_name(info.index)), false).ok();
+        let mut index_pos = 0u64;
+        let mut index_faults = 0u64;
+        let end = scan(
+            &s,
+            &info,
+            info.base_position,
+            info.base_seq,
+            last_ts,
+            committed,
+            |pos, h| {
+                frames += 1;
+                if h.timestamp_ns < last_ts {
+                    faults.push(format!("seq {}: timestamp goes backwards", h.seq));
+                }
+                last_ts = h.timestamp_ns;
+                if let Some(ix) = &index {
+                    if let Some(e) = ix.get(index_pos) {
+                        if e.position == pos {
+                            if e.seq != h.seq || e.timestamp_ns != h.timestamp_ns {
+                                index_faults += 1;
+                            }
+                            index_pos += 1;
+                        } else if e.position < pos {
+                            index_faults += 1;
+                            index_pos += 1;
+                        }
+                    }
+                }
+                true
+            },
+        );
+        if let Some((pos, fault)) = end.fault {
+            faults.push(format!("{}: position {pos}: {fault}", path.display()));
+        } else if end.end_position != committed {
+            faults.push(format!(
+                "{}: no frame at position {} below committed {}",
+                path.display(),
+                end.end_position,
+                committed
+            ));
+        }
+        match &index {
+            None => faults.push(format!("{}: index missing or damaged", path.display())),
+            Some(ix) if index_faults > 0 || index_pos != ix.len() => faults.push(format!(
+                "{}: index disagrees with frames ({} bad entries, {} of {} matched)",
+                path.display(),
+                index_faults,
+                index_pos,
+                ix.len()
+            )),
+            Some(_) => {}
+        }
+        expect = Some((end.end_position, end.next_seq));
+        if s.state() != Some(SegmentState::Sealed) {
+            break;
+        }
+    }
+    if faults.is_empty() {
+        println!("ok: {frames} frames, {} segments", listing.segments.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for f in &faults {
+            println!("FAULT {f}");
+        }
+        println!("{} faults, {frames} valid frames", faults.len());
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn append(
+    dir: &Path,
+    cfg: StoreConfig,
+    count: u64,
+    min: usize,
+    max: usize,
+    report_every: u64,
+    batch: usize,
+) -> Result<ExitCode> {
+    let mut appender = Appender::open_or_create(dir, cfg)
+        .with_context(|| format!("opening {} for append", dir.display()))?;
+    let r = appender.report();
+    eprintln!(
+        "storetool: opened {} at seq {} position {}{}",
+        dir.display(),
+        r.next_seq,
+        r.end_position,
+        r.cut
+            .as_ref()
+            .map(|(p, why)| format!(", cut a torn frame at {p}: {why}"))
+            .unwrap_or_default()
+    );
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut written = 0u64;
+    let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(batch.max(1));
+    while written < count {
+        let n = (batch.max(1) as u64).min(count - written);
+        let seq0 = appender.next_seq();
+        if n == 1 {
+            let len = pattern::payload_len(seq0, min, max);
+            let mut claim = appender.claim_with(FrameFields::default(), len)?;
+            pattern::fill(seq0, &mut claim);
+            claim.commit()?;
+        } else {
+            bufs.clear();
+            for k in 0..n {
+                let mut b = vec![0u8; pattern::payload_len(seq0 + k, min, max)];
+                pattern::fill(seq0 + k, &mut b);
+                bufs.push(b);
+            }
+            appender.append_batch(&FrameFields::default(), &bufs)?;
+        }
+        let before = written;
+        written += n;
+        if report_every > 0 && written / report_every != before / report_every {
+            writeln!(out, "committed {}", appender.next_seq() - 1)?;
+            out.flush()?;
+        }
+    }
+    let s = appender.stats();
+    eprintln!(
+        "storetool: appended {written} frames, last seq {}, {} rolls ({} stalled)",
+        appender.next_seq() - 1,
+        s.rolls,
+        s.roll_stalls
+    );
+    Ok(ExitCode::SUCCESS)
+}

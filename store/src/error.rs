@@ -1,0 +1,100 @@
+//! Typed errors of the store. Every variant that concerns a file names it.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong opening, appending to or reading a store.
+///
+/// Errors returned while *opening* a store (`NotAStore`, `UnsupportedVersion`,
+/// `StreamMismatch`, `Truncated`, `BadSegmentSequence`, `Locked`) are detected before anything is
+/// written: the store on disk is left exactly as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O call failed; `op` says which (e.g. `"fallocate"`), `path` on which file.
+    /// Disk full surfaces here with `source.raw_os_error() == Some(libc::ENOSPC)`; see
+    /// [`StoreError::is_disk_full`].
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not start with the segment magic `b"SEQSTRM\0"`: it is not a segment.
+    #[error("{path}: not a seqstream segment (bad magic)")]
+    NotAStore { path: PathBuf },
+    /// The segment was written by a newer (or unknown) format version than this build reads.
+    #[error(
+        "{path}: segment format version {found} is not supported (this build reads {supported})"
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// The segment belongs to another stream than the store (or than the one asked for).
+    #[error("{path}: segment of stream {found}, expected stream {expected}")]
+    StreamMismatch {
+        path: PathBuf,
+        expected: u32,
+        found: u32,
+    },
+    /// The file is shorter than its header claims (or than a header).
+    #[error("{path}: file is {actual} bytes, its header claims {expected}")]
+    Truncated {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    /// The segment header's own checksum does not match, or its fields contradict each other
+    /// or the segment before it (`reason` says which).
+    #[error("{path}: corrupt segment header: {reason}")]
+    CorruptHeader { path: PathBuf, reason: String },
+    /// Segments are missing or out of order: `expected` index, `found` index.
+    #[error("{path}: segment index {found} where {expected} was expected")]
+    BadSegmentSequence {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    /// A frame at `position` fails validation (`reason`: length, checksum or seq).
+    #[error("{path}: corrupt frame at position {position}: {reason}")]
+    CorruptFrame {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    /// Another live process (or another handle in this process) holds the appender lock.
+    #[error("{path}: the store's appender lock is held by another appender")]
+    Locked { path: PathBuf },
+    /// The directory holds no segment and the caller did not ask to create a store.
+    #[error("{path}: no store here (no segment files)")]
+    NoStore { path: PathBuf },
+    /// A frame of `len` payload bytes cannot fit in one segment of this store.
+    #[error("payload of {len} bytes exceeds the maximum of {max} bytes per frame")]
+    FrameTooLarge { len: usize, max: usize },
+    /// `seek_seq` asked for a seq beyond the next one to be written.
+    #[error("seq {requested} is beyond the end of the stream (next seq is {next})")]
+    SeqBeyondEnd { requested: u64, next: u64 },
+    /// An invalid configuration value.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// `true` when the underlying cause is a full disk (`ENOSPC`) or a file-size limit (`EFBIG`).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EFBIG)))
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias of the store.
+pub type Result<T> = std::result::Result<T, StoreError>;

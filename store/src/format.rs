@@ -1,0 +1,413 @@
+//! The on-disk format: byte layouts of the segment header and of a frame, and the pure
+//! functions that encode, decode and check them. Nothing here touches a file; see
+//! `store/FORMAT.md` for the prose description of the same layout.
+//!
+//! All integers are little-endian. Positions are byte offsets in the *stream* (the
+//! concatenation of all segments' frame areas), never file offsets.
+
+/// First 8 bytes of every segment file.
+pub const MAGIC: [u8; 8] = *b"SEQSTRM\0";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes before the first frame of a segment: one 4 KiB page, so frames start page-aligned.
+pub const SEGMENT_HEADER_LEN: usize = 4096;
+/// Every frame starts at a multiple of this many bytes (of the stream position and of the file
+/// offset, since [`SEGMENT_HEADER_LEN`] is a multiple of it).
+pub const FRAME_ALIGNMENT: usize = 8;
+/// Bytes of the frame header that precede the payload.
+pub const FRAME_HEADER_LEN: usize = 40;
+
+/// Byte offsets of the segment header fields.
+pub mod seg {
+    /// `[u8; 8]` [`super::MAGIC`].
+    pub const MAGIC: usize = 0;
+    /// `u32` format version.
+    pub const VERSION: usize = 8;
+    /// `u32` stream id.
+    pub const STREAM_ID: usize = 12;
+    /// `u64` index of the segment in the store, 0-based; file names sort by it.
+    pub const INDEX: usize = 16;
+    /// `u64` length of the whole file in bytes, header included.
+    pub const LENGTH: usize = 24;
+    /// `u64` stream position of the segment's first frame.
+    pub const BASE_POSITION: usize = 32;
+    /// `u64` seq of the segment's first frame.
+    pub const BASE_SEQ: usize = 40;
+    /// `u64` creation (activation) time, ns since the Unix epoch.
+    pub const CREATED_NS: usize = 48;
+    /// `u32` CRC32C of bytes `[0, 60)`, written when the segment is activated.
+    pub const HEADER_CRC: usize = 60;
+    /// Length of the checksummed, immutable part of the header.
+    pub const IMMUTABLE_LEN: usize = 60;
+    /// `u64` committed position (atomic; own cache line): the stream position of the end of the
+    /// last complete frame in this segment. Stored with release, loaded with acquire.
+    pub const COMMITTED_POSITION: usize = 128;
+    /// `u32` segment state (atomic; own cache line): see [`super::SegmentState`].
+    pub const STATE: usize = 192;
+}
+
+/// Byte offsets of the frame header fields.
+pub mod frame {
+    /// `u32` header + payload length in bytes, padding excluded. Never 0 for a frame.
+    pub const LENGTH: usize = 0;
+    /// `u32` CRC32C of bytes `[0, 4)` and `[8, length)`.
+    pub const CHECKSUM: usize = 4;
+    /// `u64` 1-based global sequence number.
+    pub const SEQ: usize = 8;
+    /// `u64` ns since the Unix epoch; never decreases along a stream.
+    pub const TIMESTAMP_NS: usize = 16;
+    /// `u64` the source's own message counter.
+    pub const SOURCE_SEQ: usize = 24;
+    /// `u32` publisher identity.
+    pub const SOURCE_ID: usize = 32;
+    /// `u16` SBE template id of the payload (0 when the payload is not SBE).
+    pub const TEMPLATE_ID: usize = 36;
+    /// `u16` flags, reserved: written 0.
+    pub const FLAGS: usize = 38;
+}
+
+/// Lifecycle of a segment file, stored at [`seg::STATE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SegmentState {
+    /// Preallocated off the hot path; base fields not yet written; holds no frame.
+    Prepared = 0,
+    /// The appender writes here; its base fields and header checksum are valid.
+    Active = 1,
+    /// Complete: the committed position is final and the next segment is active.
+    Sealed = 2,
+}
+
+impl SegmentState {
+    /// Decodes the state word; `None` for a value no version wrote.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(SegmentState::Prepared),
+            1 => Some(SegmentState::Active),
+            2 => Some(SegmentState::Sealed),
+            _ => None,
+        }
+    }
+}
+
+/// Rounds `n` up to the next multiple of [`FRAME_ALIGNMENT`].
+#[inline]
+pub const fn align_frame(n: usize) -> usize {
+    (n + FRAME_ALIGNMENT - 1) & !(FRAME_ALIGNMENT - 1)
+}
+
+/// Bytes a frame of `payload_len` bytes occupies in the stream, padding included.
+#[inline]
+pub const fn frame_span(payload_len: usize) -> usize {
+    align_frame(FRAME_HEADER_LEN + payload_len)
+}
+
+/// The largest payload a segment of `segment_len` bytes can hold in one frame.
+pub const fn max_payload(segment_len: usize) -> usize {
+    segment_len - SEGMENT_HEADER_LEN - FRAME_HEADER_LEN
+}
+
+/// The per-frame fields a publisher chooses. `seq` and `timestamp_ns` are the appender's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameFields {
+    /// Publisher identity (0 when the store is written directly, not through a sequencer).
+    pub source_id: u32,
+    /// The publisher's own counter for this message.
+    pub source_seq: u64,
+    /// SBE template id of the payload, 0 if none.
+    pub template_id: u16,
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Header + payload length, padding excluded.
+    pub length: u32,
+    /// Stored CRC32C.
+    pub checksum: u32,
+    /// 1-based global sequence number.
+    pub seq: u64,
+    /// ns since the Unix epoch.
+    pub timestamp_ns: u64,
+    /// Publisher's fields.
+    pub fields: FrameFields,
+    /// Reserved flags.
+    pub flags: u16,
+}
+
+#[inline]
+pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+#[inline]
+pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
+}
+
+#[inline]
+pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
+}
+
+#[inline]
+pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// CRC32C of a whole frame (`frame.len() == length`): bytes `[0, 4)` then `[8, length)`, so the
+/// checksum covers the length word and everything after the checksum word.
+#[inline]
+pub fn frame_checksum(frame: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&frame[frame::LENGTH..frame::CHECKSUM]);
+    crc32c::crc32c_append(c, &frame[frame::SEQ..])
+}
+
+/// Writes a complete frame header into `buf[..FRAME_HEADER_LEN]` whose payload is already in
+/// `buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload_len]`, checksum included.
+///
+/// Panics if `buf` is shorter than the frame: callers size the claim first.
+pub fn write_frame_header(
+    buf: &mut [u8],
+    payload_len: usize,
+    seq: u64,
+    timestamp_ns: u64,
+    fields: &FrameFields,
+) {
+    let len = FRAME_HEADER_LEN + payload_len;
+    put_u32(buf, frame::LENGTH, len as u32);
+    put_u64(buf, frame::SEQ, seq);
+    put_u64(buf, frame::TIMESTAMP_NS, timestamp_ns);
+    put_u64(buf, frame::SOURCE_SEQ, fields.source_seq);
+    put_u32(buf, frame::SOURCE_ID, fields.source_id);
+    put_u16(buf, frame::TEMPLATE_ID, fields.template_id);
+    put_u16(buf, frame::FLAGS, 0);
+    let crc = frame_checksum(&buf[..len]);
+    put_u32(buf, frame::CHECKSUM, crc);
+}
+
+/// Why bytes at a position are not a valid frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameFault {
+    /// The length word is 0: nothing was ever committed here.
+    Empty,
+    /// The length is below the header size or runs past the available bytes.
+    BadLength(u32),
+    /// The stored checksum does not match the bytes.
+    Checksum { stored: u32, computed: u32 },
+    /// The frame's seq is not the one that must come next.
+    Seq { expected: u64, found: u64 },
+}
+
+impl std::fmt::Display for FrameFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameFault::Empty => write!(f, "no frame (length 0)"),
+            FrameFault::BadLength(l) => write!(f, "bad frame length {l}"),
+            FrameFault::Checksum { stored, computed } => {
+                write!(f, "checksum {stored:#010x} != computed {computed:#010x}")
+            }
+            FrameFault::Seq { expected, found } => write!(f, "seq {found}, expected {expected}"),
+        }
+    }
+}
+
+/// Decodes the header at the start of `avail` (the bytes from the frame's position to the end
+/// of what may hold frames) and checks its length bounds. Does not check the checksum.
+pub fn decode_header(avail: &[u8]) -> Result<FrameHeader, FrameFault> {
+    if avail.len() < FRAME_HEADER_LEN {
+        return if avail.len() >= 4 && get_u32(avail, 0) == 0 || avail.len() < 4 {
+            Err(FrameFault::Empty)
+        } else {
+            Err(FrameFault::BadLength(get_u32(avail, 0)))
+        };
+    }
+    let length = get_u32(avail, frame::LENGTH);
+    if length == 0 {
+        return Err(FrameFault::Empty);
+    }
+    if (length as usize) < FRAME_HEADER_LEN || length as usize > avail.len() {
+        return Err(FrameFault::BadLength(length));
+    }
+    Ok(FrameHeader {
+        length,
+        checksum: get_u32(avail, frame::CHECKSUM),
+        seq: get_u64(avail, frame::SEQ),
+        timestamp_ns: get_u64(avail, frame::TIMESTAMP_NS),
+        fields: FrameFields {
+            source_id: get_u32(avail, frame::SOURCE_ID),
+            source_seq: get_u64(avail, frame::SOURCE_SEQ),
+            template_id: get_u16(avail, frame::TEMPLATE_ID),
+        },
+        flags: get_u16(avail, frame::FLAGS),
+    })
+}
+
+/// Full validation of the frame at the start of `avail`: length bounds, checksum and that its
+/// seq is `expected_seq`. Returns the header on success.
+pub fn validate_frame(avail: &[u8], expected_seq: u64) -> Result<FrameHeader, FrameFault> {
+    let h = decode_header(avail)?;
+    let computed = frame_checksum(&avail[..h.length as usize]);
+    if computed != h.checksum {
+        return Err(FrameFault::Checksum {
+            stored: h.checksum,
+            computed,
+        });
+    }
+    if h.seq != expected_seq {
+        return Err(FrameFault::Seq {
+            expected: expected_seq,
+            found: h.seq,
+        });
+    }
+    Ok(h)
+}
+
+/// The immutable part of a segment header, as written at activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Stream the segment belongs to.
+    pub stream_id: u32,
+    /// 0-based index of the segment in the store.
+    pub index: u64,
+    /// Whole file length in bytes.
+    pub length: u64,
+    /// Stream position of the first frame.
+    pub base_position: u64,
+    /// Seq of the first frame.
+    pub base_seq: u64,
+    /// Activation time, ns since the Unix epoch.
+    pub created_ns: u64,
+}
+
+impl SegmentInfo {
+    /// The stream position one past the last byte that frames may occupy in this segment.
+    pub fn limit_position(&self) -> u64 {
+        self.base_position + (self.length - SEGMENT_HEADER_LEN as u64)
+    }
+}
+
+/// Writes the prepared-state fields (magic, version, stream id, index, length) into `h`.
+pub fn write_prepared_header(h: &mut [u8], stream_id: u32, index: u64, length: u64) {
+    h[seg::MAGIC..seg::MAGIC + 8].copy_from_slice(&MAGIC);
+    put_u32(h, seg::VERSION, FORMAT_VERSION);
+    put_u32(h, seg::STREAM_ID, stream_id);
+    put_u64(h, seg::INDEX, index);
+    put_u64(h, seg::LENGTH, length);
+}
+
+/// Writes the base fields and the header checksum: the step that activates a segment.
+pub fn write_activation(h: &mut [u8], base_position: u64, base_seq: u64, created_ns: u64) {
+    put_u64(h, seg::BASE_POSITION, base_position);
+    put_u64(h, seg::BASE_SEQ, base_seq);
+    put_u64(h, seg::CREATED_NS, created_ns);
+    let crc = crc32c::crc32c(&h[..seg::IMMUTABLE_LEN]);
+    put_u32(h, seg::HEADER_CRC, crc);
+}
+
+/// Reads the immutable header fields; `checksum_ok` says whether the header checksum matches
+/// (meaningful only once the segment is active).
+pub fn read_segment_info(h: &[u8]) -> (SegmentInfo, bool) {
+    let info = SegmentInfo {
+        stream_id: get_u32(h, seg::STREAM_ID),
+        index: get_u64(h, seg::INDEX),
+        length: get_u64(h, seg::LENGTH),
+        base_position: get_u64(h, seg::BASE_POSITION),
+        base_seq: get_u64(h, seg::BASE_SEQ),
+        created_ns: get_u64(h, seg::CREATED_NS),
+    };
+    let ok = crc32c::crc32c(&h[..seg::IMMUTABLE_LEN]) == get_u32(h, seg::HEADER_CRC);
+    (info, ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(payload: &[u8], seq: u64, ts: u64, fields: FrameFields) -> Vec<u8> {
+        let mut buf = vec![0u8; frame_span(payload.len())];
+        buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload.len()].copy_from_slice(payload);
+        write_frame_header(&mut buf, payload.len(), seq, ts, &fields);
+        buf
+    }
+
+    proptest! {
+        #[test]
+        fn frame_round_trips(payload in proptest::collection::vec(any::<u8>(), 0..512),
+                             seq in 1u64.., ts: u64, source_id: u32, source_seq: u64,
+                             template_id: u16) {
+            let fields = FrameFields { source_id, source_seq, template_id };
+            let buf = encode(&payload, seq, ts, fields);
+            prop_assert_eq!(buf.len() % FRAME_ALIGNMENT, 0);
+            let h = validate_frame(&buf, seq).unwrap();
+            prop_assert_eq!(h.length as usize, FRAME_HEADER_LEN + payload.len());
+            prop_assert_eq!(h.seq, seq);
+            prop_assert_eq!(h.timestamp_ns, ts);
+            prop_assert_eq!(h.fields, fields);
+            prop_assert_eq!(&buf[FRAME_HEADER_LEN..h.length as usize], &payload[..]);
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_detected(payload in proptest::collection::vec(any::<u8>(), 0..256),
+                                           seq in 1u64..1_000_000, bit in 0usize..8 * 296) {
+            let mut buf = encode(&payload, seq, 7, FrameFields::default());
+            let len = FRAME_HEADER_LEN + payload.len();
+            let bit = bit % (len * 8);
+            buf[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(validate_frame(&buf, seq).is_err());
+        }
+
+        #[test]
+        fn decode_never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..128),
+                                          expected in any::<u64>()) {
+            let _ = validate_frame(&bytes, expected);
+        }
+    }
+
+    #[test]
+    fn wrong_seq_is_a_fault() {
+        let buf = encode(b"abc", 5, 1, FrameFields::default());
+        assert_eq!(
+            validate_frame(&buf, 6),
+            Err(FrameFault::Seq {
+                expected: 6,
+                found: 5
+            })
+        );
+    }
+
+    #[test]
+    fn zero_bytes_are_empty_and_short_lengths_are_bad() {
+        assert_eq!(decode_header(&[0u8; 64]), Err(FrameFault::Empty));
+        let mut b = [0u8; 64];
+        put_u32(&mut b, 0, 12);
+        assert_eq!(decode_header(&b), Err(FrameFault::BadLength(12)));
+        put_u32(&mut b, 0, 65);
+        assert_eq!(decode_header(&b), Err(FrameFault::BadLength(65)));
+    }
+
+    #[test]
+    fn header_checksum_covers_immutable_fields() {
+        let mut h = vec![0u8; SEGMENT_HEADER_LEN];
+        write_prepared_header(&mut h, 7, 3, 1 << 20);
+        write_activation(&mut h, 4096, 100, 42);
+        let (info, ok) = read_segment_info(&h);
+        assert!(ok);
+        assert_eq!(info.stream_id, 7);
+        assert_eq!(info.base_seq, 100);
+        assert_eq!(info.limit_position(), 4096 + (1 << 20) - 4096);
+        h[seg::BASE_SEQ] ^= 1;
+        assert!(!read_segment_info(&h).1);
+    }
+}

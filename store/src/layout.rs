@@ -1,0 +1,47 @@
+//! The files of a store directory: which segment files exist, in which order, and the
+//! leftovers of interrupted preparations. Reads the directory only; changes nothing.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::segment::{parse_segment_file_name, TMP_SUFFIX};
+
+/// What a store directory holds.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// `(index, path)` of every segment file, sorted by index, indices contiguous.
+    pub segments: Vec<(u64, PathBuf)>,
+    /// Temporary files of preparations a crash interrupted (safe for the appender to delete).
+    pub leftovers: Vec<PathBuf>,
+}
+
+/// Lists `dir`. Fails with `BadSegmentSequence` when segment indices are not contiguous
+/// (a segment file is missing in the middle).
+pub fn list(dir: &Path) -> Result<Listing> {
+    let mut listing = Listing::default();
+    let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("read_dir", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| StoreError::io("read_dir", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(index) = parse_segment_file_name(name) {
+            listing.segments.push((index, entry.path()));
+        } else if name.ends_with(TMP_SUFFIX) {
+            listing.leftovers.push(entry.path());
+        }
+    }
+    listing.segments.sort_by_key(|(i, _)| *i);
+    if let Some(&(first, _)) = listing.segments.first() {
+        for (k, (index, path)) in listing.segments.iter().enumerate() {
+            let expected = first + k as u64;
+            if *index != expected {
+                return Err(StoreError::BadSegmentSequence {
+                    path: path.clone(),
+                    expected,
+                    found: *index,
+                });
+            }
+        }
+    }
+    Ok(listing)
+}

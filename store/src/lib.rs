@@ -1,0 +1,60 @@
+//! # seqstream-store
+//!
+//! The memory-mapped, append-only, segmented store that holds one sequenced stream. One
+//! [`Appender`] per store (enforced across processes by an `flock` on the directory) writes
+//! frames; any number of [`Tailer`]s, in any process, read them through read-only mappings
+//! without a system call per frame.
+//!
+//! ```
+//! use seqstream_store::{Appender, StoreConfig, Tailer};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let cfg = StoreConfig::new(7).segment_size(64 << 10);
+//! let mut appender = Appender::open_or_create(dir.path(), cfg)?;
+//! let (seq, position) = appender.append(b"hello")?;
+//! assert_eq!((seq, position), (1, 0));
+//!
+//! let mut tailer = Tailer::open(dir.path())?;
+//! let frame = tailer.poll()?.expect("committed");
+//! assert_eq!((frame.seq(), frame.payload()), (1, &b"hello"[..]));
+//! assert!(tailer.poll()?.is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The byte layout is in `store/FORMAT.md` and in [`format`]. Module map:
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`format`] | byte layouts, frame encode/validate (pure) |
+//! | [`mapped`] | mapped files and every `unsafe` access to mapped bytes |
+//! | [`segment`] | one segment file: prepare, open, activate, seal, shared header words |
+//! | [`index`] | the sparse seq/time index of a segment |
+//! | [`appender`] | the single writer |
+//! | [`tailer`] | readers, seeking |
+//! | [`recovery`] | validation and crash recovery when an appender opens a store |
+//! | [`idle`], [`affinity`] | idle strategies and core pinning for every daemon's loops |
+
+pub mod affinity;
+pub mod appender;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod format;
+pub mod idle;
+pub mod index;
+pub mod layout;
+pub mod lock;
+pub mod mapped;
+pub mod pattern;
+pub mod recovery;
+pub mod scan;
+pub mod segment;
+pub mod tailer;
+
+pub use appender::{Appender, AppenderStats, Claim};
+pub use config::{FlushPolicy, StoreConfig};
+pub use error::{Result, StoreError};
+pub use format::FrameFields;
+pub use idle::{Idle, IdleState, IdleStrategy};
+pub use recovery::RecoveryReport;
+pub use tailer::{Frame, Tailer, TailerOptions};

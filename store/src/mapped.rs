@@ -1,0 +1,188 @@
+//! A file mapped shared into memory, and the only `unsafe` accesses to mapped bytes.
+//!
+//! Segments and index files are both `MappedFile`s. The rules every user follows (the
+//! store's single-writer protocol) are: only the appender maps writable; it writes only bytes
+//! no reader may look at yet (above a committed position, or in a file no reader has opened);
+//! words that readers poll are accessed only through the atomic accessors.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Result, StoreError};
+
+/// A whole file mapped `MAP_SHARED`.
+///
+/// Invariant: `map` covers `len` bytes and lives as long as `self`, so every pointer derived
+/// from it is valid for `len` bytes; its base is page-aligned, so any 8-aligned offset is
+/// naturally aligned for atomics.
+pub struct MappedFile {
+    path: PathBuf,
+    map: MmapRaw,
+    len: usize,
+    writable: bool,
+    file: File,
+}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .finish()
+    }
+}
+
+impl MappedFile {
+    /// Maps the first `len` bytes of `file` (`len` must not exceed the file's length).
+    pub fn map(file: File, path: PathBuf, len: usize, writable: bool) -> Result<MappedFile> {
+        let mut opts = MmapOptions::new();
+        opts.len(len);
+        // SAFETY: mapping a file is unsafe because another process could truncate it under us
+        // (SIGBUS). Store files are never shrunk by this crate; the format forbids it.
+        let map = if writable {
+            opts.map_raw(&file)
+        } else {
+            opts.map_raw_read_only(&file)
+        }
+        .map_err(|e| StoreError::io("mmap", &path, e))?;
+        Ok(MappedFile {
+            path,
+            map,
+            len,
+            writable,
+            file,
+        })
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the path this mapping reports (after the file itself was renamed).
+    pub fn set_path(&mut self, path: PathBuf) {
+        self.path = path;
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn file_len(&self) -> usize {
+        self.len
+    }
+
+    /// The open file behind the mapping.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// A copy of `N` bytes at `off`, read with volatile loads, so that a concurrent write by
+    /// the appender to those bytes is never a data race on the reader's side.
+    pub fn volatile_copy<const N: usize>(&self, off: usize) -> [u8; N] {
+        assert!(off <= self.len && N <= self.len - off, "range outside file");
+        let mut out = [0u8; N];
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: off + i < len (checked above, map invariant).
+            *b = unsafe { std::ptr::read_volatile(self.ptr().add(off + i)) };
+        }
+        out
+    }
+
+    /// The `u64` word at `off` as an atomic. Panics unless `off` is 8-aligned and in bounds.
+    pub fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "bad atomic offset"
+        );
+        // SAFETY: aligned and in bounds (checked; map invariant); every process accesses this
+        // word only atomically (module rules).
+        unsafe { &*(self.ptr().add(off) as *const AtomicU64) }
+    }
+
+    /// The `u32` word at `off` as an atomic. Panics unless `off` is 4-aligned and in bounds.
+    pub fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "bad atomic offset"
+        );
+        // SAFETY: as for `atomic_u64`.
+        unsafe { &*(self.ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// Read access to `len` bytes at `off`. Panics if the range is outside the mapping.
+    ///
+    /// Callers only read bytes that nobody writes any more (below a committed position), or
+    /// bytes of a file only their own thread writes.
+    #[inline]
+    pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "range outside file"
+        );
+        // SAFETY: in bounds (checked above, map invariant); immutable by the caller contract.
+        unsafe { std::slice::from_raw_parts(self.ptr().add(off), len) }
+    }
+
+    /// Write access to `len` bytes at `off`. Panics if the mapping is read-only or the range
+    /// is outside it.
+    ///
+    /// # Safety
+    /// The caller must be the store's single appender, no other live reference may cover the
+    /// range, and no reader may look at it (see the module rules).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(self.writable, "file is mapped read-only");
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "range outside file"
+        );
+        std::slice::from_raw_parts_mut(self.ptr().add(off), len)
+    }
+
+    /// Faults in every page of `[from, to)` writable, so later writes take no page fault:
+    /// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14+), which changes no data; on older kernels,
+    /// one volatile read and write-back of the same byte per 4 KiB page.
+    ///
+    /// # Safety
+    /// The fallback writes: as for [`bytes_mut`](Self::bytes_mut), the range must be one no
+    /// other thread writes.
+    pub unsafe fn pretouch(&self, from: usize, to: usize) {
+        assert!(self.writable, "file is mapped read-only");
+        let to = to.min(self.len);
+        let from = from.next_multiple_of(4096).min(to);
+        if self
+            .map
+            .advise_range(memmap2::Advice::PopulateWrite, from, to - from)
+            .is_ok()
+        {
+            return;
+        }
+        let mut off = from;
+        while off < to {
+            let p = self.ptr().add(off);
+            std::ptr::write_volatile(p, std::ptr::read_volatile(p));
+            off += 4096;
+        }
+    }
+
+    /// Writes `[off, off + len)` of the mapping back to the file and waits (`msync(MS_SYNC)`).
+    pub fn flush_range(&self, off: usize, len: usize) -> Result<()> {
+        self.map
+            .flush_range(off, len)
+            .map_err(|e| StoreError::io("msync", &self.path, e))
+    }
+
+    /// Starts writing `[off, off + len)` back without waiting (`msync(MS_ASYNC)`).
+    pub fn flush_range_async(&self, off: usize, len: usize) -> Result<()> {
+        self.map
+            .flush_async_range(off, len)
+            .map_err(|e| StoreError::io("msync", &self.path, e))
+    }
+}

@@ -1,0 +1,434 @@
+//! Opening a store for writing: validation of every segment, then recovery of the longest
+//! valid prefix after a crash at any instant (mid-frame, mid-roll, mid-preallocation).
+//!
+//! Order of work, so that bad input never modifies anything:
+//! 1. take the appender lock (`Locked` if held);
+//! 2. list and open every segment read-only and check magic, version, stream id, index,
+//!    header checksum, length and the position chain: any fault is a typed error naming
+//!    the file, and nothing has been written;
+//! 3. only then repair: delete interrupted preparations, scan the active segment frame by frame
+//!    (length, CRC32C, seq), cut at the first invalid frame, zero everything after the cut,
+//!    rebuild its index, finish an interrupted roll, and rebuild any damaged index.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::format::{SegmentInfo, SegmentState};
+use crate::index::{index_file_name, Index, IndexEntry};
+use crate::lock::DirLock;
+use crate::scan::{file_offset, scan, ScanEnd};
+use crate::segment::Segment;
+
+/// What recovery found and did; logged by daemons, printed by `storetool`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// `true` when the store was created by this open.
+    pub created: bool,
+    /// Segment files in the store after recovery.
+    pub segments: usize,
+    /// Seq the next append gets.
+    pub next_seq: u64,
+    /// Stream position the next append writes at.
+    pub end_position: u64,
+    /// When a torn or corrupt frame was cut off: its position and why it was invalid.
+    pub cut: Option<(u64, String)>,
+    /// `true` when the cut lies below the committed position the crashed appender had
+    /// published: committed frames were damaged on disk (never the case after a process
+    /// crash; possible after a power loss without a flush policy, or a corrupted disk).
+    pub lost_committed: bool,
+    /// Segment indices whose index file was missing or damaged and was rebuilt.
+    pub indexes_rebuilt: Vec<u64>,
+    /// Temporary files of interrupted preparations that were deleted.
+    pub removed_leftovers: Vec<PathBuf>,
+    /// `true` when an interrupted roll was completed (previous segment sealed).
+    pub completed_roll: bool,
+}
+
+/// A store opened for writing, recovered and ready to append.
+pub(crate) struct Recovered {
+    pub lock: DirLock,
+    pub active: Segment,
+    pub info: SegmentInfo,
+    pub index: Index,
+    pub prepared: Option<Segment>,
+    pub scan: ScanEnd,
+    pub next_index_position: u64,
+    pub report: RecoveryReport,
+}
+
+/// Opens (and with `create`, creates) the store in `dir` for writing.
+pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Result<Recovered> {
+    cfg.validate()?;
+    if create {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create_dir", dir, e))?;
+    }
+    let lock = DirLock::acquire(dir)?;
+    let listing = crate::layout::list(dir)?;
+    if listing.segments.is_empty() {
+        if !create {
+            return Err(StoreError::NoStore { path: dir.into() });
+        }
+        for p in &listing.leftovers {
+            std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
+        }
+        let active = Segment::prepare(dir, cfg.stream_id, 0, cfg.segment_size, cfg.pretouch)?;
+        active.activate(0, 1, crate::clock::wall_clock_ns());
+        let (info, _) = active.info();
+        let index = Index::create(dir, 0, info.length, cfg.index_stride)?;
+        return Ok(Recovered {
+            lock,
+            active,
+            info,
+            index,
+            prepared: None,
+            scan: ScanEnd {
+                end_position: 0,
+                next_seq: 1,
+                last_timestamp_ns: 0,
+                fault: None,
+            },
+            next_index_position: 0,
+            report: RecoveryReport {
+                created: true,
+                segments: 1,
+                next_seq: 1,
+                end_position: 0,
+                removed_leftovers: listing.leftovers,
+                ..RecoveryReport::default()
+            },
+        });
+    }
+
+    // Step 2: validate everything read-only.
+    let mut segs = Vec::with_capacity(listing.segments.len());
+    for (index, path) in &listing.segments {
+        let s = Segment::open(path, false)?;
+        let (info, header_ok) = s.info();
+        if info.stream_id != cfg.stream_id {
+            return Err(StoreError::StreamMismatch {
+                path: path.clone(),
+                expected: cfg.stream_id,
+                found: info.stream_id,
+            });
+        }
+        if info.index != *index {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: format!("header says index {}, file name {}", info.index, index),
+            });
+        }
+        let state = s.state().expect("Segment::open checked the state word");
+        if state != SegmentState::Prepared && !header_ok {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: "header checksum mismatch".into(),
+            });
+        }
+        segs.push((path.clone(), s, info, state));
+    }
+    // Which segments are live: all but a trailing Prepared one.
+    let live = segs
+        .iter()
+        .rposition(|(_, _, _, st)| *st != SegmentState::Prepared)
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    if live == 0 {
+        return Err(StoreError::CorruptHeader {
+            path: segs[0].0.clone(),
+            reason: "no active segment (only prepared ones)".into(),
+        });
+    }
+    if segs.len() - live > 1 {
+        return Err(StoreError::CorruptHeader {
+            path: segs[live + 1].0.clone(),
+            reason: "more than one prepared segment after the active one".into(),
+        });
+    }
+    for k in 0..live {
+        let (path, s, info, state) = &segs[k];
+        let committed = s.committed();
+        if committed < info.base_position || committed > info.limit_position() {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: format!(
+                    "committed position {committed} outside [{}, {}]",
+                    info.base_position,
+                    info.limit_position()
+                ),
+            });
+        }
+        if k + 1 < live {
+            let (_, _, next, _) = &segs[k + 1];
+            // Mid-roll crash: the next segment was activated but this one not yet sealed.
+            let interrupted_roll = *state == SegmentState::Active && k + 2 == live;
+            if *state != SegmentState::Sealed && !interrupted_roll {
+                return Err(StoreError::CorruptHeader {
+                    path: path.clone(),
+                    reason: format!("segment {} is not sealed but not the last", info.index),
+                });
+            }
+            if *state == SegmentState::Sealed && next.base_position != committed {
+                return Err(StoreError::CorruptHeader {
+                    path: segs[k + 1].0.clone(),
+                    reason: format!(
+                        "base position {} != end {} of the previous segment",
+                        next.base_position, committed
+                    ),
+                });
+            }
+        }
+    }
+
+    // Step 3: repair, with writable mappings.
+    let mut report = RecoveryReport::default();
+    for p in &listing.leftovers {
+        std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
+        report.removed_leftovers.push(p.clone());
+    }
+    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
+    for (path, s, info, state) in segs {
+        drop(s);
+        writable.push((path.clone(), Segment::open(&path, true)?, info, state));
+    }
+
+    // Complete an interrupted roll: previous Active + last Active. The previous one's frames
+    // must end exactly where the last one begins.
+    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
+        let (path, s, info, _) = &writable[live - 2];
+        let next = writable[live - 1].2;
+        let end = scan_committed_region(s, info, path)?;
+        if end.end_position != next.base_position || end.next_seq != next.base_seq {
+            return Err(StoreError::CorruptHeader {
+                path: writable[live - 1].0.clone(),
+                reason: format!(
+                    "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
+                    end.end_position, end.next_seq, next.base_position, next.base_seq
+                ),
+            });
+        }
+        s.publish_committed(end.end_position);
+        s.publish_state(SegmentState::Sealed);
+        writable[live - 2].3 = SegmentState::Sealed;
+        report.completed_roll = true;
+    }
+
+    // Check (and rebuild) the indexes of sealed segments.
+    for (path, s, info, state) in writable.iter().take(live) {
+        if *state == SegmentState::Sealed && !index_is_sound(dir, s, info) {
+            rebuild_index(dir, s, info, cfg.index_stride, path)?;
+            report.indexes_rebuilt.push(info.index);
+        }
+    }
+
+    let mut prepared = if writable.len() > live {
+        Some(writable.pop().expect("len > live").1)
+    } else {
+        None
+    };
+    let (active_path, active, info, state) = writable.pop().expect("live >= 1");
+    let previous_end = if state == SegmentState::Sealed {
+        Some(scan_committed_region(&active, &info, &active_path)?)
+    } else {
+        None
+    };
+    let segment_files =
+        listing.segments.len() + previous_end.is_some_and(|_| prepared.is_none()) as usize;
+    let (active, info, index, scan_end) = match previous_end {
+        // The last live segment is sealed: activate its successor (prepared, or new).
+        Some(end) => {
+            let next = match prepared.take() {
+                Some(p) => p,
+                None => Segment::prepare(
+                    dir,
+                    cfg.stream_id,
+                    info.index + 1,
+                    cfg.segment_size,
+                    cfg.pretouch,
+                )?,
+            };
+            next.activate(
+                end.end_position,
+                end.next_seq,
+                crate::clock::wall_clock_ns(),
+            );
+            let (ninfo, _) = next.info();
+            let index = Index::create(dir, ninfo.index, ninfo.length, cfg.index_stride)?;
+            report.completed_roll = true;
+            (next, ninfo, index, ScanEnd { fault: None, ..end })
+        }
+        None => {
+            let index = Index::create(dir, info.index, info.length, cfg.index_stride)?;
+            let published = active.committed();
+            let mut next_index_position = info.base_position;
+            let base_ts = 0;
+            let end = scan(
+                &active,
+                &info,
+                info.base_position,
+                info.base_seq,
+                base_ts,
+                info.limit_position(),
+                |pos, h| {
+                    if pos >= next_index_position {
+                        index.push(IndexEntry {
+                            position: pos,
+                            seq: h.seq,
+                            timestamp_ns: h.timestamp_ns,
+                        });
+                        next_index_position = next_boundary(&info, pos, cfg.index_stride);
+                    }
+                    true
+                },
+            );
+            if let Some((pos, fault)) = end.fault {
+                report.cut = Some((pos, fault.to_string()));
+            }
+            if end.end_position < published {
+                report.lost_committed = true;
+                report.cut.get_or_insert((end.end_position, "zeros".into()));
+            }
+            active.zero_tail(file_offset(&info, end.end_position))?;
+            active.publish_committed(end.end_position);
+            (active, info, index, end)
+        }
+    };
+    // The last timestamp of a stream whose active segment is empty comes from the previous
+    // segment's index (the scan started at the segment base without one).
+    let mut scan_end = scan_end;
+    if scan_end.last_timestamp_ns == 0 && info.index > 0 {
+        scan_end.last_timestamp_ns = last_timestamp_before(dir, info.index)?;
+    }
+    let next_index_position = if scan_end.end_position == info.base_position {
+        info.base_position
+    } else {
+        next_boundary(&info, scan_end.end_position - 1, cfg.index_stride)
+    };
+    report.segments = segment_files;
+    report.next_seq = scan_end.next_seq;
+    report.end_position = scan_end.end_position;
+    Ok(Recovered {
+        lock,
+        active,
+        info,
+        index,
+        prepared,
+        scan: scan_end,
+        next_index_position,
+        report,
+    })
+}
+
+/// The first stream position at which the frame after one at `pos` gets an index entry.
+pub(crate) fn next_boundary(info: &SegmentInfo, pos: u64, stride: u64) -> u64 {
+    let rel = pos - info.base_position;
+    info.base_position + (rel / stride + 1) * stride
+}
+
+/// Scans the committed region of a segment and fails unless every byte below the committed
+/// position is a valid frame.
+fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
+    let committed = s.committed();
+    let end = scan(
+        s,
+        info,
+        info.base_position,
+        info.base_seq,
+        0,
+        committed,
+        |_, _| true,
+    );
+    if end.end_position != committed {
+        let reason = end
+            .fault
+            .map(|(_, f)| f.to_string())
+            .unwrap_or_else(|| "no frame (zeros)".into());
+        return Err(StoreError::CorruptFrame {
+            path: path.into(),
+            position: end.end_position,
+            reason,
+        });
+    }
+    Ok(end)
+}
+
+/// `true` when the segment's index opens and its first and last entries match the frames
+/// they point at.
+fn index_is_sound(dir: &Path, s: &Segment, info: &SegmentInfo) -> bool {
+    let Ok(index) = Index::open(&dir.join(index_file_name(info.index)), false) else {
+        return false;
+    };
+    if index.is_empty() {
+        return s.committed() == info.base_position;
+    }
+    let check = |i: u64| {
+        index.get(i).is_some_and(|e| {
+            e.position >= info.base_position
+                && e.position < s.committed()
+                && crate::format::decode_header(s.bytes(
+                    file_offset(info, e.position),
+                    (s.committed() - e.position) as usize,
+                ))
+                .is_ok_and(|h| h.seq == e.seq && h.timestamp_ns == e.timestamp_ns)
+        })
+    };
+    check(0) && check(index.len() - 1)
+}
+
+/// Rebuilds the index of a sealed segment by scanning its committed frames.
+pub(crate) fn rebuild_index(
+    dir: &Path,
+    s: &Segment,
+    info: &SegmentInfo,
+    stride: u64,
+    path: &Path,
+) -> Result<()> {
+    let index = Index::create(dir, info.index, info.length, stride)?;
+    let mut next = info.base_position;
+    let committed = s.committed();
+    let end = scan(
+        s,
+        info,
+        info.base_position,
+        info.base_seq,
+        0,
+        committed,
+        |pos, h| {
+            if pos >= next {
+                index.push(IndexEntry {
+                    position: pos,
+                    seq: h.seq,
+                    timestamp_ns: h.timestamp_ns,
+                });
+                next = next_boundary(info, pos, stride);
+            }
+            true
+        },
+    );
+    if end.end_position != committed {
+        return Err(StoreError::CorruptFrame {
+            path: path.into(),
+            position: end.end_position,
+            reason: end
+                .fault
+                .map(|(_, f)| f.to_string())
+                .unwrap_or_else(|| "no frame (zeros)".into()),
+        });
+    }
+    Ok(())
+}
+
+/// The timestamp of the last frame before segment `index` (0 when there is none), from the
+/// previous segment's index and a scan of at most one stride.
+fn last_timestamp_before(dir: &Path, index: u64) -> Result<u64> {
+    let path = dir.join(crate::segment::segment_file_name(index - 1));
+    let s = Segment::open(&path, false)?;
+    let info = s.checked_info()?;
+    let start = Index::open(&dir.join(index_file_name(info.index)), false)
+        .ok()
+        .and_then(|ix| ix.last_where(|_| true))
+        .map(|e| (e.position, e.seq))
+        .unwrap_or((info.base_position, info.base_seq));
+    let end = scan(&s, &info, start.0, start.1, 0, s.committed(), |_, _| true);
+    Ok(end.last_timestamp_ns)
+}

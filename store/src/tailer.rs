@@ -1,0 +1,398 @@
+//! The tailer: reads a store from any process through read-only mappings. Sees a frame as soon
+//! as the appender publishes the committed position past it, never sees a partial frame,
+//! follows segment rolls, and seeks by seq or by time through the sparse index.
+//!
+//! It never writes to the store and never blocks the appender.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::format::{self, FrameFault, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
+use crate::idle::IdleStrategy;
+use crate::index::{index_file_name, Index};
+use crate::scan::{file_offset, scan};
+use crate::segment::{segment_file_name, Segment};
+
+/// A committed frame, borrowed from the tailer's mapping.
+#[derive(Clone, Copy)]
+pub struct Frame<'a> {
+    bytes: &'a [u8],
+    position: u64,
+}
+
+impl std::fmt::Debug for Frame<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("seq", &self.seq())
+            .field("position", &self.position)
+            .field("timestamp_ns", &self.timestamp_ns())
+            .field("source_id", &self.source_id())
+            .field("source_seq", &self.source_seq())
+            .field("template_id", &self.template_id())
+            .field("payload_len", &self.payload().len())
+            .finish()
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// 1-based global sequence number.
+    pub fn seq(&self) -> u64 {
+        format::get_u64(self.bytes, format::frame::SEQ)
+    }
+    /// Stream position of the frame's first byte.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+    /// Stream position just past the frame, padding included (the next frame's position).
+    pub fn end_position(&self) -> u64 {
+        self.position + format::align_frame(self.bytes.len()) as u64
+    }
+    /// Timestamp stamped by the appender, ns since the Unix epoch.
+    pub fn timestamp_ns(&self) -> u64 {
+        format::get_u64(self.bytes, format::frame::TIMESTAMP_NS)
+    }
+    /// Publisher identity.
+    pub fn source_id(&self) -> u32 {
+        format::get_u32(self.bytes, format::frame::SOURCE_ID)
+    }
+    /// The publisher's own counter.
+    pub fn source_seq(&self) -> u64 {
+        format::get_u64(self.bytes, format::frame::SOURCE_SEQ)
+    }
+    /// SBE template id of the payload (0 if none).
+    pub fn template_id(&self) -> u16 {
+        format::get_u16(self.bytes, format::frame::TEMPLATE_ID)
+    }
+    /// The publisher's fields.
+    pub fn fields(&self) -> FrameFields {
+        FrameFields {
+            source_id: self.source_id(),
+            source_seq: self.source_seq(),
+            template_id: self.template_id(),
+        }
+    }
+    /// The stored CRC32C.
+    pub fn checksum(&self) -> u32 {
+        format::get_u32(self.bytes, format::frame::CHECKSUM)
+    }
+    /// The payload.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.bytes[FRAME_HEADER_LEN..]
+    }
+    /// The whole frame, header included, padding excluded (what replication copies).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+/// Options of a tailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailerOptions {
+    /// Check each frame's CRC32C before returning it (lengths and seqs are always checked).
+    pub verify_checksums: bool,
+}
+
+impl Default for TailerOptions {
+    fn default() -> Self {
+        TailerOptions {
+            verify_checksums: true,
+        }
+    }
+}
+
+/// A reader of one store. See the module docs.
+pub struct Tailer {
+    dir: PathBuf,
+    options: TailerOptions,
+    stream_id: u32,
+    segment: Segment,
+    info: SegmentInfo,
+    position: u64,
+    next_seq: u64,
+}
+
+impl std::fmt::Debug for Tailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tailer")
+            .field("dir", &self.dir)
+            .field("segment", &self.info.index)
+            .field("position", &self.position)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl Tailer {
+    /// Opens the store in `dir` at its first frame, verifying checksums.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Tailer> {
+        Self::open_with(dir, TailerOptions::default())
+    }
+
+    /// Opens the store in `dir` at its first frame.
+    ///
+    /// Errors: `NoStore` when `dir` holds no segment; the segment open errors of
+    /// [`StoreError`] for a file that is not a valid segment.
+    pub fn open_with(dir: impl AsRef<Path>, options: TailerOptions) -> Result<Tailer> {
+        let dir = dir.as_ref().to_path_buf();
+        let listing = crate::layout::list(&dir)?;
+        let Some((_, path)) = listing.segments.first() else {
+            return Err(StoreError::NoStore { path: dir });
+        };
+        let (segment, info) = open_live(path, None)?;
+        Ok(Tailer {
+            dir,
+            options,
+            stream_id: info.stream_id,
+            position: info.base_position,
+            next_seq: info.base_seq,
+            segment,
+            info,
+        })
+    }
+
+    /// The stream id, from the segment headers.
+    pub fn stream_id(&self) -> u32 {
+        self.stream_id
+    }
+
+    /// Stream position of the next frame to read.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Seq of the next frame to read.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The committed position of the segment the tailer is in (acquire). Equal to the
+    /// store's committed position whenever the tailer is in the active segment.
+    pub fn committed_position(&self) -> u64 {
+        self.segment.committed()
+    }
+
+    /// Index of the segment the tailer is in.
+    pub fn segment_index(&self) -> u64 {
+        self.info.index
+    }
+
+    /// Returns the next committed frame, or `None` when the tailer has read everything
+    /// committed so far. Never blocks.
+    ///
+    /// Errors: `CorruptFrame` when the bytes below the committed position are not the frame
+    /// that must come next (bad length, checksum or seq); the tailer stays before it, so every
+    /// further call reports the same error. Segment open errors when following a roll.
+    #[inline]
+    pub fn poll(&mut self) -> Result<Option<Frame<'_>>> {
+        if !self.ready()? {
+            return Ok(None);
+        }
+        let off = file_offset(&self.info, self.position);
+        let avail = self
+            .segment
+            .bytes(off, (self.segment.committed() - self.position) as usize);
+        let checked = if self.options.verify_checksums {
+            format::validate_frame(avail, self.next_seq)
+        } else {
+            format::decode_header(avail).and_then(|h| {
+                if h.seq == self.next_seq {
+                    Ok(h)
+                } else {
+                    Err(FrameFault::Seq {
+                        expected: self.next_seq,
+                        found: h.seq,
+                    })
+                }
+            })
+        };
+        let h = match checked {
+            Ok(h) => h,
+            Err(fault) => {
+                return Err(StoreError::CorruptFrame {
+                    path: self.segment.path().into(),
+                    position: self.position,
+                    reason: fault.to_string(),
+                })
+            }
+        };
+        let frame = Frame {
+            bytes: &avail[..h.length as usize],
+            position: self.position,
+        };
+        self.position += format::align_frame(h.length as usize) as u64;
+        self.next_seq += 1;
+        Ok(Some(frame))
+    }
+
+    /// `true` when a committed frame is waiting at the tailer's position; follows a roll when
+    /// the tailer is at the end of a sealed segment.
+    #[inline]
+    fn ready(&mut self) -> Result<bool> {
+        loop {
+            if self.position < self.segment.committed() {
+                return Ok(true);
+            }
+            // Sealed is stored after the final committed position, so reading it with acquire
+            // makes that final position visible to the committed() load that follows.
+            if self.segment.state() != Some(SegmentState::Sealed) {
+                return Ok(false);
+            }
+            if self.position < self.segment.committed() {
+                return Ok(true);
+            }
+            self.enter_segment(self.info.index + 1)?;
+        }
+    }
+
+    fn enter_segment(&mut self, index: u64) -> Result<()> {
+        let path = self.dir.join(segment_file_name(index));
+        let (segment, info) = open_live(&path, Some(self.stream_id))?;
+        if info.base_position != self.position || info.base_seq != self.next_seq {
+            return Err(StoreError::CorruptHeader {
+                path,
+                reason: format!(
+                    "starts at position {} seq {}, the previous segment ends at {} seq {}",
+                    info.base_position, info.base_seq, self.position, self.next_seq
+                ),
+            });
+        }
+        self.segment = segment;
+        self.info = info;
+        Ok(())
+    }
+
+    /// Waits for the next frame, calling `idle` between polls.
+    pub fn next(&mut self, idle: &mut impl IdleStrategy) -> Result<Frame<'_>> {
+        while !self.ready()? {
+            idle.idle(0);
+        }
+        idle.reset();
+        Ok(self.poll()?.expect("ready() saw a committed frame"))
+    }
+
+    /// Positions the tailer so that the next frame read is the one with `seq` (or the end of
+    /// the stream when `seq` is the next one to be written). `seq` 0 means the first frame.
+    ///
+    /// Errors: `SeqBeyondEnd` when `seq` is past the next one to be written (the tailer is
+    /// then at the end of the stream); `CorruptFrame` and segment errors.
+    pub fn seek_seq(&mut self, seq: u64) -> Result<()> {
+        self.seek(|e_seq, _| e_seq < seq.max(1), seq)
+    }
+
+    /// Positions the tailer at the first frame whose timestamp is at or after `timestamp_ns`,
+    /// or at the end of the stream when there is none yet.
+    pub fn seek_time(&mut self, timestamp_ns: u64) -> Result<()> {
+        self.seek(|_, ts| ts < timestamp_ns, u64::MAX)
+    }
+
+    /// Moves to the first frame for which `before(seq, timestamp)` is false. `before` must be
+    /// monotonic along the stream (true, then false). `limit_seq` bounds a seq seek.
+    fn seek(&mut self, before: impl Fn(u64, u64) -> bool, limit_seq: u64) -> Result<()> {
+        let listing = crate::layout::list(&self.dir)?;
+        // The last segment whose first frame is before the target: the target is in it or at
+        // the start of the next one.
+        let mut chosen: Option<(Segment, SegmentInfo)> = None;
+        for (_, path) in listing.segments.iter().rev() {
+            if Segment::open(path, false)?.state() == Some(SegmentState::Prepared) {
+                continue;
+            }
+            let (segment, info) = open_live(path, Some(self.stream_id))?;
+            let is_before = first_frame(&segment, &info).is_some_and(|(seq, ts)| before(seq, ts));
+            chosen = Some((segment, info));
+            if is_before {
+                break;
+            }
+        }
+        let Some((segment, info)) = chosen else {
+            return Err(StoreError::NoStore {
+                path: self.dir.clone(),
+            });
+        };
+        let index = Index::open(&self.dir.join(index_file_name(info.index)), false).ok();
+        let start = index
+            .as_ref()
+            .and_then(|ix| ix.last_where(|e| before(e.seq, e.timestamp_ns)))
+            .filter(|e| e.position < segment.committed())
+            .map(|e| (e.position, e.seq))
+            .unwrap_or((info.base_position, info.base_seq));
+        self.segment = segment;
+        self.info = info;
+        self.position = start.0;
+        self.next_seq = start.1;
+        // Scan forward, following rolls, to the first frame not before the target.
+        loop {
+            let committed = self.segment.committed();
+            let end = scan(
+                &self.segment,
+                &self.info,
+                self.position,
+                self.next_seq,
+                0,
+                committed,
+                |_, h| before(h.seq, h.timestamp_ns),
+            );
+            self.position = end.end_position;
+            self.next_seq = end.next_seq;
+            if let Some((position, fault)) = end.fault {
+                return Err(StoreError::CorruptFrame {
+                    path: self.segment.path().into(),
+                    position,
+                    reason: fault.to_string(),
+                });
+            }
+            if end.end_position < committed {
+                break; // stopped at the target frame
+            }
+            if self.segment.state() == Some(SegmentState::Sealed)
+                && self.position == self.segment.committed()
+            {
+                self.enter_segment(self.info.index + 1)?;
+                continue;
+            }
+            break; // end of the stream
+        }
+        if limit_seq != u64::MAX && limit_seq > self.next_seq {
+            let next = self.next_seq;
+            return Err(StoreError::SeqBeyondEnd {
+                requested: limit_seq,
+                next,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Opens a segment for reading and checks it is live (active or sealed), of `stream_id` when
+/// given, with a sound header.
+fn open_live(path: &Path, stream_id: Option<u32>) -> Result<(Segment, SegmentInfo)> {
+    let segment = Segment::open(path, false)?;
+    if segment.state() == Some(SegmentState::Prepared) {
+        return Err(StoreError::CorruptHeader {
+            path: path.into(),
+            reason: "segment is prepared, not yet active".into(),
+        });
+    }
+    let info = segment.checked_info()?;
+    if let Some(expected) = stream_id {
+        if info.stream_id != expected {
+            return Err(StoreError::StreamMismatch {
+                path: path.into(),
+                expected,
+                found: info.stream_id,
+            });
+        }
+    }
+    Ok((segment, info))
+}
+
+/// `(seq, timestamp)` of a segment's first committed frame.
+fn first_frame(segment: &Segment, info: &SegmentInfo) -> Option<(u64, u64)> {
+    let committed = segment.committed();
+    if committed <= info.base_position {
+        return None;
+    }
+    let off = file_offset(info, info.base_position);
+    format::decode_header(segment.bytes(off, (committed - info.base_position) as usize))
+        .ok()
+        .map(|h| (h.seq, h.timestamp_ns))
+}

@@ -1,0 +1,217 @@
+//! Appender and tailer behaviour: frames, rolls, claims, batches, reopen, seeks.
+
+mod common;
+
+use proptest::prelude::*;
+use seqstream_store::{pattern, Appender, FrameFields, Idle, StoreConfig, StoreError, Tailer};
+
+fn small(stream: u32) -> StoreConfig {
+    StoreConfig::new(stream)
+        .segment_size(16 << 10)
+        .index_stride(512)
+        .pretouch(false)
+}
+
+#[test]
+fn frames_roll_across_segments_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(9)).unwrap();
+    assert!(a.report().created);
+    let mut expected_pos = 0;
+    for seq in 1..=2000u64 {
+        let mut buf = vec![0u8; pattern::payload_len(seq, 0, 700)];
+        pattern::fill(seq, &mut buf);
+        let fields = FrameFields {
+            source_id: 3,
+            source_seq: seq * 2,
+            template_id: 42,
+        };
+        let (s, p) = a.append_with(&fields, &buf).unwrap();
+        assert_eq!((s, p), (seq, expected_pos));
+        expected_pos += seqstream_store::format::frame_span(buf.len()) as u64;
+    }
+    assert!(
+        a.stats().rolls > 20,
+        "small segments must roll: {:?}",
+        a.stats()
+    );
+    assert_eq!(a.position(), expected_pos);
+    let mut t = Tailer::open(dir.path()).unwrap();
+    assert_eq!(t.stream_id(), 9);
+    let mut last_ts = 0;
+    for seq in 1..=2000u64 {
+        let f = t.poll().unwrap().expect("frame");
+        assert_eq!(f.seq(), seq);
+        assert_eq!(f.source_id(), 3);
+        assert_eq!(f.source_seq(), seq * 2);
+        assert_eq!(f.template_id(), 42);
+        assert!(f.timestamp_ns() >= last_ts);
+        last_ts = f.timestamp_ns();
+        assert!(pattern::check(seq, f.payload()));
+    }
+    assert!(t.poll().unwrap().is_none());
+    assert_eq!(t.position(), expected_pos);
+}
+
+#[test]
+fn tailer_thread_sees_every_frame_while_appender_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    a.append(b"first").unwrap();
+    let path = dir.path().to_path_buf();
+    const N: u64 = 20_000;
+    let reader = std::thread::spawn(move || {
+        let mut t = Tailer::open(&path).unwrap();
+        let mut idle = Idle::backoff().build();
+        for seq in 1..=N {
+            let f = t.next(&mut idle).unwrap();
+            assert_eq!(f.seq(), seq);
+            if seq > 1 {
+                assert!(pattern::check(seq, f.payload()));
+            }
+        }
+        t.position()
+    });
+    for seq in 2..=N {
+        let mut c = a.claim(pattern::payload_len(seq, 1, 300)).unwrap();
+        pattern::fill(seq, &mut c);
+        c.commit().unwrap();
+    }
+    assert_eq!(reader.join().unwrap(), a.position());
+}
+
+#[test]
+fn aborted_claim_publishes_nothing_and_reuses_the_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    a.append(b"one").unwrap();
+    {
+        let mut c = a.claim(100).unwrap();
+        c.fill(0xEE);
+    }
+    assert_eq!(a.append(b"two").unwrap(), (2, 48));
+    let mut t = Tailer::open(dir.path()).unwrap();
+    assert_eq!(t.poll().unwrap().unwrap().payload(), b"one");
+    let f = t.poll().unwrap().unwrap();
+    assert_eq!((f.seq(), f.payload()), (2, &b"two"[..]));
+    assert!(t.poll().unwrap().is_none());
+}
+
+#[test]
+fn batch_append_spans_rolls_with_contiguous_seqs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    let payloads: Vec<Vec<u8>> = (1..=500u64)
+        .map(|s| {
+            let mut b = vec![0; pattern::payload_len(s, 10, 200)];
+            pattern::fill(s, &mut b);
+            b
+        })
+        .collect();
+    assert_eq!(
+        a.append_batch(&FrameFields::default(), &payloads[..250])
+            .unwrap(),
+        (1, 0)
+    );
+    let (seq, _) = a
+        .append_batch(&FrameFields::default(), &payloads[250..])
+        .unwrap();
+    assert_eq!(seq, 251);
+    assert!(a.stats().rolls > 0);
+    drop(a);
+    assert_eq!(common::check_pattern_store(dir.path()), 500);
+}
+
+#[test]
+fn oversized_frame_is_refused_without_side_effects() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    let max = a.max_payload();
+    assert!(matches!(
+        a.append(&vec![0; max + 1]),
+        Err(StoreError::FrameTooLarge { .. })
+    ));
+    assert_eq!(a.append(&vec![1; max]).unwrap().0, 1);
+    assert_eq!(a.append(b"x").unwrap().0, 2);
+}
+
+#[test]
+fn reopen_continues_the_stream_and_a_second_appender_is_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(5)).unwrap();
+    for _ in 0..300 {
+        a.append(&[7u8; 100]).unwrap();
+    }
+    let last_ts = a.last_timestamp_ns();
+    assert!(matches!(
+        Appender::open(dir.path(), small(5)),
+        Err(StoreError::Locked { .. })
+    ));
+    drop(a);
+    let mut a = Appender::open(dir.path(), small(5)).unwrap();
+    let r = a.report().clone();
+    assert!(!r.created);
+    assert_eq!(r.next_seq, 301);
+    assert_eq!(r.cut, None);
+    assert!(a.last_timestamp_ns() >= last_ts);
+    assert_eq!(a.append(b"more").unwrap().0, 301);
+}
+
+#[test]
+fn seeking_an_empty_store_lands_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    let mut t = Tailer::open(dir.path()).unwrap();
+    t.seek_seq(1).unwrap();
+    t.seek_time(0).unwrap();
+    assert!(t.poll().unwrap().is_none());
+    assert!(matches!(
+        t.seek_seq(2),
+        Err(StoreError::SeqBeyondEnd {
+            requested: 2,
+            next: 1
+        })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// Any seq and any time reachable in a multi-segment store is found by a seek, and the
+    /// frame found is exactly the first one satisfying the target.
+    #[test]
+    fn seeks_find_the_first_matching_frame(
+        sizes in proptest::collection::vec(0usize..900, 50..600),
+        probes in proptest::collection::vec(any::<prop::sample::Index>(), 1..20),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = Appender::open_or_create(dir.path(), small(2)).unwrap();
+        let mut stamps = Vec::new();
+        for (i, len) in sizes.iter().enumerate() {
+            let mut b = vec![0; *len];
+            pattern::fill(i as u64 + 1, &mut b);
+            a.append(&b).unwrap();
+            stamps.push(a.last_timestamp_ns());
+        }
+        let n = sizes.len() as u64;
+        let mut t = Tailer::open(dir.path()).unwrap();
+        for p in probes {
+            let seq = p.index(sizes.len()) as u64 + 1;
+            t.seek_seq(seq).unwrap();
+            let f = t.poll().unwrap().unwrap();
+            prop_assert_eq!(f.seq(), seq);
+            prop_assert!(pattern::check(seq, f.payload()));
+
+            let target = stamps[p.index(sizes.len())];
+            t.seek_time(target).unwrap();
+            let f = t.poll().unwrap().unwrap();
+            let first = stamps.iter().position(|&s| s >= target).unwrap() as u64 + 1;
+            prop_assert_eq!(f.seq(), first);
+        }
+        t.seek_seq(n + 1).unwrap();
+        prop_assert!(t.poll().unwrap().is_none());
+        t.seek_time(u64::MAX).unwrap();
+        prop_assert!(t.poll().unwrap().is_none());
+        prop_assert!(t.seek_seq(n + 2).is_err());
+    }
+}
