@@ -27,6 +27,8 @@ fn sigkill_at_random_instants_never_loses_a_committed_frame() {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut reported_max = 0u64;
     let mut cuts = 0;
+    let mut rolls_completed = 0;
+    let mut leftovers = 0;
     for round in 0..KILLS {
         assert!(Instant::now() < deadline, "crash test ran out of time");
         let mut child = KillOnDrop(
@@ -75,14 +77,14 @@ fn sigkill_at_random_instants_never_loses_a_committed_frame() {
 
         // Recover as the next writer would, then check the whole stream.
         let cfg = seqstream_store::StoreConfig::new(1)
-            .segment_size(32768)
+            .segment_size(16384)
             .pretouch(false);
         let a = seqstream_store::Appender::open(dir.path(), cfg).unwrap();
         let r = a.report().clone();
         assert!(!r.lost_committed, "round {round}: {r:?}");
-        if r.cut.is_some() {
-            cuts += 1;
-        }
+        cuts += r.cut.is_some() as u32;
+        rolls_completed += r.completed_roll as u32;
+        leftovers += r.removed_leftovers.len();
         drop(a);
         let n = check_pattern_store(dir.path());
         assert!(
@@ -100,6 +102,9 @@ fn sigkill_at_random_instants_never_loses_a_committed_frame() {
             String::from_utf8_lossy(&verify.stdout)
         );
     }
-    eprintln!("{KILLS} kills, {cuts} torn frames cut, last reported seq {reported_max}");
+    eprintln!(
+        "{KILLS} kills: {cuts} torn frames cut, {rolls_completed} interrupted rolls completed, \
+         {leftovers} interrupted preparations removed; last reported seq {reported_max}"
+    );
     assert!(reported_max > 0, "the writer never got going");
 }
