@@ -207,6 +207,9 @@ pub enum FrameFault {
     Checksum { stored: u32, computed: u32 },
     /// The frame's seq is not the one that must come next.
     Seq { expected: u64, found: u64 },
+    /// The position lies outside the segment's frame area (a corrupt committed position or
+    /// index entry pointed there).
+    OutOfSegment,
 }
 
 impl std::fmt::Display for FrameFault {
@@ -218,6 +221,7 @@ impl std::fmt::Display for FrameFault {
                 write!(f, "checksum {stored:#010x} != computed {computed:#010x}")
             }
             FrameFault::Seq { expected, found } => write!(f, "seq {found}, expected {expected}"),
+            FrameFault::OutOfSegment => write!(f, "position outside the segment"),
         }
     }
 }

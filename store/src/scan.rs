@@ -27,6 +27,10 @@ pub fn file_offset(info: &SegmentInfo, position: u64) -> usize {
 /// Scans frames of `segment` from `(position, seq)` up to stream position `limit`, checking
 /// bounds, checksum and seq of each and calling `on_frame(position, header)` for every valid
 /// one. `on_frame` returns `false` to stop early (the returned end is then that frame's start).
+///
+/// `limit` is clamped to the segment's frame area, so a corrupt committed position can make the
+/// scan stop early (the caller sees `end_position` below it) but never read out of bounds; a
+/// `position` outside the frame area is reported as [`FrameFault::OutOfSegment`].
 pub fn scan(
     segment: &Segment,
     info: &SegmentInfo,
@@ -36,6 +40,15 @@ pub fn scan(
     limit: u64,
     mut on_frame: impl FnMut(u64, &FrameHeader) -> bool,
 ) -> ScanEnd {
+    if position < info.base_position || position > info.limit_position() {
+        return ScanEnd {
+            end_position: position,
+            next_seq: seq,
+            last_timestamp_ns,
+            fault: Some((position, FrameFault::OutOfSegment)),
+        };
+    }
+    let limit = limit.min(info.limit_position());
     let mut fault = None;
     while position < limit {
         let off = file_offset(info, position);

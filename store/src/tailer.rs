@@ -184,13 +184,13 @@ impl Tailer {
     /// further call reports the same error. Segment open errors when following a roll.
     #[inline]
     pub fn poll(&mut self) -> Result<Option<Frame<'_>>> {
-        if !self.ready()? {
+        let Some(committed) = self.ready()? else {
             return Ok(None);
-        }
+        };
         let off = file_offset(&self.info, self.position);
         let avail = self
             .segment
-            .bytes(off, (self.segment.committed() - self.position) as usize);
+            .bytes(off, (committed - self.position) as usize);
         let checked = if self.options.verify_checksums {
             format::validate_frame(avail, self.next_seq)
         } else {
@@ -224,24 +224,42 @@ impl Tailer {
         Ok(Some(frame))
     }
 
-    /// `true` when a committed frame is waiting at the tailer's position; follows a roll when
-    /// the tailer is at the end of a sealed segment.
+    /// The committed position when a committed frame is waiting at the tailer's position,
+    /// `None` when there is none; follows a roll when the tailer is at the end of a sealed
+    /// segment. A committed position beyond the segment's frame area is a `CorruptHeader`.
     #[inline]
-    fn ready(&mut self) -> Result<bool> {
+    fn ready(&mut self) -> Result<Option<u64>> {
         loop {
-            if self.position < self.segment.committed() {
-                return Ok(true);
+            let committed = self.checked_committed()?;
+            if self.position < committed {
+                return Ok(Some(committed));
             }
             // Sealed is stored after the final committed position, so reading it with acquire
             // makes that final position visible to the committed() load that follows.
             if self.segment.state() != Some(SegmentState::Sealed) {
-                return Ok(false);
+                return Ok(None);
             }
-            if self.position < self.segment.committed() {
-                return Ok(true);
+            let committed = self.checked_committed()?;
+            if self.position < committed {
+                return Ok(Some(committed));
             }
             self.enter_segment(self.info.index + 1)?;
         }
+    }
+
+    #[inline]
+    fn checked_committed(&self) -> Result<u64> {
+        let committed = self.segment.committed();
+        if committed > self.info.limit_position() {
+            return Err(StoreError::CorruptHeader {
+                path: self.segment.path().into(),
+                reason: format!(
+                    "committed position {committed} beyond the segment's end {}",
+                    self.info.limit_position()
+                ),
+            });
+        }
+        Ok(committed)
     }
 
     fn enter_segment(&mut self, index: u64) -> Result<()> {
@@ -263,7 +281,7 @@ impl Tailer {
 
     /// Waits for the next frame, calling `idle` between polls.
     pub fn next(&mut self, idle: &mut impl IdleStrategy) -> Result<Frame<'_>> {
-        while !self.ready()? {
+        while self.ready()?.is_none() {
             idle.idle(0);
         }
         idle.reset();
@@ -312,7 +330,7 @@ impl Tailer {
         let start = index
             .as_ref()
             .and_then(|ix| ix.last_where(|e| before(e.seq, e.timestamp_ns)))
-            .filter(|e| e.position < segment.committed())
+            .filter(|e| e.position >= info.base_position && e.position < segment.committed())
             .map(|e| (e.position, e.seq))
             .unwrap_or((info.base_position, info.base_seq));
         self.segment = segment;
@@ -387,7 +405,7 @@ fn open_live(path: &Path, stream_id: Option<u32>) -> Result<(Segment, SegmentInf
 
 /// `(seq, timestamp)` of a segment's first committed frame.
 fn first_frame(segment: &Segment, info: &SegmentInfo) -> Option<(u64, u64)> {
-    let committed = segment.committed();
+    let committed = segment.committed().min(info.limit_position());
     if committed <= info.base_position {
         return None;
     }

@@ -215,3 +215,41 @@ proptest! {
         prop_assert!(t.seek_seq(n + 2).is_err());
     }
 }
+
+#[test]
+fn flush_policies_msync_as_configured() {
+    use seqstream_store::FlushPolicy;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let mut a =
+        Appender::open_or_create(dir.path(), small(1).flush(FlushPolicy::EveryFrames(10))).unwrap();
+    for _ in 0..95 {
+        a.append(&[1u8; 50]).unwrap();
+    }
+    assert_eq!(a.stats().flushes, 9);
+    assert!(
+        !a.flush_if_due().unwrap(),
+        "flush_if_due is for the interval policy only"
+    );
+    a.flush().unwrap();
+    assert_eq!(a.stats().flushes, 10);
+    drop(a);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(
+        dir.path(),
+        small(1).flush(FlushPolicy::Interval(Duration::from_millis(20))),
+    )
+    .unwrap();
+    a.append(b"one").unwrap();
+    let before = a.stats().flushes;
+    std::thread::sleep(Duration::from_millis(25));
+    // The interval has passed with an unflushed frame: the idle-time check flushes it, once.
+    assert!(a.flush_if_due().unwrap());
+    assert!(!a.flush_if_due().unwrap());
+    assert_eq!(a.stats().flushes, before + 1);
+    // An append after the interval flushes within the append.
+    std::thread::sleep(Duration::from_millis(25));
+    a.append(b"two").unwrap();
+    assert_eq!(a.stats().flushes, before + 2);
+}

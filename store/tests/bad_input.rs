@@ -334,3 +334,31 @@ fn a_leftover_preparation_is_removed() {
     assert_eq!(a.report().removed_leftovers, vec![tmp.clone()]);
     assert!(!tmp.exists());
 }
+
+#[test]
+fn a_committed_position_past_the_segment_end() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with(dir.path(), 300);
+    let bogus = u64::MAX / 2;
+    poke(
+        &seg_path(dir.path(), 0),
+        seg::COMMITTED_POSITION as u64,
+        &bogus.to_le_bytes(),
+    );
+    assert_open_fails(dir.path(), 1, |e| {
+        matches!(e, StoreError::CorruptHeader { .. })
+    });
+    let mut t = Tailer::open(dir.path()).unwrap();
+    let e = t.poll().unwrap_err();
+    assert!(e.to_string().contains("beyond the segment's end"), "{e}");
+    for cmd in [&["verify"][..], &["info"], &["dump", "--from-seq", "5"]] {
+        let out = std::process::Command::new(common::storetool())
+            .args(cmd)
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{cmd:?} must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{cmd:?} panicked: {err}");
+    }
+}
