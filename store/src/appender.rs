@@ -95,15 +95,40 @@ impl Appender {
     /// [`StoreError`] when a file is not a valid segment of this stream (nothing is modified
     /// then); `Io` on a failing file system.
     pub fn open_or_create(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Appender> {
-        Self::open_impl(dir.as_ref(), cfg, true)
+        Self::open_impl(dir.as_ref(), cfg, Some(crate::clock::wall_clock_ns()))
     }
 
     /// As [`open_or_create`](Self::open_or_create), but `NoStore` when `dir` holds no store.
     pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Appender> {
-        Self::open_impl(dir.as_ref(), cfg, false)
+        Self::open_impl(dir.as_ref(), cfg, None)
     }
 
-    fn open_impl(dir: &Path, cfg: StoreConfig, create: bool) -> Result<Appender> {
+    /// Opens or creates a **replica** of the store whose first segment header is
+    /// `primary_first_header` (the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's
+    /// segment 0): a new replica copies its stream id, length and creation time, so its files
+    /// are byte-identical to the primary's. Write it only with
+    /// [`append_replicated`](Self::append_replicated) and
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment).
+    ///
+    /// Errors: `ReplicaMismatch` when the header is not a valid active segment-0 header of
+    /// `cfg.stream_id`; the errors of [`open`](Self::open).
+    pub fn open_replica(
+        dir: impl AsRef<Path>,
+        mut cfg: StoreConfig,
+        primary_first_header: &[u8; SEGMENT_HEADER_PREFIX],
+    ) -> Result<Appender> {
+        let info = check_replicated_header(primary_first_header, cfg.stream_id, 0)?;
+        if info.base_position != 0 || info.base_seq != 1 {
+            return Err(StoreError::ReplicaMismatch {
+                position: 0,
+                reason: "segment 0 must start at position 0, seq 1".into(),
+            });
+        }
+        cfg.segment_size = info.length;
+        Self::open_impl(dir.as_ref(), cfg, Some(info.created_ns))
+    }
+
+    fn open_impl(dir: &Path, cfg: StoreConfig, create: Option<u64>) -> Result<Appender> {
         let r = open_for_append(dir, &cfg, create)?;
         let prepared = match r.prepared {
             Some(segment) => {
@@ -364,6 +389,130 @@ impl Appender {
         Ok(())
     }
 
+    /// Appends frames copied verbatim from the primary (or an upstream replica) of this stream:
+    /// `bytes` starts at this store's committed position and holds frames back to back, each
+    /// padded to 8 bytes, possibly ending with an incomplete frame that is left for the next
+    /// call. Every complete frame is checked (length, CRC32C, seq continuing this store,
+    /// timestamp not going back) *before* anything is written, then all are written and
+    /// published with one release store. Returns `(frames, bytes consumed)`.
+    ///
+    /// Frames never span segments: at the end of the active segment the caller must call
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment) with the primary's next
+    /// header first.
+    ///
+    /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
+    /// does not fit in the active segment; nothing is written then.
+    pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
+        let mut off = 0usize;
+        let mut seq = self.next_seq;
+        let mut last_ts = self.stamp.last();
+        let room = (self.limit - self.position) as usize;
+        let reject = |at: usize, reason: String| StoreError::ReplicaMismatch {
+            position: self.position + at as u64,
+            reason,
+        };
+        while bytes.len() - off >= FRAME_HEADER_LEN {
+            let rest = &bytes[off..];
+            let len = format::get_u32(rest, format::frame::LENGTH) as usize;
+            if len < FRAME_HEADER_LEN || len > self.max_payload() + FRAME_HEADER_LEN {
+                return Err(reject(off, format!("bad frame length {len}")));
+            }
+            let span = format::align_frame(len);
+            if off + span > room {
+                return Err(reject(
+                    off,
+                    "frame does not fit in the active segment".into(),
+                ));
+            }
+            if rest.len() < span {
+                break; // incomplete: wait for the rest
+            }
+            let h = format::validate_frame(&rest[..len], seq)
+                .map_err(|fault| reject(off, fault.to_string()))?;
+            if h.timestamp_ns < last_ts {
+                return Err(reject(off, "timestamp goes backwards".into()));
+            }
+            if rest[len..span].iter().any(|&b| b != 0) {
+                return Err(reject(off, "non-zero padding".into()));
+            }
+            last_ts = h.timestamp_ns;
+            seq += 1;
+            off += span;
+        }
+        if off == 0 {
+            return Ok((0, 0));
+        }
+        let file_off = file_offset(&self.info, self.position);
+        // SAFETY: single appender (store lock); the range starts at the committed position and
+        // fits in the active segment (checked against `room` above).
+        unsafe {
+            self.segment
+                .mapped()
+                .bytes_mut(file_off, off)
+                .copy_from_slice(&bytes[..off])
+        };
+        let frames = seq - self.next_seq;
+        let mut at = 0usize;
+        while at < off {
+            let len = format::get_u32(&bytes[at..], format::frame::LENGTH) as usize;
+            let position = self.position + at as u64;
+            if position >= self.next_index_position {
+                self.index.push(IndexEntry {
+                    position,
+                    seq: format::get_u64(&bytes[at..], format::frame::SEQ),
+                    timestamp_ns: format::get_u64(&bytes[at..], format::frame::TIMESTAMP_NS),
+                });
+                self.next_index_position =
+                    next_boundary(&self.info, position, self.cfg.index_stride);
+            }
+            self.stats.payload_bytes += (len - FRAME_HEADER_LEN) as u64;
+            at += format::align_frame(len);
+        }
+        self.position += off as u64;
+        self.next_seq = seq;
+        self.stamp.stamp_at(last_ts);
+        self.stats.frames += frames;
+        self.publish(frames as u32)?;
+        Ok((frames, off))
+    }
+
+    /// The first [`SEGMENT_HEADER_PREFIX`] bytes of the active segment's header: what a
+    /// replication server sends so that its followers write byte-identical segments.
+    pub fn segment_header(&self) -> [u8; SEGMENT_HEADER_PREFIX] {
+        self.segment
+            .mapped()
+            .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
+    }
+
+    /// Seals the active segment and activates the next one with the primary's header
+    /// (`header`: the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's next segment), so
+    /// the replica's file is byte-identical. The header must continue this store exactly: next
+    /// index, base position = committed position, base seq = next seq.
+    ///
+    /// Errors: `ReplicaMismatch` (nothing changed); preparation errors as for a roll.
+    pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
+        let info = check_replicated_header(header, self.cfg.stream_id, self.info.index + 1)?;
+        if info.base_position != self.position || info.base_seq != self.next_seq {
+            return Err(StoreError::ReplicaMismatch {
+                position: self.position,
+                reason: format!(
+                    "segment {} starts at position {} seq {}, this store is at {} seq {}",
+                    info.index, info.base_position, info.base_seq, self.position, self.next_seq
+                ),
+            });
+        }
+        if self.cfg.segment_size != info.length {
+            // The prepared segment (if any) has the wrong length: prepare again.
+            self.cfg.segment_size = info.length;
+            self.cfg.validate()?;
+            if let Some(h) = self.preparing.take() {
+                let _ = h.join();
+            }
+            self.prepared = None;
+        }
+        self.roll_at(info.created_ns)
+    }
+
     fn start_preparing(&mut self) {
         if !self.cfg.prepare_ahead || self.preparing.is_some() || self.prepared.is_some() {
             return;
@@ -394,6 +543,11 @@ impl Appender {
 
     /// Seals the active segment and activates the next one.
     fn roll(&mut self) -> Result<()> {
+        self.roll_at(crate::clock::wall_clock_ns())
+    }
+
+    /// Rolls, recording `created_ns` as the new segment's creation time.
+    fn roll_at(&mut self, created_ns: u64) -> Result<()> {
         let next = self.take_prepared()?;
         if self.cfg.flush != FlushPolicy::None {
             if let Err(e) = self.flush_written() {
@@ -402,7 +556,7 @@ impl Appender {
             }
         }
         next.segment
-            .activate(self.position, self.next_seq, crate::clock::wall_clock_ns());
+            .activate(self.position, self.next_seq, created_ns);
         self.segment.publish_state(SegmentState::Sealed);
         let (info, _) = next.segment.info();
         self.segment = next.segment;
@@ -414,6 +568,47 @@ impl Appender {
         self.start_preparing();
         Ok(())
     }
+}
+
+/// Bytes of a segment header that identify it and are copied to replicas: the immutable
+/// fields and their CRC (`format::seg::IMMUTABLE_LEN` + 4).
+pub const SEGMENT_HEADER_PREFIX: usize = 64;
+
+/// Checks a replicated segment header: magic, version, CRC, stream id, index.
+fn check_replicated_header(
+    header: &[u8; SEGMENT_HEADER_PREFIX],
+    stream_id: u32,
+    index: u64,
+) -> Result<SegmentInfo> {
+    let reject = |reason: String| StoreError::ReplicaMismatch {
+        position: 0,
+        reason: format!("segment header: {reason}"),
+    };
+    if header[..8] != format::MAGIC
+        || format::get_u32(header, format::seg::VERSION) != format::FORMAT_VERSION
+    {
+        return Err(reject("bad magic or version".into()));
+    }
+    let (info, crc_ok) = format::read_segment_info(header);
+    if !crc_ok {
+        return Err(reject("checksum mismatch".into()));
+    }
+    if info.stream_id != stream_id {
+        return Err(reject(format!(
+            "stream {} instead of {stream_id}",
+            info.stream_id
+        )));
+    }
+    if info.index != index {
+        return Err(reject(format!("index {} instead of {index}", info.index)));
+    }
+    if info.length > u32::MAX as u64
+        || info.length < crate::config::MIN_SEGMENT_SIZE
+        || !info.length.is_multiple_of(4096)
+    {
+        return Err(reject(format!("segment length {}", info.length)));
+    }
+    Ok(info)
 }
 
 impl Drop for Appender {

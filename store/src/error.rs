@@ -75,6 +75,10 @@ pub enum StoreError {
     /// `seek_seq` asked for a seq beyond the next one to be written.
     #[error("seq {requested} is beyond the end of the stream (next seq is {next})")]
     SeqBeyondEnd { requested: u64, next: u64 },
+    /// Bytes offered as replicated frames or a replicated segment header do not continue this
+    /// store (`reason` says how); nothing of them was written.
+    #[error("replicated data at position {position} rejected: {reason}")]
+    ReplicaMismatch { position: u64, reason: String },
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),

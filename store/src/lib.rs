@@ -51,7 +51,7 @@ pub mod scan;
 pub mod segment;
 pub mod tailer;
 
-pub use appender::{Appender, AppenderStats, Claim};
+pub use appender::{Appender, AppenderStats, Claim, SEGMENT_HEADER_PREFIX};
 pub use config::{FlushPolicy, StoreConfig};
 pub use error::{Result, StoreError};
 pub use format::FrameFields;

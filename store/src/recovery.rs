@@ -57,23 +57,29 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-/// Opens (and with `create`, creates) the store in `dir` for writing.
-pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Result<Recovered> {
+/// Opens the store in `dir` for writing. With `create = Some(created_ns)` an empty directory
+/// gets a new store whose first segment records that creation time (a replica passes its
+/// primary's, so the files are byte-identical).
+pub(crate) fn open_for_append(
+    dir: &Path,
+    cfg: &StoreConfig,
+    create: Option<u64>,
+) -> Result<Recovered> {
     cfg.validate()?;
-    if create {
+    if create.is_some() {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create_dir", dir, e))?;
     }
     let lock = DirLock::acquire(dir)?;
     let listing = crate::layout::list(dir)?;
     if listing.segments.is_empty() {
-        if !create {
+        let Some(created_ns) = create else {
             return Err(StoreError::NoStore { path: dir.into() });
-        }
+        };
         for p in &listing.leftovers {
             std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
         }
         let active = Segment::prepare(dir, cfg.stream_id, 0, cfg.segment_size, cfg.pretouch)?;
-        active.activate(0, 1, crate::clock::wall_clock_ns());
+        active.activate(0, 1, created_ns);
         let (info, _) = active.info();
         let index = Index::create(dir, 0, info.length, cfg.index_stride)?;
         return Ok(Recovered {
@@ -234,7 +240,7 @@ pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Re
     };
     let segment_files =
         listing.segments.len() + previous_end.is_some_and(|_| prepared.is_none()) as usize;
-    let (active, info, index, scan_end) = match previous_end {
+    let (active, info, index, scan_end, next_index_position) = match previous_end {
         // The last live segment is sealed: activate its successor (prepared, or new).
         Some(end) => {
             let next = match prepared.take() {
@@ -255,7 +261,8 @@ pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Re
             let (ninfo, _) = next.info();
             let index = Index::create(dir, ninfo.index, ninfo.length, cfg.index_stride)?;
             report.completed_roll = true;
-            (next, ninfo, index, ScanEnd { fault: None, ..end })
+            let base = ninfo.base_position;
+            (next, ninfo, index, ScanEnd { fault: None, ..end }, base)
         }
         None => {
             let index = Index::create(dir, info.index, info.length, cfg.index_stride)?;
@@ -290,7 +297,7 @@ pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Re
             }
             active.zero_tail(file_offset(&info, end.end_position))?;
             active.publish_committed(end.end_position);
-            (active, info, index, end)
+            (active, info, index, end, next_index_position)
         }
     };
     // The last timestamp of a stream whose active segment is empty comes from the previous
@@ -299,11 +306,6 @@ pub(crate) fn open_for_append(dir: &Path, cfg: &StoreConfig, create: bool) -> Re
     if scan_end.last_timestamp_ns == 0 && info.index > 0 {
         scan_end.last_timestamp_ns = last_timestamp_before(dir, info.index)?;
     }
-    let next_index_position = if scan_end.end_position == info.base_position {
-        info.base_position
-    } else {
-        next_boundary(&info, scan_end.end_position - 1, cfg.index_stride)
-    };
     report.segments = segment_files;
     report.next_seq = scan_end.next_seq;
     report.end_position = scan_end.end_position;

@@ -1,0 +1,185 @@
+//! Replica writing: frames and segment headers copied from a primary produce byte-identical
+//! files; anything that does not continue the replica is refused before it is written.
+
+mod common;
+
+use std::path::Path;
+
+use seqstream_store::format::SegmentState;
+use seqstream_store::segment::{segment_file_name, Segment};
+use seqstream_store::{pattern, Appender, StoreConfig, StoreError, Tailer, SEGMENT_HEADER_PREFIX};
+
+fn cfg() -> StoreConfig {
+    StoreConfig::new(4)
+        .segment_size(16 << 10)
+        .index_stride(512)
+        .pretouch(false)
+}
+
+fn header_of(dir: &Path, index: u64) -> [u8; SEGMENT_HEADER_PREFIX] {
+    Segment::open(&dir.join(segment_file_name(index)), false)
+        .unwrap()
+        .mapped()
+        .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
+}
+
+/// Copies the primary into the replica the way a replication client does: raw stream bytes
+/// in chunks of `chunk` bytes (cutting frames anywhere), segment headers at each boundary.
+fn replicate(primary: &Path, replica: &mut Appender, chunk: usize) {
+    let mut t = Tailer::open(primary).unwrap();
+    t.seek_seq(replica.next_seq()).unwrap();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut segment = replica_segment(replica);
+    while let Some(f) = t.poll().unwrap() {
+        let f = (f.as_bytes().to_vec(), t.segment_index());
+        if f.1 != segment {
+            // Flush what belongs to the old segment, then start the next one.
+            feed(replica, &mut pending, usize::MAX);
+            assert!(pending.is_empty());
+            replica
+                .begin_replicated_segment(&header_of(primary, f.1))
+                .unwrap();
+            segment = f.1;
+        }
+        let mut bytes = f.0;
+        bytes.resize(seqstream_store::format::align_frame(bytes.len()), 0);
+        pending.extend_from_slice(&bytes);
+        feed(replica, &mut pending, chunk);
+    }
+    feed(replica, &mut pending, usize::MAX);
+    assert!(pending.is_empty());
+}
+
+fn replica_segment(replica: &Appender) -> u64 {
+    seqstream_store::format::read_segment_info(&replica.segment_header())
+        .0
+        .index
+}
+
+fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
+    while !pending.is_empty() {
+        let n = pending.len().min(chunk);
+        let (_, used) = replica.append_replicated(&pending[..n]).unwrap();
+        if used == 0 {
+            if n == pending.len() {
+                return;
+            }
+            // A chunk boundary cut a frame: offer more.
+            let (_, used) = replica.append_replicated(&pending[..]).unwrap();
+            pending.drain(..used);
+            return;
+        }
+        pending.drain(..used);
+    }
+}
+
+fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            // Live segments and their indexes; a prepared next segment exists on one side or
+            // the other depending on timing, and holds nothing.
+            let seg = p.with_extension("seg");
+            Segment::open(&seg, false).unwrap().state() != Some(SegmentState::Prepared)
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn replicated_store_is_byte_identical() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
+    for seq in 1..=3000u64 {
+        let mut b = vec![0u8; pattern::payload_len(seq, 0, 700)];
+        pattern::fill(seq, &mut b);
+        a.append(&b).unwrap();
+    }
+    let mut r =
+        Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
+    replicate(primary.path(), &mut r, 1000);
+    assert_eq!(r.next_seq(), 3001);
+    assert_eq!(r.position(), a.position());
+    drop(r);
+    // Resume: more frames on the primary, a reopened replica catches up from its own end.
+    for seq in 3001..=4000u64 {
+        let mut b = vec![0u8; pattern::payload_len(seq, 0, 700)];
+        pattern::fill(seq, &mut b);
+        a.append(&b).unwrap();
+    }
+    let mut r =
+        Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
+    assert_eq!(r.report().next_seq, 3001);
+    replicate(primary.path(), &mut r, 333);
+    drop(r);
+    drop(a);
+    let (p, q) = (live_files(primary.path()), live_files(replica_dir.path()));
+    assert_eq!(p.len(), q.len());
+    assert!(p.len() > 10);
+    for ((pn, pb), (qn, qb)) in p.iter().zip(&q) {
+        assert_eq!(pn, qn);
+        if pb != qb {
+            let at = pb.iter().zip(qb).position(|(x, y)| x != y);
+            panic!("{pn} differs between primary and replica at byte {at:?} (len {} vs {}): {:?} vs {:?}", pb.len(), qb.len(), &pb[at.unwrap_or(0)..][..32.min(pb.len())], &qb[at.unwrap_or(0)..][..32.min(qb.len())]);
+        }
+    }
+    assert_eq!(common::check_pattern_store(replica_dir.path()), 4000);
+}
+
+#[test]
+fn bad_replicated_data_is_refused_before_it_is_written() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
+    for seq in 1..=10u64 {
+        let mut b = vec![0u8; 100];
+        pattern::fill(seq, &mut b);
+        a.append(&b).unwrap();
+    }
+    let mut t = Tailer::open(primary.path()).unwrap();
+    let mut bytes = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        bytes.extend_from_slice(f.as_bytes());
+        bytes.resize(seqstream_store::format::align_frame(bytes.len()), 0);
+    }
+    let mut r =
+        Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
+    let span = 144; // 40-byte header + 100-byte payload, padded to 8
+
+    // A flipped bit in the third frame: the first two are fine, yet nothing is written.
+    let mut bad = bytes.clone();
+    bad[2 * span + 60] ^= 1;
+    assert!(matches!(
+        r.append_replicated(&bad),
+        Err(StoreError::ReplicaMismatch { .. })
+    ));
+    assert_eq!((r.next_seq(), r.position()), (1, 0));
+    // Out of order: frame 2 first.
+    assert!(matches!(
+        r.append_replicated(&bytes[span..]),
+        Err(StoreError::ReplicaMismatch { .. })
+    ));
+    // Garbage length.
+    assert!(r.append_replicated(&[0xFFu8; 64]).is_err());
+    // A header of another stream, or that does not continue the store.
+    let mut other = header_of(primary.path(), 0);
+    other[12] = 9;
+    assert!(Appender::open_replica(tempfile::tempdir().unwrap().path(), cfg(), &other).is_err());
+    assert!(r
+        .begin_replicated_segment(&header_of(primary.path(), 0))
+        .is_err());
+    // The good bytes still go in, in two uneven pieces.
+    assert_eq!(r.append_replicated(&bytes[..span + 10]).unwrap(), (1, span));
+    assert_eq!(r.append_replicated(&bytes[span..]).unwrap(), (9, 9 * span));
+    drop(r);
+    assert_eq!(common::check_pattern_store(replica_dir.path()), 10);
+}
