@@ -79,6 +79,12 @@ pub enum StoreError {
     /// store (`reason` says how); nothing of them was written.
     #[error("replicated data at position {position} rejected: {reason}")]
     ReplicaMismatch { position: u64, reason: String },
+    /// `seek_position` asked for a position where no frame starts.
+    #[error("position {requested}: {reason}")]
+    BadPosition {
+        requested: u64,
+        reason: &'static str,
+    },
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -85,6 +85,20 @@ impl<'a> Frame<'a> {
     }
 }
 
+/// Whole committed frames of one segment, borrowed from the tailer's mapping: see
+/// [`Tailer::poll_range`].
+#[derive(Debug, Clone, Copy)]
+pub struct FrameRange<'a> {
+    /// The frames, back to back with their padding.
+    pub bytes: &'a [u8],
+    /// Stream position of the first byte.
+    pub position: u64,
+    /// Seq of the first frame.
+    pub first_seq: u64,
+    /// Number of frames.
+    pub frames: u64,
+}
+
 /// Options of a tailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TailerOptions {
@@ -279,6 +293,74 @@ impl Tailer {
         Ok(())
     }
 
+    /// Returns the committed bytes from the tailer's position to the end of what is committed
+    /// in its segment, at most `max_bytes` but always at least one whole frame: whole frames
+    /// with their padding, exactly as stored (what a replication server sends). Frames are
+    /// checked as by [`poll`](Self::poll) (lengths and seqs, and checksums when enabled).
+    /// `None` when nothing new is committed. Follows rolls; a range never spans segments, and
+    /// [`segment_index`](Self::segment_index) / [`segment_header`](Self::segment_header)
+    /// describe the segment the range came from.
+    pub fn poll_range(&mut self, max_bytes: usize) -> Result<Option<FrameRange<'_>>> {
+        let Some(committed) = self.ready()? else {
+            return Ok(None);
+        };
+        let start = self.position;
+        let first_seq = self.next_seq;
+        let off = file_offset(&self.info, start);
+        let avail = (committed - start) as usize;
+        let mut used = 0usize;
+        let mut frames = 0u64;
+        while used < avail {
+            let bytes = self.segment.bytes(off + used, avail - used);
+            let checked = if self.options.verify_checksums {
+                format::validate_frame(bytes, self.next_seq)
+            } else {
+                format::decode_header(bytes).and_then(|h| {
+                    if h.seq == self.next_seq {
+                        Ok(h)
+                    } else {
+                        Err(FrameFault::Seq {
+                            expected: self.next_seq,
+                            found: h.seq,
+                        })
+                    }
+                })
+            };
+            let h = match checked {
+                Ok(h) => h,
+                Err(fault) if frames == 0 => {
+                    return Err(StoreError::CorruptFrame {
+                        path: self.segment.path().into(),
+                        position: self.position,
+                        reason: fault.to_string(),
+                    })
+                }
+                // Return the good frames first; the next call reports the fault.
+                Err(_) => break,
+            };
+            let span = format::align_frame(h.length as usize);
+            if frames > 0 && used + span > max_bytes {
+                break;
+            }
+            used += span;
+            frames += 1;
+            self.position += span as u64;
+            self.next_seq += 1;
+        }
+        Ok(Some(FrameRange {
+            bytes: self.segment.bytes(off, used),
+            position: start,
+            first_seq,
+            frames,
+        }))
+    }
+
+    /// The first [`SEGMENT_HEADER_PREFIX`](crate::SEGMENT_HEADER_PREFIX) bytes of the header
+    /// of the segment the tailer is in (what replicas copy to be byte-identical).
+    pub fn segment_header(&self) -> [u8; crate::appender::SEGMENT_HEADER_PREFIX] {
+        self.segment.mapped().volatile_copy(0)
+    }
+
     /// Waits for the next frame, calling `idle` between polls.
     pub fn next(&mut self, idle: &mut impl IdleStrategy) -> Result<Frame<'_>> {
         while self.ready()?.is_none() {
@@ -294,18 +376,39 @@ impl Tailer {
     /// Errors: `SeqBeyondEnd` when `seq` is past the next one to be written (the tailer is
     /// then at the end of the stream); `CorruptFrame` and segment errors.
     pub fn seek_seq(&mut self, seq: u64) -> Result<()> {
-        self.seek(|e_seq, _| e_seq < seq.max(1), seq)
+        self.seek(|_, e_seq, _| e_seq < seq.max(1), seq)
+    }
+
+    /// Positions the tailer at stream position `position`, which must be the start of a frame
+    /// or the end of the stream (a replica's committed position, say).
+    ///
+    /// Errors: `BadPosition` when no frame starts there or it is past the end (the tailer is
+    /// then at the first frame after it, or at the end); `CorruptFrame` and segment errors.
+    pub fn seek_position(&mut self, position: u64) -> Result<()> {
+        self.seek(|pos, _, _| pos < position, u64::MAX)?;
+        if self.position != position {
+            return Err(StoreError::BadPosition {
+                requested: position,
+                reason: if self.position < position {
+                    "beyond the end of the stream"
+                } else {
+                    "not the start of a frame"
+                },
+            });
+        }
+        Ok(())
     }
 
     /// Positions the tailer at the first frame whose timestamp is at or after `timestamp_ns`,
     /// or at the end of the stream when there is none yet.
     pub fn seek_time(&mut self, timestamp_ns: u64) -> Result<()> {
-        self.seek(|_, ts| ts < timestamp_ns, u64::MAX)
+        self.seek(|_, _, ts| ts < timestamp_ns, u64::MAX)
     }
 
-    /// Moves to the first frame for which `before(seq, timestamp)` is false. `before` must be
-    /// monotonic along the stream (true, then false). `limit_seq` bounds a seq seek.
-    fn seek(&mut self, before: impl Fn(u64, u64) -> bool, limit_seq: u64) -> Result<()> {
+    /// Moves to the first frame for which `before(position, seq, timestamp)` is false.
+    /// `before` must be monotonic along the stream (true, then false). `limit_seq` bounds a
+    /// seq seek.
+    fn seek(&mut self, before: impl Fn(u64, u64, u64) -> bool, limit_seq: u64) -> Result<()> {
         let listing = crate::layout::list(&self.dir)?;
         // The last segment whose first frame is before the target: the target is in it or at
         // the start of the next one.
@@ -315,7 +418,8 @@ impl Tailer {
                 continue;
             }
             let (segment, info) = open_live(path, Some(self.stream_id))?;
-            let is_before = first_frame(&segment, &info).is_some_and(|(seq, ts)| before(seq, ts));
+            let is_before = first_frame(&segment, &info)
+                .is_some_and(|(seq, ts)| before(info.base_position, seq, ts));
             chosen = Some((segment, info));
             if is_before {
                 break;
@@ -329,7 +433,7 @@ impl Tailer {
         let index = Index::open(&self.dir.join(index_file_name(info.index)), false).ok();
         let start = index
             .as_ref()
-            .and_then(|ix| ix.last_where(|e| before(e.seq, e.timestamp_ns)))
+            .and_then(|ix| ix.last_where(|e| before(e.position, e.seq, e.timestamp_ns)))
             .filter(|e| e.position >= info.base_position && e.position < segment.committed())
             .map(|e| (e.position, e.seq))
             .unwrap_or((info.base_position, info.base_seq));
@@ -347,7 +451,7 @@ impl Tailer {
                 self.next_seq,
                 0,
                 committed,
-                |_, h| before(h.seq, h.timestamp_ns),
+                |pos, h| before(pos, h.seq, h.timestamp_ns),
             );
             self.position = end.end_position;
             self.next_seq = end.next_seq;
