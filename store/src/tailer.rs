@@ -97,6 +97,17 @@ pub struct FrameRange<'a> {
     pub first_seq: u64,
     /// Number of frames.
     pub frames: u64,
+    /// Index of the segment the frames are in.
+    pub segment_index: u64,
+    segment: &'a Segment,
+}
+
+impl FrameRange<'_> {
+    /// The first [`SEGMENT_HEADER_PREFIX`](crate::SEGMENT_HEADER_PREFIX) bytes of the header
+    /// of the segment the frames are in.
+    pub fn segment_header(&self) -> [u8; crate::appender::SEGMENT_HEADER_PREFIX] {
+        self.segment.mapped().volatile_copy(0)
+    }
 }
 
 /// Options of a tailer.
@@ -352,6 +363,8 @@ impl Tailer {
             position: start,
             first_seq,
             frames,
+            segment_index: self.info.index,
+            segment: &self.segment,
         }))
     }
 

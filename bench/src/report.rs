@@ -1,0 +1,106 @@
+//! The one output shape every benchmark uses: a figure next to the floor it was measured
+//! against in the same run, and their ratio.
+//!
+//! Human output is one aligned line per figure; `--json` prints one JSON object per line with
+//! the keys `bench`, `case`, `metric`, `unit`, `value`, `floor`, `ratio` (value / floor) and
+//! `better` (`"higher"` or `"lower"`).
+
+use serde::Serialize;
+
+/// Which direction of a figure is an improvement.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    /// Throughput-like figures (msgs/s, GB/s).
+    Higher,
+    /// Latency-like figures (ns).
+    Lower,
+}
+
+/// One measured figure and the floor measured beside it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    /// Benchmark name, e.g. `store`.
+    pub bench: &'static str,
+    /// Case within the benchmark, e.g. `append_64B`.
+    pub case: String,
+    /// What was measured, e.g. `throughput` or `p50`.
+    pub metric: &'static str,
+    /// Unit of `value` and `floor`, e.g. `msgs/s`, `GB/s`, `ns`.
+    pub unit: &'static str,
+    /// The measured figure.
+    pub value: f64,
+    /// The floor measured in the same run, in the same unit.
+    pub floor: f64,
+    /// `value / floor`.
+    pub ratio: f64,
+    /// Which direction is better.
+    pub better: Better,
+}
+
+impl Figure {
+    /// Builds a figure; the ratio is derived, never passed in.
+    pub fn new(
+        bench: &'static str,
+        case: impl Into<String>,
+        metric: &'static str,
+        unit: &'static str,
+        value: f64,
+        floor: f64,
+        better: Better,
+    ) -> Self {
+        let ratio = if floor != 0.0 {
+            value / floor
+        } else {
+            f64::NAN
+        };
+        Figure {
+            bench,
+            case: case.into(),
+            metric,
+            unit,
+            value,
+            floor,
+            ratio,
+            better,
+        }
+    }
+}
+
+/// Prints figures as they are measured, in human or JSON-lines form.
+#[derive(Debug, Clone, Copy)]
+pub struct Reporter {
+    json: bool,
+}
+
+impl Reporter {
+    /// `json == true` prints one JSON object per line; otherwise an aligned table row.
+    pub fn new(json: bool) -> Self {
+        Reporter { json }
+    }
+
+    /// Prints one figure immediately (so a long run shows progress).
+    pub fn emit(&self, f: &Figure) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string(f).expect("a Figure always serializes")
+            );
+        } else {
+            println!(
+                "{:<10} {:<28} {:<10} {:>14.3} {:<7} floor {:>14.3}  ratio {:>7.3} ({} is better)",
+                f.bench,
+                f.case,
+                f.metric,
+                f.value,
+                f.unit,
+                f.floor,
+                f.ratio,
+                match f.better {
+                    Better::Higher => "higher",
+                    Better::Lower => "lower",
+                }
+            );
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The benchmarks run end to end (in their short `--quick` form) and print the documented
+//! JSON shape. No figure is judged here: speed is measured by the benchmarks, never by tests.
+
+use std::process::Command;
+
+fn run_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("running bench");
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+fn check_shape(figures: &[serde_json::Value], bench: &str) {
+    assert!(!figures.is_empty());
+    for f in figures {
+        assert_eq!(f["bench"], bench, "{f}");
+        for key in ["case", "metric", "unit"] {
+            assert!(f[key].is_string(), "{key} in {f}");
+        }
+        let (value, floor, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["floor"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(value > 0.0 && floor > 0.0, "{f}");
+        assert!(
+            (ratio - value / floor).abs() <= 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+        assert!(f["better"] == "higher" || f["better"] == "lower", "{f}");
+    }
+}
+
+#[test]
+fn store_bench_prints_every_case_with_its_floor() {
+    let figures = run_json(&["store", "--quick"]);
+    check_shape(&figures, "store");
+    let cases: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for payload in [32, 64, 256, 1024] {
+        assert!(
+            cases.contains(&format!("append_{payload}B/throughput")),
+            "{cases:?}"
+        );
+        assert!(
+            cases.contains(&format!("append_{payload}B/bandwidth")),
+            "{cases:?}"
+        );
+    }
+    for metric in ["p50", "p99", "p99.9", "max"] {
+        assert!(
+            cases.contains(&format!("append_to_tailer_64B/{metric}")),
+            "{cases:?}"
+        );
+    }
+}

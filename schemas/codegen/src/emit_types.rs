@@ -1,0 +1,243 @@
+//! Owns the Rust form of the schema's named types: enums (a Rust enum with raw conversion),
+//! sets (a newtype with one accessor per bit choice) and composites (a decoder and an encoder
+//! flyweight over the composite's bytes).
+
+use crate::error::CodegenError;
+use crate::ir::{Composite, Enum, Set, TypeDef};
+use crate::literal;
+use crate::names::{camel, screaming, snake};
+use crate::out::Out;
+use crate::slot::{Ctx, Getter, Setter, Slot};
+
+/// Emits an `<enum>`.
+pub fn emit_enum(e: &Enum, out: &mut Out) -> Result<(), CodegenError> {
+    let ty = camel(&e.name);
+    let raw = e.primitive.rust();
+    if e.values.is_empty() {
+        return Err(CodegenError::Unsupported {
+            name: e.name.clone(),
+            what: "enum without valid values",
+        });
+    }
+    let mut variants: Vec<(String, String)> = Vec::new();
+    for v in &e.values {
+        let mut name = camel(&v.name);
+        while variants.iter().any(|(n, _)| *n == name) {
+            name.push('_');
+        }
+        let value = literal::discriminant(e.primitive, &v.value, &v.name)?;
+        if variants.iter().any(|(_, d)| *d == value) {
+            return Err(CodegenError::Layout {
+                name: e.name.clone(),
+                what: format!("value `{}` appears twice", v.value),
+            });
+        }
+        variants.push((name, value));
+    }
+    out.doc(&e.description);
+    out.doc_break();
+    out.doc(&format!(
+        "Enum `{}` encoded as `{}`; null value `{}`.",
+        e.name,
+        e.primitive.sbe_name(),
+        e.null_value
+    ));
+    out.line("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]");
+    out.line(format!("#[repr({raw})]"));
+    out.open(format!("pub enum {ty} {{"));
+    for (v, (name, value)) in e.values.iter().zip(&variants) {
+        out.doc(&v.description);
+        let since = if v.since_version > 0 {
+            format!(", since version {}", v.since_version)
+        } else {
+            String::new()
+        };
+        out.line(format!("/// `{}` = `{}`{since}.", v.name, v.value));
+        out.line(format!("{name} = {value},"));
+    }
+    out.close("}");
+    out.line("");
+    out.open(format!("impl {ty} {{"));
+    out.line("/// The encoded null value (absent).");
+    out.line(format!(
+        "pub const NULL: {raw} = {};",
+        literal::number(e.primitive, &e.null_value, &e.name)?
+    ));
+    out.line("");
+    out.line("/// Decodes a raw value: `None` for the null value and for values this schema does not know.");
+    out.line("#[inline]");
+    out.open(format!(
+        "pub const fn from_raw(raw: {raw}) -> Option<Self> {{"
+    ));
+    out.open("match raw {");
+    for (name, value) in &variants {
+        out.line(format!("{value} => Some(Self::{name}),"));
+    }
+    out.line("_ => None,");
+    out.close("}");
+    out.close("}");
+    out.line("");
+    out.line("/// The encoded value.");
+    out.line("#[inline]");
+    out.open(format!("pub const fn raw(self) -> {raw} {{"));
+    out.line(format!("self as {raw}"));
+    out.close("}");
+    out.close("}");
+    out.line("");
+    Ok(())
+}
+
+/// Emits a `<set>`.
+pub fn emit_set(s: &Set, out: &mut Out) {
+    let ty = camel(&s.name);
+    let raw = s.primitive.rust();
+    out.doc(&s.description);
+    out.doc_break();
+    out.doc(&format!(
+        "Set `{}` of bit choices encoded as `{}`; bit 0 is the least significant.",
+        s.name,
+        s.primitive.sbe_name()
+    ));
+    out.line("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]");
+    out.line(format!("pub struct {ty}(pub {raw});"));
+    out.line("");
+    out.open(format!("impl {ty} {{"));
+    for c in &s.choices {
+        let since = if c.since_version > 0 {
+            format!(", since version {}", c.since_version)
+        } else {
+            String::new()
+        };
+        out.doc(&c.description);
+        out.line(format!(
+            "/// Mask of `{}` (bit {}{since}).",
+            c.name, c.value
+        ));
+        out.line(format!(
+            "pub const {}: {raw} = 1 << {};",
+            screaming(&c.name),
+            c.value
+        ));
+        out.line("");
+    }
+    for c in &s.choices {
+        let f = snake(&c.name);
+        let mask = screaming(&c.name);
+        out.line(format!(
+            "/// Whether `{}` (bit {}) is set.",
+            c.name, c.value
+        ));
+        out.line("#[inline]");
+        out.open(format!("pub const fn {f}(self) -> bool {{"));
+        out.line(format!("self.0 & Self::{mask} != 0"));
+        out.close("}");
+        out.line("");
+        out.line(format!(
+            "/// A copy with `{}` (bit {}) set to `on`.",
+            c.name, c.value
+        ));
+        out.line("#[inline]");
+        out.line("#[must_use]");
+        out.open(format!("pub const fn with_{f}(self, on: bool) -> Self {{"));
+        out.line(format!(
+            "if on {{ Self(self.0 | Self::{mask}) }} else {{ Self(self.0 & !Self::{mask}) }}"
+        ));
+        out.close("}");
+        out.line("");
+    }
+    out.close("}");
+    out.line("");
+}
+
+/// Emits a `<composite>`: `XDecoder<'a>` and `XEncoder<'b>`.
+pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), CodegenError> {
+    let name = camel(&c.name);
+    let members: Vec<(TypeDef, &crate::ir::Member)> = c
+        .members
+        .iter()
+        .filter(|m| m.ty.length != 0)
+        .map(|m| (TypeDef::Encoded(m.ty.clone()), m))
+        .collect();
+    let slots: Vec<Slot> = members
+        .iter()
+        .map(|(ty, m)| Slot {
+            name: &m.ty.name,
+            id: None,
+            description: &m.ty.description,
+            ty,
+            offset: m.offset,
+            since_version: 0,
+            gated: false,
+        })
+        .collect();
+    let layout = format!("Composite `{}`, {} bytes.", c.name, c.size);
+
+    out.doc(&c.description);
+    out.doc_break();
+    out.doc(&format!("{layout} Read-only flyweight."));
+    out.line("#[derive(Clone, Copy)]");
+    out.open(format!("pub struct {name}Decoder<'a> {{"));
+    out.line("bytes: &'a [u8],");
+    out.close("}");
+    out.line("");
+    out.open(format!("impl<'a> {name}Decoder<'a> {{"));
+    out.line("/// Encoded size in bytes.");
+    out.line(format!("pub const ENCODED_LENGTH: usize = {};", c.size));
+    out.line("");
+    out.line(
+        "/// Wraps the composite's bytes. Members that lie outside `bytes` read as 0 (required)",
+    );
+    out.line("/// or `None` (optional); callers pass exactly [`Self::ENCODED_LENGTH`] bytes.");
+    out.line("#[inline]");
+    out.open("pub const fn wrap(bytes: &'a [u8]) -> Self {");
+    out.line("Self { bytes }");
+    out.close("}");
+    out.line("");
+    let getter = Getter { src: "self.bytes" };
+    for s in &slots {
+        s.getter(ctx, &getter, out)?;
+    }
+    out.close("}");
+    out.line("");
+    out.open(format!("impl core::fmt::Debug for {name}Decoder<'_> {{"));
+    out.open("fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {");
+    out.line(format!("f.debug_struct(\"{name}\")"));
+    for s in &slots {
+        out.line(format!("    {}", s.debug_field()));
+    }
+    out.line("    .finish()");
+    out.close("}");
+    out.close("}");
+    out.line("");
+
+    out.doc(&c.description);
+    out.doc_break();
+    out.doc(&format!("{layout} Writing flyweight."));
+    out.open(format!("pub struct {name}Encoder<'b> {{"));
+    out.line("bytes: &'b mut [u8],");
+    out.close("}");
+    out.line("");
+    out.open(format!("impl<'b> {name}Encoder<'b> {{"));
+    out.line("/// Encoded size in bytes.");
+    out.line(format!("pub const ENCODED_LENGTH: usize = {};", c.size));
+    out.line("");
+    out.line(
+        "/// Wraps the composite's bytes; writes outside `bytes` are dropped, so callers pass",
+    );
+    out.line("/// exactly [`Self::ENCODED_LENGTH`] bytes.");
+    out.line("#[inline]");
+    out.open("pub fn wrap(bytes: &'b mut [u8]) -> Self {");
+    out.line("Self { bytes }");
+    out.close("}");
+    out.line("");
+    let setter = Setter {
+        dst: "self.bytes",
+        base: None,
+    };
+    for s in &slots {
+        s.setter(ctx, &setter, out)?;
+    }
+    out.close("}");
+    out.line("");
+    Ok(())
+}

@@ -1,0 +1,388 @@
+//! Owns the intermediate representation: a schema after parsing, with every offset, size and
+//! block length resolved, so the emitters never look at XML.
+
+use std::collections::BTreeMap;
+
+/// SBE primitive types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primitive {
+    /// `char`: one byte, null value 0.
+    Char,
+    /// `int8`.
+    I8,
+    /// `int16`.
+    I16,
+    /// `int32`.
+    I32,
+    /// `int64`.
+    I64,
+    /// `uint8`.
+    U8,
+    /// `uint16`.
+    U16,
+    /// `uint32`.
+    U32,
+    /// `uint64`.
+    U64,
+    /// `float`.
+    F32,
+    /// `double`.
+    F64,
+}
+
+impl Primitive {
+    /// Parses an SBE `primitiveType` name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "char" => Self::Char,
+            "int8" => Self::I8,
+            "int16" => Self::I16,
+            "int32" => Self::I32,
+            "int64" => Self::I64,
+            "uint8" => Self::U8,
+            "uint16" => Self::U16,
+            "uint32" => Self::U32,
+            "uint64" => Self::U64,
+            "float" => Self::F32,
+            "double" => Self::F64,
+            _ => return None,
+        })
+    }
+
+    /// Encoded size in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            Self::Char | Self::I8 | Self::U8 => 1,
+            Self::I16 | Self::U16 => 2,
+            Self::I32 | Self::U32 | Self::F32 => 4,
+            Self::I64 | Self::U64 | Self::F64 => 8,
+        }
+    }
+
+    /// The Rust type a value decodes to (`char` decodes to its byte).
+    pub fn rust(self) -> &'static str {
+        match self {
+            Self::Char | Self::U8 => "u8",
+            Self::I8 => "i8",
+            Self::I16 => "i16",
+            Self::I32 => "i32",
+            Self::I64 => "i64",
+            Self::U16 => "u16",
+            Self::U32 => "u32",
+            Self::U64 => "u64",
+            Self::F32 => "f32",
+            Self::F64 => "f64",
+        }
+    }
+
+    /// The SBE name, for documentation.
+    pub fn sbe_name(self) -> &'static str {
+        match self {
+            Self::Char => "char",
+            Self::I8 => "int8",
+            Self::I16 => "int16",
+            Self::I32 => "int32",
+            Self::I64 => "int64",
+            Self::U8 => "uint8",
+            Self::U16 => "uint16",
+            Self::U32 => "uint32",
+            Self::U64 => "uint64",
+            Self::F32 => "float",
+            Self::F64 => "double",
+        }
+    }
+
+    /// Whether this is `float` or `double` (null value NaN).
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F64)
+    }
+
+    /// The standard's default null value as text (the minimum of signed integers, the
+    /// maximum of unsigned ones, 0 for `char`, NaN for floating point).
+    pub fn default_null(self) -> &'static str {
+        match self {
+            Self::Char => "0",
+            Self::I8 => "-128",
+            Self::I16 => "-32768",
+            Self::I32 => "-2147483648",
+            Self::I64 => "-9223372036854775808",
+            Self::U8 => "255",
+            Self::U16 => "65535",
+            Self::U32 => "4294967295",
+            Self::U64 => "18446744073709551615",
+            Self::F32 | Self::F64 => "NaN",
+        }
+    }
+}
+
+/// `presence` of a type or field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presence {
+    /// Always carries a meaningful value.
+    Required,
+    /// May carry the null value, meaning "absent".
+    Optional,
+    /// Not on the wire; the value is the given text.
+    Constant(String),
+}
+
+/// A `<type>`: a primitive or a fixed-length array of one.
+#[derive(Debug, Clone)]
+pub struct EncodedType {
+    /// Type name.
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// Element type.
+    pub primitive: Primitive,
+    /// Number of elements; 1 for a scalar, 0 for the open-ended `varData` of a data composite.
+    pub length: usize,
+    /// Required, optional or constant.
+    pub presence: Presence,
+    /// The null value as text (explicit `nullValue` or the primitive's default).
+    pub null_value: String,
+    /// `maxValue`, if given.
+    pub max_value: Option<String>,
+    /// Offset inside the enclosing composite, when given explicitly.
+    pub offset: Option<usize>,
+}
+
+impl EncodedType {
+    /// Bytes on the wire (0 for constants).
+    pub fn size(&self) -> usize {
+        match self.presence {
+            Presence::Constant(_) => 0,
+            _ => self.primitive.size() * self.length,
+        }
+    }
+}
+
+/// A member of a `<composite>` with its resolved offset.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// The encoded type of the member (its name is the member name).
+    pub ty: EncodedType,
+    /// Offset from the start of the composite.
+    pub offset: usize,
+}
+
+/// A `<composite>`.
+#[derive(Debug, Clone)]
+pub struct Composite {
+    /// Type name.
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// Members in schema order.
+    pub members: Vec<Member>,
+    /// Encoded size in bytes.
+    pub size: usize,
+}
+
+impl Composite {
+    /// The member called `name`.
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.ty.name == name)
+    }
+}
+
+/// One `<validValue>` or `<choice>`.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Name as written in the schema.
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// Value (enum) or bit index (set), as text.
+    pub value: String,
+    /// `sinceVersion`.
+    pub since_version: u16,
+}
+
+/// An `<enum>`.
+#[derive(Debug, Clone)]
+pub struct Enum {
+    /// Type name.
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// Encoding primitive.
+    pub primitive: Primitive,
+    /// Null value of the encoding type, as text.
+    pub null_value: String,
+    /// The valid values.
+    pub values: Vec<Item>,
+}
+
+/// A `<set>` of bit choices.
+#[derive(Debug, Clone)]
+pub struct Set {
+    /// Type name.
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// Encoding primitive (an unsigned integer).
+    pub primitive: Primitive,
+    /// The choices; `value` is the bit index.
+    pub choices: Vec<Item>,
+}
+
+/// Any named type of the schema.
+#[derive(Debug, Clone)]
+pub enum TypeDef {
+    /// A `<type>`.
+    Encoded(EncodedType),
+    /// A `<composite>`.
+    Composite(Composite),
+    /// An `<enum>`.
+    Enum(Enum),
+    /// A `<set>`.
+    Set(Set),
+}
+
+impl TypeDef {
+    /// Bytes on the wire.
+    pub fn size(&self) -> usize {
+        match self {
+            Self::Encoded(t) => t.size(),
+            Self::Composite(c) => c.size,
+            Self::Enum(e) => e.primitive.size(),
+            Self::Set(s) => s.primitive.size(),
+        }
+    }
+}
+
+/// A fixed-block `<field>` with its resolved type and offset.
+#[derive(Debug, Clone)]
+pub struct Field {
+    /// Name as written in the schema.
+    pub name: String,
+    /// FIX tag id.
+    pub id: u32,
+    /// `description`, or empty.
+    pub description: String,
+    /// The field's type (a copy, with field-level `presence` applied).
+    pub ty: TypeDef,
+    /// Offset from the start of the block.
+    pub offset: usize,
+    /// `sinceVersion`.
+    pub since_version: u16,
+}
+
+/// A `<data>` element: length-prefixed bytes after the block and groups.
+#[derive(Debug, Clone)]
+pub struct Data {
+    /// Name as written in the schema.
+    pub name: String,
+    /// FIX tag id.
+    pub id: u32,
+    /// `description`, or empty.
+    pub description: String,
+    /// Primitive of the length prefix.
+    pub length_primitive: Primitive,
+    /// Largest length the prefix may carry.
+    pub max_length: String,
+    /// `sinceVersion`.
+    pub since_version: u16,
+}
+
+/// The block, groups and var data shared by messages and group entries.
+#[derive(Debug, Clone)]
+pub struct Body {
+    /// Name as written in the schema.
+    pub name: String,
+    /// FIX tag id (template id for messages).
+    pub id: u32,
+    /// `description`, or empty.
+    pub description: String,
+    /// Block length this schema version writes.
+    pub block_length: usize,
+    /// `sinceVersion`.
+    pub since_version: u16,
+    /// Fixed-block fields.
+    pub fields: Vec<Field>,
+    /// Repeating groups, in wire order.
+    pub groups: Vec<Group>,
+    /// Var-data fields, in wire order, after the groups.
+    pub data: Vec<Data>,
+}
+
+impl Body {
+    /// Whether entries have a fixed stride (no nested groups, no var data).
+    pub fn is_fixed_stride(&self) -> bool {
+        self.groups.is_empty() && self.data.is_empty()
+    }
+
+    /// `(since_version, bytes)` steps: the block length that a message of at least that
+    /// version must carry, ascending by version; versions that add nothing are left out.
+    pub fn min_block_steps(&self) -> Vec<(u16, usize)> {
+        let mut versions: Vec<u16> = self.fields.iter().map(|f| f.since_version).collect();
+        versions.push(0);
+        versions.sort_unstable();
+        versions.dedup();
+        versions
+            .into_iter()
+            .map(|v| {
+                let len = self
+                    .fields
+                    .iter()
+                    .filter(|f| f.since_version <= v)
+                    .map(|f| f.offset + f.ty.size())
+                    .max()
+                    .unwrap_or(0);
+                (v, len)
+            })
+            .fold(Vec::new(), |mut steps: Vec<(u16, usize)>, (v, len)| {
+                if steps.last().map(|&(_, prev)| prev) != Some(len) {
+                    steps.push((v, len));
+                }
+                steps
+            })
+    }
+}
+
+/// A `<group>`.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Block, nested groups and var data of each entry.
+    pub body: Body,
+    /// The dimension composite (`blockLength`, `numInGroup`).
+    pub dimension: Composite,
+}
+
+/// A `<message>`.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Block, groups and var data; `body.id` is the template id.
+    pub body: Body,
+}
+
+/// `byteOrder` of the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteOrder {
+    /// `littleEndian` (the default).
+    Little,
+    /// `bigEndian`.
+    Big,
+}
+
+/// A parsed schema.
+#[derive(Debug, Clone)]
+pub struct Schema {
+    /// `package`.
+    pub package: String,
+    /// `id`.
+    pub id: u16,
+    /// `version`.
+    pub version: u16,
+    /// `description`, or empty.
+    pub description: String,
+    /// Byte order of every multi-byte value.
+    pub byte_order: ByteOrder,
+    /// The message header composite (`headerType`, default `messageHeader`).
+    pub header: Composite,
+    /// Every named type, by name.
+    pub types: BTreeMap<String, TypeDef>,
+    /// Messages in schema order.
+    pub messages: Vec<Message>,
+}
