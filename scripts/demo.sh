@@ -8,7 +8,7 @@ frames=${1:-1000000}
 
 echo "== building (release)"
 cargo build --release --quiet -p seqstream-store
-tool=target/release/storetool
+tool="${CARGO_TARGET_DIR:-target}/release/storetool"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/seqstream-demo.XXXXXX")
 tail_pid=

@@ -251,7 +251,8 @@ impl Appender {
 
     /// Appends several payloads as consecutive frames and publishes them with one release
     /// store per segment touched. Returns the `(seq, position)` of the first; the others follow
-    /// with consecutive seqs. On error, the frames before the failing one are committed.
+    /// with consecutive seqs. On error, frames of the batch already published (those in
+    /// segments the batch rolled out of) stay committed; the rest are not.
     pub fn append_batch<P: AsRef<[u8]>>(
         &mut self,
         fields: &FrameFields,
@@ -261,12 +262,14 @@ impl Appender {
         // position even when the batch begins with a roll.
         let first = (self.next_seq, self.position);
         let mut pending = 0u32;
+        let mut unpublished = (self.next_seq, self.position, self.stats);
         for p in payloads {
             let p = p.as_ref();
             let needs_roll = self.position + format::frame_span(p.len()) as u64 > self.limit;
             if pending > 0 && (needs_roll || p.len() > self.max_payload()) {
-                self.publish(pending)?;
+                self.publish_or_rewind(pending, unpublished)?;
                 pending = 0;
+                unpublished = (self.next_seq, self.position, self.stats);
             }
             self.ensure_room(p.len())?;
             let off = file_offset(&self.info, self.position);
@@ -282,9 +285,28 @@ impl Appender {
             pending += 1;
         }
         if pending > 0 {
-            self.publish(pending)?;
+            self.publish_or_rewind(pending, unpublished)?;
         }
         Ok(first)
+    }
+
+    /// Publishes `frames` written frames; if the flush policy's `msync` fails, rewinds seq,
+    /// position and counters to `before` and zeroes the unpublished bytes, so the failed
+    /// frames never become visible.
+    fn publish_or_rewind(&mut self, frames: u32, before: (u64, u64, AppenderStats)) -> Result<()> {
+        if let Err(e) = self.publish(frames) {
+            let (seq, position, stats) = before;
+            let off = file_offset(&self.info, position);
+            let len = (self.position - position) as usize;
+            // SAFETY: single appender; the range was written after the last publish and is
+            // above the committed position.
+            unsafe { self.segment.mapped().bytes_mut(off, len).fill(0) };
+            self.next_seq = seq;
+            self.position = position;
+            self.stats = stats;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Writes the header of the frame at `self.position` (payload already in `buf`) and
@@ -385,6 +407,12 @@ impl Appender {
         }
         if self.position + format::frame_span(len) as u64 > self.limit {
             self.roll()?;
+            if self.position + format::frame_span(len) as u64 > self.limit {
+                return Err(StoreError::FrameTooLarge {
+                    len,
+                    max: (self.limit - self.position) as usize - FRAME_HEADER_LEN,
+                });
+            }
         }
         Ok(())
     }
@@ -528,12 +556,16 @@ impl Appender {
         );
     }
 
+    /// The next segment: the one prepared ahead if it is ready and of the configured size
+    /// (a store reopened with another segment size discards it), else one prepared now.
     fn take_prepared(&mut self) -> Result<Prepared> {
-        if let Some(p) = self.prepared.take() {
-            return Ok(p);
-        }
-        if let Some(handle) = self.preparing.take() {
-            if let Ok(Ok(p)) = handle.join() {
+        let ready = match (self.prepared.take(), self.preparing.take()) {
+            (Some(p), _) => Some(p),
+            (None, Some(handle)) => handle.join().ok().and_then(|r| r.ok()),
+            (None, None) => None,
+        };
+        if let Some(p) = ready {
+            if p.segment.file_len() as u64 == self.cfg.segment_size {
                 return Ok(p);
             }
         }

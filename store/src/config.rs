@@ -75,6 +75,11 @@ pub struct StoreConfig {
     /// Prepare the next segment on a background thread as soon as a segment becomes active,
     /// so a roll costs no file creation or allocation on the appender's thread.
     pub prepare_ahead: bool,
+    /// Let recovery cut frames *below* the committed position that fail validation (a
+    /// damaged disk, or a power loss without a flush policy). Off by default: opening such a
+    /// store is then a `CorruptFrame` error, because cutting committed frames reuses their
+    /// seqs, which tailers and replicas may already have seen. `storetool repair` turns it on.
+    pub repair: bool,
 }
 
 impl StoreConfig {
@@ -88,6 +93,7 @@ impl StoreConfig {
             flush: FlushPolicy::None,
             pretouch: true,
             prepare_ahead: true,
+            repair: false,
         }
     }
 
@@ -112,6 +118,12 @@ impl StoreConfig {
     /// Turns pretouching of new segments on or off.
     pub fn pretouch(mut self, on: bool) -> Self {
         self.pretouch = on;
+        self
+    }
+
+    /// Allows recovery to cut damaged committed frames (see [`StoreConfig::repair`]).
+    pub fn repair(mut self, on: bool) -> Self {
+        self.repair = on;
         self
     }
 

@@ -69,19 +69,22 @@ impl Counter {
 }
 
 impl CountersWriter {
-    /// Creates (replacing) the counters file at `path` with room for `capacity` counters.
+    /// Creates (replacing) the counters file at `path` with room for `capacity` counters. The
+    /// file is built under a temporary name and renamed into place, so a reader of an older
+    /// file at that path is never truncated under its mapping.
     pub fn create(path: &Path, capacity: usize) -> Result<CountersWriter> {
         let len = HEADER + capacity * SLOT;
+        let tmp = path.with_extension("counters.tmp");
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(path)
-            .map_err(|e| StoreError::io("create", path, e))?;
+            .open(&tmp)
+            .map_err(|e| StoreError::io("create", &tmp, e))?;
         f.set_len(len as u64)
-            .map_err(|e| StoreError::io("ftruncate", path, e))?;
-        let file = MappedFile::map(f, path.to_path_buf(), len, true)?;
+            .map_err(|e| StoreError::io("ftruncate", &tmp, e))?;
+        let mut file = MappedFile::map(f, tmp.clone(), len, true)?;
         // SAFETY: the file was just truncated and is only written by this writer; readers
         // find no label until a slot's label length is stored.
         let h = unsafe { file.bytes_mut(0, HEADER) };
@@ -89,6 +92,8 @@ impl CountersWriter {
         put_u32(h, 8, VERSION);
         put_u32(h, 12, capacity as u32);
         put_u32(h, 16, std::process::id());
+        std::fs::rename(&tmp, path).map_err(|e| StoreError::io("rename", path, e))?;
+        file.set_path(path.to_path_buf());
         Ok(CountersWriter {
             file: Arc::new(file),
             capacity,

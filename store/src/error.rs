@@ -12,7 +12,7 @@ pub enum StoreError {
     /// An I/O call failed; `op` says which (e.g. `"fallocate"`), `path` on which file.
     /// Disk full surfaces here with `source.raw_os_error() == Some(libc::ENOSPC)`; see
     /// [`StoreError::is_disk_full`].
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -39,7 +39,7 @@ pub enum StoreError {
         found: u32,
     },
     /// The file is shorter than its header claims (or than a header).
-    #[error("{path}: file is {actual} bytes, its header claims {expected}")]
+    #[error("{path}: file is {actual} bytes, needs {expected}")]
     Truncated {
         path: PathBuf,
         expected: u64,

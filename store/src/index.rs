@@ -63,8 +63,13 @@ fn capacity_for(segment_len: u64, stride: u64) -> u64 {
 
 impl Index {
     /// Creates (or replaces) the index of segment `seg_index`, empty. Appender only.
+    ///
+    /// The new file is built under a temporary name and renamed over the old one, never
+    /// truncated in place: a tailer that has the old index mapped keeps reading the old inode
+    /// (a truncated mapping would kill it with `SIGBUS`).
     pub fn create(dir: &Path, seg_index: u64, segment_len: u64, stride: u64) -> Result<Index> {
         let path = dir.join(index_file_name(seg_index));
+        let tmp = dir.join(format!("{}.tmp", index_file_name(seg_index)));
         let capacity = capacity_for(segment_len, stride);
         let len = ENTRIES as u64 + capacity * ENTRY_LEN as u64;
         let f = OpenOptions::new()
@@ -72,18 +77,19 @@ impl Index {
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("create", &path, e))?;
-        posix_fallocate(&f, 0, len, &path)?;
-        let file = MappedFile::map(f, path, len as usize, true)?;
-        // SAFETY: single appender; the file was just truncated, so no reader holds an entry
-        // count above 0 that could make it read these bytes.
+            .open(&tmp)
+            .map_err(|e| StoreError::io("create", &tmp, e))?;
+        posix_fallocate(&f, 0, len, &tmp)?;
+        let mut file = MappedFile::map(f, tmp.clone(), len as usize, true)?;
+        // SAFETY: single appender; the file is new and unnamed to readers until renamed.
         let h = unsafe { file.bytes_mut(0, COUNT) };
         h[..8].copy_from_slice(&MAGIC);
         put_u32(h, 8, VERSION);
         put_u32(h, 12, stride as u32);
         put_u64(h, 16, seg_index);
         put_u64(h, 24, capacity);
+        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io("rename", &path, e))?;
+        file.set_path(path);
         Ok(Index {
             file,
             stride,
@@ -91,12 +97,13 @@ impl Index {
         })
     }
 
-    /// Opens an existing index; `Err` when it is missing or its header is damaged (the
-    /// appender then rebuilds it; tailers scan instead).
-    pub fn open(path: &Path, writable: bool) -> Result<Index> {
+    /// Opens the index of segment `seg_index` read-only; `Err` when it is missing or its
+    /// header is damaged or belongs to another segment (the appender then rebuilds it; tailers
+    /// scan instead).
+    pub fn open(dir: &Path, seg_index: u64) -> Result<Index> {
+        let path = &dir.join(index_file_name(seg_index));
         let f = OpenOptions::new()
             .read(true)
-            .write(writable)
             .open(path)
             .map_err(|e| StoreError::io("open", path, e))?;
         let len = f
@@ -110,14 +117,20 @@ impl Index {
         if len < ENTRIES as u64 {
             return Err(damaged("index file too short"));
         }
-        let file = MappedFile::map(f, path.to_path_buf(), len as usize, writable)?;
+        let file = MappedFile::map(f, path.to_path_buf(), len as usize, false)?;
         let h = file.volatile_copy::<32>(0);
         if h[..8] != MAGIC || get_u32(&h, 8) != VERSION {
             return Err(damaged("bad index magic or version"));
         }
+        if get_u64(&h, 16) != seg_index {
+            return Err(damaged("index of another segment"));
+        }
         let stride = get_u32(&h, 12) as u64;
         let capacity = get_u64(&h, 24);
-        if stride == 0 || ENTRIES as u64 + capacity.saturating_mul(ENTRY_LEN as u64) > len {
+        let needed = capacity
+            .checked_mul(ENTRY_LEN as u64)
+            .and_then(|n| n.checked_add(ENTRIES as u64));
+        if stride == 0 || needed.is_none_or(|n| n > len) {
             return Err(damaged("index header inconsistent with file length"));
         }
         Ok(Index {
@@ -227,7 +240,7 @@ mod tests {
                 timestamp_ns: 1000 + i * 5,
             });
         }
-        let r = Index::open(&dir.path().join(index_file_name(0)), false).unwrap();
+        let r = Index::open(dir.path(), 0).unwrap();
         assert_eq!(r.len(), 100);
         assert_eq!(r.last_where(|e| e.seq <= 55).unwrap().seq, 51);
         assert_eq!(r.last_where(|e| e.seq < 1), None);
@@ -255,8 +268,15 @@ mod tests {
         let p = dir.path().join(index_file_name(0));
         std::fs::write(&p, vec![7u8; 4096]).unwrap();
         assert!(matches!(
-            Index::open(&p, false),
+            Index::open(dir.path(), 0),
             Err(StoreError::CorruptHeader { .. })
         ));
+        // A real index under another segment's name, and a capacity that would overflow.
+        Index::create(dir.path(), 3, 1 << 20, 4096).unwrap();
+        std::fs::rename(dir.path().join(index_file_name(3)), &p).unwrap();
+        assert!(Index::open(dir.path(), 0).is_err());
+        let idx = Index::create(dir.path(), 0, 1 << 20, 4096).unwrap();
+        unsafe { idx.file.bytes_mut(24, 8) }.copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Index::open(dir.path(), 0).is_err());
     }
 }

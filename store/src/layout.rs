@@ -11,7 +11,8 @@ use crate::segment::{parse_segment_file_name, TMP_SUFFIX};
 pub struct Listing {
     /// `(index, path)` of every segment file, sorted by index, indices contiguous.
     pub segments: Vec<(u64, PathBuf)>,
-    /// Temporary files of preparations a crash interrupted (safe for the appender to delete).
+    /// Temporary files of segment preparations or index rebuilds a crash interrupted (safe for
+    /// the appender to delete).
     pub leftovers: Vec<PathBuf>,
 }
 
@@ -26,7 +27,7 @@ pub fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = name.to_str() else { continue };
         if let Some(index) = parse_segment_file_name(name) {
             listing.segments.push((index, entry.path()));
-        } else if name.ends_with(TMP_SUFFIX) {
+        } else if name.ends_with(TMP_SUFFIX) || name.ends_with(".idx.tmp") {
             listing.leftovers.push(entry.path());
         }
     }

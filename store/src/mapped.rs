@@ -37,8 +37,20 @@ impl std::fmt::Debug for MappedFile {
 }
 
 impl MappedFile {
-    /// Maps the first `len` bytes of `file` (`len` must not exceed the file's length).
+    /// Maps the first `len` bytes of `file`. `CorruptHeader` when the file is shorter than
+    /// `len` (touching a mapped page past the end of a file raises `SIGBUS`).
     pub fn map(file: File, path: PathBuf, len: usize, writable: bool) -> Result<MappedFile> {
+        let actual = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat", &path, e))?
+            .len();
+        if (len as u64) > actual {
+            return Err(StoreError::Truncated {
+                path,
+                expected: len as u64,
+                actual,
+            });
+        }
         let mut opts = MmapOptions::new();
         opts.len(len);
         // SAFETY: mapping a file is unsafe because another process could truncate it under us
@@ -66,6 +78,11 @@ impl MappedFile {
     /// Renames the path this mapping reports (after the file itself was renamed).
     pub fn set_path(&mut self, path: PathBuf) {
         self.path = path;
+    }
+
+    /// `true` for a writable mapping.
+    pub fn is_writable(&self) -> bool {
+        self.writable
     }
 
     /// Length of the mapping in bytes.

@@ -8,7 +8,7 @@ pub fn payload_len(seq: u64, min: usize, max: usize) -> usize {
         return min;
     }
     let h = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    min + (h as usize) % (max - min + 1)
+    min + (h as usize) % (max - min).saturating_add(1)
 }
 
 /// Fills `buf` with the pattern of `seq`: byte `i` is `(seq * 31 + i) mod 251`.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::format::{SegmentInfo, SegmentState};
-use crate::index::{index_file_name, Index, IndexEntry};
+use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
 use crate::scan::{file_offset, scan, ScanEnd};
 use crate::segment::Segment;
@@ -71,45 +71,23 @@ pub(crate) fn open_for_append(
     }
     let lock = DirLock::acquire(dir)?;
     let listing = crate::layout::list(dir)?;
+    let mut report = RecoveryReport::default();
     if listing.segments.is_empty() {
         let Some(created_ns) = create else {
             return Err(StoreError::NoStore { path: dir.into() });
         };
-        for p in &listing.leftovers {
-            std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
-        }
+        remove_leftovers(&listing.leftovers, &mut report)?;
         let active = Segment::prepare(dir, cfg.stream_id, 0, cfg.segment_size, cfg.pretouch)?;
         active.activate(0, 1, created_ns);
-        let (info, _) = active.info();
-        let index = Index::create(dir, 0, info.length, cfg.index_stride)?;
-        return Ok(Recovered {
-            lock,
-            active,
-            info,
-            index,
-            prepared: None,
-            scan: ScanEnd {
-                end_position: 0,
-                next_seq: 1,
-                last_timestamp_ns: 0,
-                fault: None,
-            },
-            next_index_position: 0,
-            report: RecoveryReport {
-                created: true,
-                segments: 1,
-                next_seq: 1,
-                end_position: 0,
-                removed_leftovers: listing.leftovers,
-                ..RecoveryReport::default()
-            },
-        });
+        report.created = true;
+        return finish(dir, cfg, lock, active, None, None, report);
     }
 
     // Step 2: validate everything read-only.
     let mut segs = Vec::with_capacity(listing.segments.len());
     for (index, path) in &listing.segments {
-        let s = Segment::open(path, false)?;
+        let s = Segment::open(path)?;
+        let state = s.state().expect("Segment::open checked the state word");
         let (info, header_ok) = s.info();
         if info.stream_id != cfg.stream_id {
             return Err(StoreError::StreamMismatch {
@@ -124,7 +102,6 @@ pub(crate) fn open_for_append(
                 reason: format!("header says index {}, file name {}", info.index, index),
             });
         }
-        let state = s.state().expect("Segment::open checked the state word");
         if state != SegmentState::Prepared && !header_ok {
             return Err(StoreError::CorruptHeader {
                 path: path.clone(),
@@ -140,6 +117,16 @@ pub(crate) fn open_for_append(
         .map(|i| i + 1)
         .unwrap_or(0);
     if live == 0 {
+        // A crash between preparing segment 0 and activating it, while creating the store.
+        if segs.len() == 1 && segs[0].2.index == 0 {
+            remove_leftovers(&listing.leftovers, &mut report)?;
+            let path = segs.pop().expect("one segment").0;
+            // SAFETY: we hold the store lock: we are the single appender.
+            let active = unsafe { Segment::open_writable(&path) }?;
+            active.activate(0, 1, crate::clock::wall_clock_ns());
+            report.created = true;
+            return finish(dir, cfg, lock, active, None, None, report);
+        }
         return Err(StoreError::CorruptHeader {
             path: segs[0].0.clone(),
             reason: "no active segment (only prepared ones)".into(),
@@ -183,140 +170,211 @@ pub(crate) fn open_for_append(
                     ),
                 });
             }
+            if interrupted_roll {
+                let end = scan_committed_region(s, info, path)?;
+                if end.end_position != next.base_position || end.next_seq != next.base_seq {
+                    return Err(StoreError::CorruptHeader {
+                        path: segs[k + 1].0.clone(),
+                        reason: format!(
+                            "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
+                            end.end_position, end.next_seq, next.base_position, next.base_seq
+                        ),
+                    });
+                }
+            }
         }
     }
-
-    // Step 3: repair, with writable mappings.
-    let mut report = RecoveryReport::default();
-    for p in &listing.leftovers {
-        std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
-        report.removed_leftovers.push(p.clone());
-    }
-    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
-    for (path, s, info, state) in segs {
-        drop(s);
-        writable.push((path.clone(), Segment::open(&path, true)?, info, state));
-    }
-
-    // Complete an interrupted roll: previous Active + last Active. The previous one's frames
-    // must end exactly where the last one begins.
-    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
-        let (path, s, info, _) = &writable[live - 2];
-        let next = writable[live - 1].2;
-        let end = scan_committed_region(s, info, path)?;
-        if end.end_position != next.base_position || end.next_seq != next.base_seq {
-            return Err(StoreError::CorruptHeader {
-                path: writable[live - 1].0.clone(),
+    // The last live segment: an active one is scanned frame by frame (its valid prefix is
+    // what survives); a sealed one must be whole.
+    let (last_path, last_seg, last_info, last_state) = &segs[live - 1];
+    let active_scan = if *last_state == SegmentState::Active {
+        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride);
+        let published = last_seg.committed();
+        if scan.end.end_position < published && !cfg.repair {
+            let reason = scan
+                .end
+                .fault
+                .map(|(_, f)| f.to_string())
+                .unwrap_or_else(|| "no frame (zeros)".into());
+            return Err(StoreError::CorruptFrame {
+                path: last_path.clone(),
+                position: scan.end.end_position,
                 reason: format!(
-                    "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
-                    end.end_position, end.next_seq, next.base_position, next.base_seq
+                    "{reason}, below the committed position {published}: committed frames are damaged (open with StoreConfig::repair to cut them)"
                 ),
             });
         }
-        s.publish_committed(end.end_position);
+        Some(scan)
+    } else {
+        None
+    };
+    let sealed_end = if *last_state == SegmentState::Sealed {
+        Some(scan_committed_region(last_seg, last_info, last_path)?)
+    } else {
+        None
+    };
+
+    // Step 3: repair, with writable mappings.
+    remove_leftovers(&listing.leftovers, &mut report)?;
+    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
+    for (path, s, info, state) in segs {
+        drop(s);
+        // SAFETY: we hold the store lock: we are the single appender.
+        let w = unsafe { Segment::open_writable(&path) }?;
+        writable.push((path, w, info, state));
+    }
+    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
+        let (_, s, _, _) = &writable[live - 2];
         s.publish_state(SegmentState::Sealed);
         writable[live - 2].3 = SegmentState::Sealed;
         report.completed_roll = true;
     }
-
-    // Check (and rebuild) the indexes of sealed segments.
     for (path, s, info, state) in writable.iter().take(live) {
         if *state == SegmentState::Sealed && !index_is_sound(dir, s, info) {
             rebuild_index(dir, s, info, cfg.index_stride, path)?;
             report.indexes_rebuilt.push(info.index);
         }
     }
-
-    let mut prepared = if writable.len() > live {
+    let prepared = if writable.len() > live {
         Some(writable.pop().expect("len > live").1)
     } else {
         None
     };
-    let (active_path, active, info, state) = writable.pop().expect("live >= 1");
-    let previous_end = if state == SegmentState::Sealed {
-        Some(scan_committed_region(&active, &info, &active_path)?)
-    } else {
-        None
-    };
-    let segment_files =
-        listing.segments.len() + previous_end.is_some_and(|_| prepared.is_none()) as usize;
-    let (active, info, index, scan_end, next_index_position) = match previous_end {
-        // The last live segment is sealed: activate its successor (prepared, or new).
-        Some(end) => {
-            let next = match prepared.take() {
-                Some(p) => p,
-                None => Segment::prepare(
-                    dir,
-                    cfg.stream_id,
-                    info.index + 1,
-                    cfg.segment_size,
-                    cfg.pretouch,
-                )?,
-            };
-            next.activate(
-                end.end_position,
-                end.next_seq,
-                crate::clock::wall_clock_ns(),
-            );
-            let (ninfo, _) = next.info();
-            let index = Index::create(dir, ninfo.index, ninfo.length, cfg.index_stride)?;
-            report.completed_roll = true;
-            let base = ninfo.base_position;
-            (next, ninfo, index, ScanEnd { fault: None, ..end }, base)
-        }
-        None => {
-            let index = Index::create(dir, info.index, info.length, cfg.index_stride)?;
-            let published = active.committed();
-            let mut next_index_position = info.base_position;
-            let base_ts = 0;
-            let end = scan(
-                &active,
-                &info,
-                info.base_position,
-                info.base_seq,
-                base_ts,
-                info.limit_position(),
-                |pos, h| {
-                    if pos >= next_index_position {
-                        index.push(IndexEntry {
-                            position: pos,
-                            seq: h.seq,
-                            timestamp_ns: h.timestamp_ns,
-                        });
-                        next_index_position = next_boundary(&info, pos, cfg.index_stride);
-                    }
-                    true
-                },
-            );
-            if let Some((pos, fault)) = end.fault {
-                report.cut = Some((pos, fault.to_string()));
-            }
-            if end.end_position < published {
-                report.lost_committed = true;
-                report.cut.get_or_insert((end.end_position, "zeros".into()));
-            }
-            active.zero_tail(file_offset(&info, end.end_position))?;
-            active.publish_committed(end.end_position);
-            (active, info, index, end, next_index_position)
-        }
-    };
-    // The last timestamp of a stream whose active segment is empty comes from the previous
-    // segment's index (the scan started at the segment base without one).
-    let mut scan_end = scan_end;
-    if scan_end.last_timestamp_ns == 0 && info.index > 0 {
-        scan_end.last_timestamp_ns = last_timestamp_before(dir, info.index)?;
+    let (_, active, info, _) = writable.pop().expect("live >= 1");
+    if let Some(end) = sealed_end {
+        // The last live segment is sealed (a power loss kept the seal, not the activation of
+        // its successor): activate the successor, prepared or new.
+        let next = match prepared {
+            Some(p) => p,
+            None => Segment::prepare(
+                dir,
+                cfg.stream_id,
+                info.index + 1,
+                cfg.segment_size,
+                cfg.pretouch,
+            )?,
+        };
+        next.activate(
+            end.end_position,
+            end.next_seq,
+            crate::clock::wall_clock_ns(),
+        );
+        report.completed_roll = true;
+        let end = ScanEnd { fault: None, ..end };
+        return finish(dir, cfg, lock, next, None, Some(end), report);
     }
-    report.segments = segment_files;
-    report.next_seq = scan_end.next_seq;
-    report.end_position = scan_end.end_position;
+    let scan = active_scan.expect("the last live segment is active");
+    if let Some((pos, fault)) = scan.end.fault {
+        report.cut = Some((pos, fault.to_string()));
+    }
+    if scan.end.end_position < active.committed() {
+        report.lost_committed = true;
+        report
+            .cut
+            .get_or_insert((scan.end.end_position, "no frame (zeros)".into()));
+    }
+    active.zero_tail(file_offset(&info, scan.end.end_position));
+    active.publish_committed(scan.end.end_position);
+    if cfg.pretouch {
+        // SAFETY: single appender; the range is above the committed position.
+        unsafe {
+            active
+                .mapped()
+                .pretouch(file_offset(&info, scan.end.end_position), active.file_len())
+        };
+    }
+    finish(dir, cfg, lock, active, prepared, Some(scan.end), report).map(|mut r| {
+        for e in &scan.entries {
+            r.index.push(*e);
+        }
+        r.next_index_position = scan.next_index_position;
+        r
+    })
+}
+
+/// The frame-by-frame scan of an active segment: where its valid prefix ends and the index
+/// entries of that prefix.
+struct ActiveScan {
+    end: ScanEnd,
+    entries: Vec<IndexEntry>,
+    next_index_position: u64,
+}
+
+impl ActiveScan {
+    fn run(s: &Segment, info: &SegmentInfo, stride: u64) -> ActiveScan {
+        let mut entries = Vec::new();
+        let mut next_index_position = info.base_position;
+        let end = scan(
+            s,
+            info,
+            info.base_position,
+            info.base_seq,
+            0,
+            info.limit_position(),
+            |pos, h| {
+                if pos >= next_index_position {
+                    entries.push(IndexEntry {
+                        position: pos,
+                        seq: h.seq,
+                        timestamp_ns: h.timestamp_ns,
+                    });
+                    next_index_position = next_boundary(info, pos, stride);
+                }
+                true
+            },
+        );
+        ActiveScan {
+            end,
+            entries,
+            next_index_position,
+        }
+    }
+}
+
+fn remove_leftovers(leftovers: &[PathBuf], report: &mut RecoveryReport) -> Result<()> {
+    for p in leftovers {
+        std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
+        report.removed_leftovers.push(p.clone());
+    }
+    Ok(())
+}
+
+/// Builds the result around the active segment: a fresh index for it, and the stream's
+/// position, seq and last timestamp (`end`; `None` for an empty new store).
+fn finish(
+    dir: &Path,
+    cfg: &StoreConfig,
+    lock: DirLock,
+    active: Segment,
+    prepared: Option<Segment>,
+    end: Option<ScanEnd>,
+    mut report: RecoveryReport,
+) -> Result<Recovered> {
+    let info = active.checked_info()?;
+    let index = Index::create(dir, info.index, info.length, cfg.index_stride)?;
+    let mut end = end.unwrap_or(ScanEnd {
+        end_position: info.base_position,
+        next_seq: info.base_seq,
+        last_timestamp_ns: 0,
+        fault: None,
+    });
+    // An empty active segment after others: the last timestamp is the previous segment's
+    // last frame's, or (that segment removed) the active one's activation time.
+    if end.last_timestamp_ns == 0 && info.index > 0 {
+        end.last_timestamp_ns = last_timestamp_before(dir, info.index)?.unwrap_or(info.created_ns);
+    }
+    let listing = crate::layout::list(dir)?;
+    report.segments = listing.segments.len();
+    report.next_seq = end.next_seq;
+    report.end_position = end.end_position;
     Ok(Recovered {
         lock,
+        next_index_position: info.base_position,
         active,
         info,
         index,
         prepared,
-        scan: scan_end,
-        next_index_position,
+        scan: end,
         report,
     })
 }
@@ -357,7 +415,7 @@ fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result
 /// `true` when the segment's index opens and its first and last entries match the frames
 /// they point at.
 fn index_is_sound(dir: &Path, s: &Segment, info: &SegmentInfo) -> bool {
-    let Ok(index) = Index::open(&dir.join(index_file_name(info.index)), false) else {
+    let Ok(index) = Index::open(dir, info.index) else {
         return false;
     };
     if index.is_empty() {
@@ -420,17 +478,20 @@ pub(crate) fn rebuild_index(
     Ok(())
 }
 
-/// The timestamp of the last frame before segment `index` (0 when there is none), from the
-/// previous segment's index and a scan of at most one stride.
-fn last_timestamp_before(dir: &Path, index: u64) -> Result<u64> {
+/// The timestamp of the last frame before segment `index`, from the previous segment's index
+/// and a scan of at most one stride; `None` when that segment no longer exists.
+fn last_timestamp_before(dir: &Path, index: u64) -> Result<Option<u64>> {
     let path = dir.join(crate::segment::segment_file_name(index - 1));
-    let s = Segment::open(&path, false)?;
+    if !path.exists() {
+        return Ok(None);
+    }
+    let s = Segment::open(&path)?;
     let info = s.checked_info()?;
-    let start = Index::open(&dir.join(index_file_name(info.index)), false)
+    let start = Index::open(dir, info.index)
         .ok()
         .and_then(|ix| ix.last_where(|_| true))
         .map(|e| (e.position, e.seq))
         .unwrap_or((info.base_position, info.base_seq));
     let end = scan(&s, &info, start.0, start.1, 0, s.committed(), |_, _| true);
-    Ok(end.last_timestamp_ns)
+    Ok(Some(end.last_timestamp_ns))
 }

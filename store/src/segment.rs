@@ -89,18 +89,35 @@ impl Segment {
         }
     }
 
-    /// Opens an existing segment file and validates what can be validated without knowing the
-    /// store: length, magic, version, state word. Writes nothing.
-    pub fn open(path: &Path, writable: bool) -> Result<Segment> {
+    /// Opens an existing segment file read-only and validates what can be validated without
+    /// knowing the store: type, length, magic, version, state word.
+    pub fn open(path: &Path) -> Result<Segment> {
+        Self::open_impl(path, false)
+    }
+
+    /// Opens an existing segment file writable, validated as by [`open`](Self::open).
+    ///
+    /// # Safety
+    /// The caller must be the store's single appender (it holds the store lock) and must keep
+    /// to the module rules of `mapped`: the header words and frames it writes change what
+    /// tailers in other processes read.
+    pub unsafe fn open_writable(path: &Path) -> Result<Segment> {
+        Self::open_impl(path, true)
+    }
+
+    fn open_impl(path: &Path, writable: bool) -> Result<Segment> {
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
             .open(path)
             .map_err(|e| StoreError::io("open", path, e))?;
-        let actual = file
+        let meta = file
             .metadata()
-            .map_err(|e| StoreError::io("stat", path, e))?
-            .len();
+            .map_err(|e| StoreError::io("stat", path, e))?;
+        if !meta.is_file() {
+            return Err(StoreError::NotAStore { path: path.into() });
+        }
+        let actual = meta.len();
         if actual < SEGMENT_HEADER_LEN as u64 {
             let mut head = [0u8; 8];
             if file.read_at(&mut head, 0).unwrap_or(0) == 8 && head != format::MAGIC {
@@ -114,7 +131,9 @@ impl Segment {
         }
         let file = MappedFile::map(file, path.to_path_buf(), actual as usize, writable)?;
         let segment = Segment { file };
-        let h = segment.header_copy();
+        // Only the fields written at preparation: the base fields may be being written by an
+        // activation right now, and are read only after an acquire load of the state word.
+        let h = segment.file.volatile_copy::<32>(0);
         if h[seg::MAGIC..seg::MAGIC + 8] != format::MAGIC {
             return Err(StoreError::NotAStore { path: path.into() });
         }
@@ -195,9 +214,11 @@ impl Segment {
             .load(Ordering::Acquire)
     }
 
-    /// Publishes a new committed position (release). Appender only.
+    /// Publishes a new committed position (release). Appender only: panics on a segment
+    /// opened read-only.
     #[inline]
     pub fn publish_committed(&self, position: u64) {
+        assert!(self.file.is_writable(), "segment is mapped read-only");
         self.file
             .atomic_u64(seg::COMMITTED_POSITION)
             .store(position, Ordering::Release);
@@ -214,8 +235,9 @@ impl Segment {
         SegmentState::from_u32(self.state_word())
     }
 
-    /// Stores a new state (release). Appender only.
+    /// Stores a new state (release). Appender only: panics on a segment opened read-only.
     pub fn publish_state(&self, state: SegmentState) {
+        assert!(self.file.is_writable(), "segment is mapped read-only");
         self.file
             .atomic_u32(seg::STATE)
             .store(state as u32, Ordering::Release);
@@ -238,40 +260,21 @@ impl Segment {
         self.file.bytes(off, len)
     }
 
-    /// Releases the file's blocks from `off` to the end and allocates them again, so the range
-    /// reads as zeros and stays preallocated; falls back to writing zeros where the file system
-    /// cannot punch holes. Appender recovery only: the range is above every committed byte.
-    pub fn zero_tail(&self, off: usize) -> Result<()> {
+    /// Zeroes whatever non-zero bytes lie from `off` to the end of the file (what a crashed
+    /// appender left of an unpublished frame), so that no stale bytes can ever be read as a
+    /// frame after new ones are written over part of them. Returns the number of bytes zeroed.
+    /// Reads the tail to find the last non-zero byte; writes only up to it. Appender recovery
+    /// only: the range is above every committed byte.
+    pub(crate) fn zero_tail(&self, off: usize) -> usize {
         let len = self.file_len();
-        let page_end = off.next_multiple_of(4096).min(len);
+        let tail = self.file.bytes(off, len - off);
+        let Some(last) = tail.iter().rposition(|&b| b != 0) else {
+            return 0;
+        };
         // SAFETY: recovery runs before the appender publishes anything further; the range is
         // above every committed byte, so no reader looks at it.
-        unsafe { self.file.bytes_mut(off, page_end - off).fill(0) };
-        if page_end >= len {
-            return Ok(());
-        }
-        let fd = self.file.file().as_raw_fd();
-        // SAFETY: a plain syscall on our own descriptor, within the file.
-        let punched = unsafe {
-            libc::fallocate(
-                fd,
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                page_end as libc::off_t,
-                (len - page_end) as libc::off_t,
-            )
-        } == 0;
-        if punched {
-            posix_fallocate(
-                self.file.file(),
-                page_end as u64,
-                (len - page_end) as u64,
-                self.path(),
-            )
-        } else {
-            // SAFETY: as for the first fill.
-            unsafe { self.file.bytes_mut(page_end, len - page_end).fill(0) };
-            Ok(())
-        }
+        unsafe { self.file.bytes_mut(off, last + 1).fill(0) };
+        last + 1
     }
 }
 
@@ -311,7 +314,7 @@ mod tests {
         assert_eq!(s.state(), Some(SegmentState::Prepared));
         s.activate(0, 1, 99);
         s.publish_committed(64);
-        let r = Segment::open(s.path(), false).unwrap();
+        let r = Segment::open(s.path()).unwrap();
         let info = r.checked_info().unwrap();
         assert_eq!(info.stream_id, 3);
         assert_eq!(info.base_seq, 1);
@@ -324,7 +327,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Segment::prepare(dir.path(), 3, 0, 1 << 16, false).unwrap();
         unsafe { s.mapped().bytes_mut(5000, 20000).fill(0xAB) };
-        s.zero_tail(5001).unwrap();
+        assert_eq!(s.zero_tail(5001), 19999);
+        assert_eq!(s.zero_tail(5001), 0);
         assert_eq!(s.bytes(5000, 1), &[0xAB]);
         assert!(s.bytes(5001, 19999).iter().all(|&b| b == 0));
         assert_eq!(std::fs::metadata(s.path()).unwrap().len(), 1 << 16);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Result, StoreError};
 use crate::format::{self, FrameFault, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
 use crate::idle::IdleStrategy;
-use crate::index::{index_file_name, Index};
+use crate::index::Index;
 use crate::scan::{file_offset, scan};
 use crate::segment::{segment_file_name, Segment};
 
@@ -427,7 +427,7 @@ impl Tailer {
         // the start of the next one.
         let mut chosen: Option<(Segment, SegmentInfo)> = None;
         for (_, path) in listing.segments.iter().rev() {
-            if Segment::open(path, false)?.state() == Some(SegmentState::Prepared) {
+            if Segment::open(path)?.state() == Some(SegmentState::Prepared) {
                 continue;
             }
             let (segment, info) = open_live(path, Some(self.stream_id))?;
@@ -443,7 +443,7 @@ impl Tailer {
                 path: self.dir.clone(),
             });
         };
-        let index = Index::open(&self.dir.join(index_file_name(info.index)), false).ok();
+        let index = Index::open(&self.dir, info.index).ok();
         let start = index
             .as_ref()
             .and_then(|ix| ix.last_where(|e| before(e.position, e.seq, e.timestamp_ns)))
@@ -500,7 +500,7 @@ impl Tailer {
 /// Opens a segment for reading and checks it is live (active or sealed), of `stream_id` when
 /// given, with a sound header.
 fn open_live(path: &Path, stream_id: Option<u32>) -> Result<(Segment, SegmentInfo)> {
-    let segment = Segment::open(path, false)?;
+    let segment = Segment::open(path)?;
     if segment.state() == Some(SegmentState::Prepared) {
         return Err(StoreError::CorruptHeader {
             path: path.into(),

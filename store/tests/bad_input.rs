@@ -205,7 +205,7 @@ fn last_frame_span(dir: &Path) -> (std::path::PathBuf, u64, u64, u64) {
     }
     let (pos, end, seq) = last.unwrap();
     let seg = t.segment_index();
-    let base = seqstream_store::segment::Segment::open(&seg_path(dir, seg), false)
+    let base = seqstream_store::segment::Segment::open(&seg_path(dir, seg))
         .unwrap()
         .info()
         .0
@@ -215,21 +215,24 @@ fn last_frame_span(dir: &Path) -> (std::path::PathBuf, u64, u64, u64) {
 }
 
 #[test]
-fn a_torn_last_frame_is_cut_and_reported() {
+fn a_damaged_committed_frame_is_an_error_unless_repair_is_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     store_with(dir.path(), 300);
     let (path, off, seq) = last_frame(dir.path());
-    // Flip a payload byte of the last frame: as if the crash tore it.
+    // Flip a payload byte of the last (committed) frame: a damaged disk, say.
     poke(&path, off + format::FRAME_HEADER_LEN as u64 + 3, &[0xAA]);
-    let mut a = Appender::open(dir.path(), small(1)).unwrap();
-    let r = a.report().clone();
-    let (cut_pos, why) = r.cut.clone().expect("the torn frame must be reported");
-    assert!(why.contains("checksum"), "{why}");
-    assert_eq!(r.next_seq, seq, "the torn frame's seq is reused");
-    assert!(
-        r.lost_committed,
-        "the frame had been committed before the damage"
+    assert_open_fails(
+        dir.path(),
+        1,
+        |e| matches!(e, StoreError::CorruptFrame { reason, .. } if reason.contains("committed")),
     );
+    // Repair cuts it, says so, and the seq is reused.
+    let mut a = Appender::open(dir.path(), small(1).repair(true)).unwrap();
+    let r = a.report().clone();
+    let (cut_pos, why) = r.cut.clone().expect("the damaged frame must be reported");
+    assert!(why.contains("checksum"), "{why}");
+    assert_eq!(r.next_seq, seq);
+    assert!(r.lost_committed);
     assert_eq!(a.append(b"after").unwrap(), (seq, cut_pos));
     drop(a);
     let mut t = Tailer::open(dir.path()).unwrap();
@@ -360,5 +363,116 @@ fn a_committed_position_past_the_segment_end() {
         assert!(!out.status.success(), "{cmd:?} must fail");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{cmd:?} panicked: {err}");
+    }
+}
+
+#[test]
+fn tailers_survive_appender_reopens_that_rebuild_indexes() {
+    // Each appender open replaces the active segment's index; a tailer seeking through it at
+    // the same time must never be hit by SIGBUS (which would kill this test process).
+    let dir = tempfile::tempdir().unwrap();
+    store_with(dir.path(), 400);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seeker = {
+        let (dir, stop) = (dir.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seeks = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut t = Tailer::open(&dir).unwrap();
+                t.seek_seq(1 + seeks % 400).unwrap();
+                assert_eq!(t.poll().unwrap().unwrap().seq(), 1 + seeks % 400);
+                seeks += 1;
+            }
+            seeks
+        })
+    };
+    for _ in 0..150 {
+        drop(Appender::open(dir.path(), small(1)).unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(seeker.join().unwrap() > 0);
+}
+
+#[test]
+fn an_index_of_another_segment_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with(dir.path(), 400);
+    let idx = |i: u64| dir.path().join(seqstream_store::index::index_file_name(i));
+    std::fs::copy(idx(0), idx(3)).unwrap();
+    let mut t = Tailer::open(dir.path()).unwrap();
+    for seq in [1, 100, 200, 300, 399] {
+        t.seek_seq(seq).unwrap();
+        assert_eq!(t.poll().unwrap().unwrap().seq(), seq);
+    }
+    let out = std::process::Command::new(common::storetool())
+        .arg("verify")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("index missing or damaged"));
+    // The appender rebuilds it.
+    let a = Appender::open(dir.path(), small(1)).unwrap();
+    assert!(a.report().indexes_rebuilt.contains(&3));
+}
+
+#[test]
+fn verify_reports_what_follows_the_active_segment_and_missing_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with(dir.path(), 300);
+    let n = seqstream_store::layout::list(dir.path())
+        .unwrap()
+        .segments
+        .len() as u64;
+    std::fs::write(seg_path(dir.path(), n), vec![0x33u8; 5000]).unwrap();
+    let verify = || {
+        std::process::Command::new(common::storetool())
+            .arg("verify")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = verify();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::remove_file(seg_path(dir.path(), n)).unwrap();
+    assert_eq!(verify().status.code(), Some(0));
+    std::fs::remove_file(seg_path(dir.path(), 1)).unwrap();
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAULT"));
+}
+
+#[test]
+fn storetool_refuses_odd_arguments_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [&[&str]; 4] = [
+        &["--min-size", "0", "--max-size", "18446744073709551615"],
+        &["--batch", "18446744073709551615"],
+        &[
+            "--batch",
+            "2",
+            "--min-size",
+            "100000000000",
+            "--max-size",
+            "100000000000",
+        ],
+        &["--min-size", "10", "--max-size", "5"],
+    ];
+    for args in cases {
+        let out = std::process::Command::new(common::storetool())
+            .arg("append")
+            .args(args)
+            .arg(dir.path().join("s"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must be refused");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_ne!(out.status.code(), None, "{args:?} died of a signal: {err}");
     }
 }

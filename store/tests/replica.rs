@@ -17,7 +17,7 @@ fn cfg() -> StoreConfig {
 }
 
 fn header_of(dir: &Path, index: u64) -> [u8; SEGMENT_HEADER_PREFIX] {
-    Segment::open(&dir.join(segment_file_name(index)), false)
+    Segment::open(&dir.join(segment_file_name(index)))
         .unwrap()
         .mapped()
         .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
@@ -81,7 +81,7 @@ fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
             // Live segments and their indexes; a prepared next segment exists on one side or
             // the other depending on timing, and holds nothing.
             let seg = p.with_extension("seg");
-            Segment::open(&seg, false).unwrap().state() != Some(SegmentState::Prepared)
+            Segment::open(&seg).unwrap().state() != Some(SegmentState::Prepared)
         })
         .map(|p| {
             (

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use seqstream_store::format::{FrameFields, SegmentState};
-use seqstream_store::index::{index_file_name, Index};
+use seqstream_store::index::Index;
 use seqstream_store::scan::scan;
 use seqstream_store::segment::Segment;
 use seqstream_store::{
@@ -61,11 +61,20 @@ enum Cmd {
         /// Store directory.
         dir: PathBuf,
     },
+    /// Open the store as an appender with repair on: recovery may cut committed frames that
+    /// fail validation (their seqs will be reused: replicas must be rebuilt). Prints what it did.
+    Repair {
+        /// Store directory.
+        dir: PathBuf,
+        /// Stream id of the store.
+        #[arg(long)]
+        stream_id: u32,
+    },
     /// Append deterministic test frames (see `pattern`), e.g. to load-test or crash-test.
     Append {
         /// Store directory (created if empty).
         dir: PathBuf,
-        /// Stream id of a new store.
+        /// Stream id of the store (checked against an existing store's).
         #[arg(long, default_value_t = 1)]
         stream_id: u32,
         /// Frames to append.
@@ -74,21 +83,21 @@ enum Cmd {
         /// Smallest payload in bytes.
         #[arg(long, default_value_t = 64)]
         min_size: usize,
-        /// Largest payload in bytes.
+        /// Largest payload in bytes (at most the segment size less 4136).
         #[arg(long, default_value_t = 64)]
         max_size: usize,
-        /// Segment size in bytes for new segments.
-        #[arg(long, default_value_t = 1 << 30)]
+        /// Segment size in bytes for new segments (the library's default is 1 GiB).
+        #[arg(long, default_value_t = 64 << 20)]
         segment_size: u64,
         /// Flush policy: none, frames:N, ms:T.
         #[arg(long, default_value = "none")]
         flush: FlushPolicy,
-        /// Print `committed <seq>` (flushed) every this many frames; 0 = never.
+        /// Print `committed <seq>` (stdout flushed at once) every this many frames; 0 = never.
         #[arg(long, default_value_t = 0)]
         report_every: u64,
         /// Frames per batch (1 = single appends).
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch: u32,
         /// Do not pretouch new segments.
         #[arg(long)]
         no_pretouch: bool,
@@ -127,6 +136,9 @@ struct DumpOpts {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`storetool dump | head`), as command-line tools do.
+    // SAFETY: setting a signal disposition at start-up, before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
@@ -147,6 +159,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             opts,
         } => dump(&dir, &opts, follow, Some(lines)),
         Cmd::Verify { dir } => verify(&dir),
+        Cmd::Repair { dir, stream_id } => {
+            let cfg = StoreConfig::new(stream_id)
+                .repair(true)
+                .prepare_ahead(false);
+            let a = Appender::open(&dir, cfg)
+                .with_context(|| format!("opening {} for repair", dir.display()))?;
+            println!("{:#?}", a.report());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Append {
             dir,
             stream_id,
@@ -163,7 +184,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .segment_size(segment_size)
                 .flush(flush)
                 .pretouch(!no_pretouch);
-            append(&dir, cfg, count, min_size, max_size, report_every, batch)
+            cfg.validate()?;
+            if min_size > max_size || max_size > cfg.max_payload() {
+                bail!(
+                    "need --min-size <= --max-size <= {} (the largest payload of a {segment_size}-byte segment)",
+                    cfg.max_payload()
+                );
+            }
+            append(
+                &dir,
+                cfg,
+                count,
+                min_size,
+                max_size,
+                report_every,
+                batch as usize,
+            )
         }
     }
 }
@@ -210,7 +246,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
     let mut stream_id = 0;
     let mut committed = 0;
     for (index, path) in &listing.segments {
-        let s = Segment::open(path, false)?;
+        let s = Segment::open(path)?;
         let (i, _) = s.info();
         stream_id = i.stream_id;
         let state = s.state();
@@ -232,15 +268,25 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
             created_ns: i.created_ns,
         });
     }
+    if let Some(s) = segments.iter().find(|s| {
+        Segment::open(&dir.join(&s.file)).is_ok_and(|seg| seg.info().0.stream_id != stream_id)
+    }) {
+        bail!(
+            "{}: segments of different streams (see `storetool verify`)",
+            s.file
+        );
+    }
     let mut tailer = Tailer::open(dir)?;
     let first = tailer.poll()?.map(|f| (f.seq(), f.timestamp_ns()));
     let last = last_frame(dir)?;
+    let frames = match (first, last) {
+        (Some((a, _)), Some((b, _))) if b >= a => b - a + 1,
+        (None, None) => 0,
+        _ => bail!("first and last frames disagree (see `storetool verify`)"),
+    };
     let out = InfoJson {
         stream_id,
-        frames: match (first, last) {
-            (Some((a, _)), Some((b, _))) => b - a + 1,
-            _ => 0,
-        },
+        frames,
         first_seq: first.map(|f| f.0),
         last_seq: last.map(|f| f.0),
         committed_position: committed,
@@ -277,12 +323,12 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
 fn last_frame(dir: &Path) -> Result<Option<(u64, u64)>> {
     let listing = layout::list(dir)?;
     for (_, path) in listing.segments.iter().rev() {
-        let s = Segment::open(path, false)?;
+        let s = Segment::open(path)?;
         if s.state() == Some(SegmentState::Prepared) {
             continue;
         }
         let info = s.checked_info()?;
-        let start = Index::open(&dir.join(index_file_name(info.index)), false)
+        let start = Index::open(dir, info.index)
             .ok()
             .and_then(|ix| ix.last_where(|e| e.position < s.committed()))
             .map(|e| (e.position, e.seq))
@@ -361,8 +407,13 @@ fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<(
 
 fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Result<ExitCode> {
     let mut tailer = Tailer::open(dir)?;
+    // Following from a seq not written yet: start at the end and skip up to it.
+    let mut skip_below = 0;
     if let Some(seq) = opts.from_seq {
-        tailer.seek_seq(seq)?;
+        match tailer.seek_seq(seq) {
+            Err(seqstream_store::StoreError::SeqBeyondEnd { .. }) if follow => skip_below = seq,
+            other => other?,
+        }
     } else if let Some(t) = opts.from_time {
         tailer.seek_time(t)?;
     } else if let Some(n) = last_n {
@@ -388,6 +439,7 @@ fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Resul
             break;
         }
         match tailer.poll()? {
+            Some(f) if f.seq() < skip_below => idle.reset(),
             Some(f) => {
                 idle.reset();
                 if opts.check_pattern && !pattern::check(f.seq(), f.payload()) {
@@ -438,43 +490,69 @@ fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Resul
 }
 
 fn verify(dir: &Path) -> Result<ExitCode> {
-    let listing = layout::list(dir)?;
-    if listing.segments.is_empty() {
+    let mut faults = Vec::new();
+    let mut frames = 0u64;
+    let listing = match layout::list(dir) {
+        Ok(l) => l,
+        Err(e) => {
+            faults.push(e.to_string());
+            layout::Listing::default()
+        }
+    };
+    if faults.is_empty() && listing.segments.is_empty() {
         bail!("{}: no store here (no segment files)", dir.display());
     }
-    let mut faults = Vec::new();
     let mut expect: Option<(u64, u64)> = None; // (position, seq)
-    let mut frames = 0u64;
     let mut stream_id = None;
     let mut last_ts = 0u64;
+    let mut active_seen = false;
     for (index, path) in &listing.segments {
-        let s = match Segment::open(path, false) {
+        let s = match Segment::open(path) {
             Ok(s) => s,
             Err(e) => {
                 faults.push(e.to_string());
-                break;
+                continue;
             }
         };
-        if s.state() == Some(SegmentState::Prepared) {
-            continue;
+        let (header, _) = s.info();
+        if *stream_id.get_or_insert(header.stream_id) != header.stream_id {
+            faults.push(format!(
+                "{}: stream {} differs",
+                path.display(),
+                header.stream_id
+            ));
+        }
+        if header.index != *index {
+            faults.push(format!("{}: header index {}", path.display(), header.index));
+        }
+        match s.state() {
+            Some(SegmentState::Prepared) => {
+                if !active_seen {
+                    faults.push(format!(
+                        "{}: prepared segment before the active one",
+                        path.display()
+                    ));
+                }
+                continue;
+            }
+            _ if active_seen => {
+                faults.push(format!(
+                    "{}: live segment after the active one",
+                    path.display()
+                ));
+                continue;
+            }
+            Some(SegmentState::Active) => active_seen = true,
+            _ => {}
         }
         let info = match s.checked_info() {
             Ok(i) => i,
             Err(e) => {
                 faults.push(e.to_string());
-                break;
+                expect = None;
+                continue;
             }
         };
-        if *stream_id.get_or_insert(info.stream_id) != info.stream_id {
-            faults.push(format!(
-                "{}: stream {} differs",
-                path.display(),
-                info.stream_id
-            ));
-        }
-        if info.index != *index {
-            faults.push(format!("{}: header index {}", path.display(), info.index));
-        }
         if let Some((pos, seq)) = expect {
             if info.base_position != pos || info.base_seq != seq {
                 faults.push(format!(
@@ -488,7 +566,17 @@ fn verify(dir: &Path) -> Result<ExitCode> {
             }
         }
         let committed = s.committed();
-        let index = Index::open(&dir.join(index_file_name(info.index)), false).ok();
+        if committed < info.base_position || committed > info.limit_position() {
+            faults.push(format!(
+                "{}: committed position {committed} outside [{}, {}]",
+                path.display(),
+                info.base_position,
+                info.limit_position()
+            ));
+            expect = None;
+            continue;
+        }
+        let index = Index::open(dir, info.index).ok();
         let mut index_pos = 0u64;
         let mut index_faults = 0u64;
         let end = scan(
@@ -504,17 +592,15 @@ fn verify(dir: &Path) -> Result<ExitCode> {
                     faults.push(format!("seq {}: timestamp goes backwards", h.seq));
                 }
                 last_ts = h.timestamp_ns;
-                if let Some(ix) = &index {
-                    if let Some(e) = ix.get(index_pos) {
-                        if e.position == pos {
-                            if e.seq != h.seq || e.timestamp_ns != h.timestamp_ns {
-                                index_faults += 1;
-                            }
-                            index_pos += 1;
-                        } else if e.position < pos {
+                if let Some(e) = index.as_ref().and_then(|ix| ix.get(index_pos)) {
+                    if e.position == pos {
+                        if e.seq != h.seq || e.timestamp_ns != h.timestamp_ns {
                             index_faults += 1;
-                            index_pos += 1;
                         }
+                        index_pos += 1;
+                    } else if e.position < pos {
+                        index_faults += 1;
+                        index_pos += 1;
                     }
                 }
                 true
@@ -530,21 +616,22 @@ fn verify(dir: &Path) -> Result<ExitCode> {
                 committed
             ));
         }
-        match &index {
+        // Entries at or past the committed position belong to a frame being written (the
+        // appender indexes a frame just before publishing it): not a fault.
+        let indexed = index.as_ref().map(|ix| {
+            (0..ix.len())
+                .take_while(|&i| ix.get(i).is_none_or(|e| e.position < committed))
+                .count() as u64
+        });
+        match indexed {
             None => faults.push(format!("{}: index missing or damaged", path.display())),
-            Some(ix) if index_faults > 0 || index_pos != ix.len() => faults.push(format!(
-                "{}: index disagrees with frames ({} bad entries, {} of {} matched)",
+            Some(n) if index_faults > 0 || index_pos != n => faults.push(format!(
+                "{}: index disagrees with frames ({index_faults} bad entries, {index_pos} of {n} matched)",
                 path.display(),
-                index_faults,
-                index_pos,
-                ix.len()
             )),
             Some(_) => {}
         }
         expect = Some((end.end_position, end.next_seq));
-        if s.state() != Some(SegmentState::Sealed) {
-            break;
-        }
     }
     if faults.is_empty() {
         println!("ok: {frames} frames, {} segments", listing.segments.len());
@@ -580,6 +667,9 @@ fn append(
             .map(|(p, why)| format!(", cut a torn frame at {p}: {why}"))
             .unwrap_or_default()
     );
+    if r.lost_committed {
+        eprintln!("storetool: committed frames were cut (repair): their seqs are reused");
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut written = 0u64;
