@@ -1,4 +1,61 @@
-//! Replication server and client over TCP (issue 5).
+//! Replication of a seqstream store over TCP: a [`server::Server`] on the host that holds a
+//! store streams it to any number of replicas, one sender thread each; a
+//! [`follower::Follower`] on a consumer host writes a byte-identical local copy that local
+//! tailers read as usual, and can itself be served further (tree fan-out).
 //!
-//! Nothing is implemented here yet: this crate holds the place the design gives it
-//! (see `DESIGN.md`), and issue 5 fills it.
+//! | module | owns |
+//! |---|---|
+//! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
+//! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`) |
+//! | [`server`] | the upstream side: admission, one sender duty cycle per replica |
+//! | [`follower`] | the replica side: connect, resume, check, write, acknowledge, reconnect |
+
+pub mod follower;
+pub mod framing;
+pub mod protocol;
+pub mod server;
+
+use seqstream_store::StoreError;
+
+/// Why a replication session ended or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A socket call failed (`op` says which).
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local store refused an operation (including `ReplicaMismatch`: the peer sent data
+    /// that does not continue the replica — nothing of it was written).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The byte stream is not SOFH-framed SBE.
+    #[error("framing: {0}")]
+    Framing(#[from] framing::FramingError),
+    /// A message that does not decode.
+    #[error("protocol: {0}")]
+    Decode(#[from] protocol::ProtocolError),
+    /// A well-formed message that breaks the conversation (out of order, impossible values).
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The server refused the replica (address, credentials, stream, limit).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The peer closed the connection.
+    #[error("connection closed by the peer")]
+    Closed,
+    /// A configuration value that cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, source: std::io::Error) -> Self {
+        Error::Io { op, source }
+    }
+}
+
+/// Result alias of the replication crate.
+pub type Result<T> = std::result::Result<T, Error>;

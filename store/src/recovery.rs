@@ -68,6 +68,8 @@ pub(crate) fn open_for_append(
     cfg.validate()?;
     if create.is_some() {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create_dir", dir, e))?;
+    } else if !dir.is_dir() {
+        return Err(StoreError::NoStore { path: dir.into() });
     }
     let lock = DirLock::acquire(dir)?;
     let listing = crate::layout::list(dir)?;

@@ -1,0 +1,257 @@
+//! `replicator`: serve a store to replicas (`serve`), or keep a local replica of an upstream
+//! (`follow`). Options come from flags, or from a TOML file (`--config`) whose keys are the
+//! long flag names (`listen = "0.0.0.0:7000"`); flags given on the command line win.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::server::{Server, ServerConfig};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{FlushPolicy, Idle};
+
+#[derive(Parser)]
+#[command(
+    name = "replicator",
+    version,
+    about = "Replicate a seqstream store over TCP: byte-identical replicas, one sender thread per replica"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve a store (read-only) to replicas.
+    Serve(ServeArgs),
+    /// Keep a local replica of an upstream (a primary's server or another replica's).
+    Follow(FollowArgs),
+}
+
+#[derive(Args)]
+struct Common {
+    /// TOML file of options (keys = long flag names); command-line flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Store directory.
+    #[arg(long)]
+    store: PathBuf,
+    /// Stream id of the store.
+    #[arg(long)]
+    stream_id: u32,
+    /// File holding the shared secret (its bytes, trailing newline removed).
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    idle: Idle,
+    /// Counters file for seqstat (default /dev/shm/seqstream-replicator-<pid>.counters,
+    /// removed at a clean exit).
+    #[arg(long)]
+    counters: Option<PathBuf>,
+    /// Heartbeat interval when idle, ms.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Disconnect a peer silent this long, ms.
+    #[arg(long, default_value_t = 5000)]
+    peer_timeout_ms: u64,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Addresses replicas may connect from (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', required = true)]
+    allow: Vec<IpAddr>,
+    /// Cores for the per-replica sender threads, given out round-robin (none: unpinned).
+    #[arg(long, value_delimiter = ',')]
+    cores: Vec<usize>,
+    /// Most replicas at once.
+    #[arg(long, default_value_t = 16)]
+    max_consumers: usize,
+    /// SO_SNDBUF of each replica's socket, bytes.
+    #[arg(long)]
+    send_buffer: Option<usize>,
+    /// Largest data message, bytes.
+    #[arg(long, default_value_t = 256 << 10)]
+    max_batch: usize,
+}
+
+#[derive(Args)]
+struct FollowArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The upstream to follow.
+    #[arg(long)]
+    upstream: SocketAddr,
+    /// Core of the receiving thread.
+    #[arg(long)]
+    core: Option<usize>,
+    /// Flush policy of the replica: none, frames:N, ms:T.
+    #[arg(long, default_value = "none")]
+    flush: FlushPolicy,
+    /// Serve the replica further (tree fan-out) on this address, with the same secret.
+    #[arg(long)]
+    serve_listen: Option<SocketAddr>,
+    /// Addresses allowed to connect to --serve-listen.
+    #[arg(long, value_delimiter = ',')]
+    serve_allow: Vec<IpAddr>,
+}
+
+/// The command line with the config file's keys inserted before the flags given, so that
+/// flags override the file.
+fn args_with_config() -> Result<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(at) = args.iter().position(|a| a == "--config") else {
+        return Ok(args);
+    };
+    let path = args.get(at + 1).context("--config needs a file")?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let table: toml::Table = text.parse().with_context(|| format!("parsing {path}"))?;
+    let mut from_file = Vec::new();
+    for (key, value) in table {
+        let flag = format!("--{}", key.replace('_', "-"));
+        if args.contains(&flag) {
+            continue;
+        }
+        let values: Vec<String> = match value {
+            toml::Value::Array(items) => items.iter().map(plain).collect::<Result<_>>()?,
+            toml::Value::Boolean(true) => {
+                from_file.push(flag);
+                continue;
+            }
+            other => vec![plain(&other)?],
+        };
+        from_file.push(flag);
+        from_file.push(values.join(","));
+    }
+    let mut out = args[..at].to_vec();
+    out.extend(from_file);
+    out.extend_from_slice(&args[at + 2..]);
+    Ok(out)
+}
+
+fn plain(v: &toml::Value) -> Result<String> {
+    Ok(match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => bail!("unsupported config value {other}"),
+    })
+}
+
+fn secret(path: &PathBuf) -> Result<Vec<u8>> {
+    let mut s = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        s.pop();
+    }
+    if s.is_empty() || s.len() > u16::MAX as usize {
+        bail!("{}: the secret must be 1 to 65535 bytes", path.display());
+    }
+    Ok(s)
+}
+
+/// The counters file, and whether it is the default one (removed at a clean exit).
+fn counters(common: &Common) -> Result<(CountersWriter, bool)> {
+    let path = common.counters.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "/dev/shm/seqstream-replicator-{}.counters",
+            std::process::id()
+        ))
+    });
+    let w = CountersWriter::create(&path, 512)
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok((w, common.counters.is_none()))
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse_from(args_with_config()?);
+    let stop = stop_flag()?;
+    match cli.cmd {
+        Cmd::Serve(a) => {
+            let c = &a.common;
+            let mut cfg = ServerConfig::new(
+                c.store.clone(),
+                c.stream_id,
+                a.listen,
+                secret(&c.secret_file)?,
+            );
+            cfg.allow = a.allow;
+            cfg.cores = a.cores;
+            cfg.idle = c.idle.clone();
+            cfg.max_consumers = a.max_consumers;
+            cfg.send_buffer = a.send_buffer;
+            cfg.max_batch = a.max_batch;
+            cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
+            cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
+            let (counters, temporary) = counters(c)?;
+            let mut server = Server::bind(cfg, &counters)?;
+            tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
+            server.run(&stop)?;
+            if temporary {
+                let _ = std::fs::remove_file(counters.path());
+            }
+        }
+        Cmd::Follow(a) => {
+            let c = &a.common;
+            let secret = secret(&c.secret_file)?;
+            let mut cfg =
+                FollowerConfig::new(c.store.clone(), c.stream_id, a.upstream, secret.clone());
+            cfg.store_config = cfg.store_config.flush(a.flush);
+            cfg.core = a.core;
+            cfg.idle = c.idle.clone();
+            cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
+            cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
+            let (counters, temporary) = counters(c)?;
+            tracing::info!(upstream = %a.upstream, store = %c.store.display(), counters = %counters.path().display(), "following");
+            let relay = match a.serve_listen {
+                Some(listen) => {
+                    let mut scfg = ServerConfig::new(c.store.clone(), c.stream_id, listen, secret);
+                    scfg.allow = a.serve_allow;
+                    scfg.idle = c.idle.clone();
+                    let mut server = Server::bind(scfg, &counters)?;
+                    tracing::info!(listen = %server.local_addr(), "relaying the replica");
+                    let stop = stop.clone();
+                    Some(std::thread::spawn(move || server.run(&stop)))
+                }
+                None => None,
+            };
+            let mut follower = Follower::new(cfg, &counters)?;
+            follower.run(&stop)?;
+            if let Some(t) = relay {
+                t.join().expect("relay thread")?;
+            }
+            if temporary {
+                let _ = std::fs::remove_file(counters.path());
+            }
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

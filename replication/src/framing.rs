@@ -1,0 +1,248 @@
+//! Message framing on a TCP byte stream: the FIX Simple Open Framing Header (SOFH) before
+//! every SBE message — a `u32` big-endian message length that counts the 6-byte header itself,
+//! then the `u16` big-endian encoding type `0x5BE0` (SBE 1.0, little-endian).
+//!
+//! [`Inbox`] accumulates bytes from a non-blocking socket and yields whole messages; it
+//! never trusts a length without bounding it.
+
+use std::io::{ErrorKind, Read};
+
+/// Bytes of the Simple Open Framing Header.
+pub const SOFH_LEN: usize = 6;
+/// SOFH encoding type of SBE 1.0 little-endian messages.
+pub const SBE_LE: u16 = 0x5BE0;
+/// The largest message accepted: a 16 MiB data message plus headers.
+pub const MAX_MESSAGE: usize = (16 << 20) + 64;
+
+/// A framing fault: the peer is not speaking this protocol.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FramingError {
+    /// The SOFH length is below the header size or above [`MAX_MESSAGE`].
+    #[error("bad message length {0}")]
+    BadLength(usize),
+    /// The SOFH encoding type is not SBE little-endian.
+    #[error("bad encoding type {0:#06x}")]
+    BadEncoding(u16),
+}
+
+/// Writes the SOFH of a message whose SBE part is `sbe_len` bytes into `out[..6]`.
+pub fn put_sofh(out: &mut [u8], sbe_len: usize) {
+    out[..4].copy_from_slice(&((sbe_len + SOFH_LEN) as u32).to_be_bytes());
+    out[4..6].copy_from_slice(&SBE_LE.to_be_bytes());
+}
+
+/// Receive buffer that turns a byte stream into whole SBE messages.
+#[derive(Debug)]
+pub struct Inbox {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// Result of reading from the socket.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// This many bytes arrived (0 is never returned here).
+    Bytes(usize),
+    /// Nothing to read now.
+    WouldBlock,
+    /// The peer closed the connection.
+    Closed,
+}
+
+impl Inbox {
+    /// A buffer of `capacity` bytes (at least one maximal message is made room for on demand).
+    pub fn new(capacity: usize) -> Self {
+        Inbox {
+            buf: vec![0; capacity.max(4096)],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Reads what the socket has (one `read` call).
+    pub fn fill(&mut self, src: &mut impl Read) -> std::io::Result<Fill> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                let grown = (self.buf.len() * 2).min(MAX_MESSAGE + SOFH_LEN);
+                self.buf.resize(grown.max(self.buf.len() + 4096), 0);
+            }
+        }
+        match src.read(&mut self.buf[self.end..]) {
+            Ok(0) => Ok(Fill::Closed),
+            Ok(n) => {
+                self.end += n;
+                Ok(Fill::Bytes(n))
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next whole message's SBE bytes (SOFH stripped), or `None` until more arrives.
+    pub fn next_message(&mut self) -> Result<Option<&[u8]>, FramingError> {
+        let avail = &self.buf[self.start..self.end];
+        if avail.len() < SOFH_LEN {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
+        let enc = u16::from_be_bytes([avail[4], avail[5]]);
+        if !(SOFH_LEN..=MAX_MESSAGE).contains(&len) {
+            return Err(FramingError::BadLength(len));
+        }
+        if enc != SBE_LE {
+            return Err(FramingError::BadEncoding(enc));
+        }
+        if avail.len() < len {
+            if self.buf.len() - self.start < len {
+                // Make room for the whole message on the next fill.
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+                if self.buf.len() < len {
+                    self.buf.resize(len, 0);
+                }
+            }
+            return Ok(None);
+        }
+        let msg = self.start + SOFH_LEN..self.start + len;
+        self.start += len;
+        Ok(Some(&self.buf[msg]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut v = vec![0; SOFH_LEN];
+        put_sofh(&mut v, body.len());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn splits_a_stream_cut_anywhere_into_messages() {
+        let mut stream = Vec::new();
+        let bodies: Vec<Vec<u8>> = (0..50).map(|i| vec![i as u8; i * 37 % 3000]).collect();
+        for b in &bodies {
+            stream.extend(framed(b));
+        }
+        let mut inbox = Inbox::new(16);
+        let mut got = Vec::new();
+        for chunk in stream.chunks(101) {
+            let mut src = chunk;
+            assert_eq!(inbox.fill(&mut src).unwrap(), Fill::Bytes(chunk.len()));
+            while let Some(m) = inbox.next_message().unwrap() {
+                got.push(m.to_vec());
+            }
+        }
+        assert_eq!(got, bodies);
+    }
+
+    #[test]
+    fn refuses_bad_lengths_and_encodings() {
+        let mut inbox = Inbox::new(64);
+        let mut src: &[u8] = &[0, 0, 0, 2, 0x5B, 0xE0];
+        inbox.fill(&mut src).unwrap();
+        assert_eq!(inbox.next_message(), Err(FramingError::BadLength(2)));
+        let mut inbox = Inbox::new(64);
+        let mut src: &[u8] = &[0xFF, 0, 0, 0, 0x5B, 0xE0];
+        inbox.fill(&mut src).unwrap();
+        assert!(matches!(
+            inbox.next_message(),
+            Err(FramingError::BadLength(_))
+        ));
+        let mut inbox = Inbox::new(64);
+        let mut src: &[u8] = &[0, 0, 0, 8, 0x12, 0x34, 0, 0];
+        inbox.fill(&mut src).unwrap();
+        assert_eq!(inbox.next_message(), Err(FramingError::BadEncoding(0x1234)));
+    }
+}
+
+/// Send side of a non-blocking socket: writes straight through when the socket takes
+/// everything, and keeps what it did not take (copying it) until [`Outbox::flush`] drains it.
+/// While anything is kept, new messages queue behind it, so order is preserved.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    backlog: Vec<u8>,
+    sent: usize,
+}
+
+impl Outbox {
+    /// Bytes waiting to be written.
+    pub fn backlog(&self) -> usize {
+        self.backlog.len() - self.sent
+    }
+
+    /// Writes `parts` in order (one vectored write when nothing is queued).
+    pub fn send(&mut self, dst: &mut impl std::io::Write, parts: &[&[u8]]) -> std::io::Result<()> {
+        if self.backlog() > 0 {
+            for p in parts {
+                self.backlog.extend_from_slice(p);
+            }
+            return Ok(());
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut written = 0usize;
+        while written < total {
+            let mut slices = Vec::with_capacity(parts.len());
+            let mut skip = written;
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                slices.push(std::io::IoSlice::new(&p[skip..]));
+                skip = 0;
+            }
+            match dst.write_vectored(&slices) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if written < total {
+            self.backlog.clear();
+            self.sent = 0;
+            let mut skip = written;
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                self.backlog.extend_from_slice(&p[skip..]);
+                skip = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes as much of the backlog as the socket takes; `true` when it is empty.
+    pub fn flush(&mut self, dst: &mut impl std::io::Write) -> std::io::Result<bool> {
+        while self.backlog() > 0 {
+            match dst.write(&self.backlog[self.sent..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.backlog.clear();
+        self.sent = 0;
+        Ok(true)
+    }
+}

@@ -1,0 +1,249 @@
+//! The replication messages (SBE, `schemas/xml/wire.xml`, templates 10–14) and their encoding
+//! behind a Simple Open Framing Header (see [`crate::framing`]).
+//!
+//! Conversation: the replica connects and sends `Hello` (stream id, resume position = its
+//! committed position, credentials). The upstream answers with `Segment` (the header of the
+//! segment holding the resume position), then `Data` (stream bytes from that position, whole
+//! frames as stored), a further `Segment` before the first data of each new segment, and
+//! `Heartbeat` when idle. The replica sends `Ack` (its committed position and next seq) after
+//! writing data, and `Heartbeat` when idle. Either side closes the connection on any fault.
+
+use seqstream_schemas::wire;
+use seqstream_store::SEGMENT_HEADER_PREFIX;
+
+use crate::framing::{put_sofh, SOFH_LEN};
+
+/// One decoded replication message, borrowing from the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// Replica → upstream, first message.
+    Hello {
+        /// Stream the replica holds.
+        stream_id: u32,
+        /// Position the upstream sends from (the replica's committed position).
+        resume_position: u64,
+        /// The shared secret.
+        credentials: &'a [u8],
+    },
+    /// Upstream → replica: the segment the following data belongs to.
+    Segment {
+        /// Segment index.
+        index: u64,
+        /// First 64 bytes of the upstream segment's header.
+        header: &'a [u8; SEGMENT_HEADER_PREFIX],
+    },
+    /// Upstream → replica: stream bytes starting at `position`.
+    Data {
+        /// Stream position of the first byte.
+        position: u64,
+        /// Whole frames as stored, padding included.
+        bytes: &'a [u8],
+    },
+    /// Either way, when idle.
+    Heartbeat {
+        /// The sender's committed position.
+        committed_position: u64,
+        /// Sender's wall clock, ns since the Unix epoch.
+        timestamp_ns: u64,
+    },
+    /// Replica → upstream: what it has written.
+    Ack {
+        /// The replica's committed position.
+        position: u64,
+        /// Seq of the next frame the replica expects.
+        next_seq: u64,
+    },
+}
+
+/// A message that is not valid replication protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The SBE decoder refused it.
+    #[error("undecodable message: {0}")]
+    Decode(#[from] seqstream_schemas::codec::DecodeError),
+    /// A wire-schema message that has no place in replication (e.g. a NAK).
+    #[error("unexpected message template {0}")]
+    Unexpected(u16),
+    /// A `Segment` whose header is not exactly 64 bytes.
+    #[error("segment header of {0} bytes")]
+    BadSegmentHeader(usize),
+}
+
+/// Decodes the SBE bytes of one message (SOFH already stripped).
+pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
+    Ok(match wire::decode(sbe)? {
+        wire::Message::ReplicationHello(m) => Msg::Hello {
+            stream_id: m.stream_id(),
+            resume_position: m.resume_position(),
+            credentials: m.credentials()?,
+        },
+        wire::Message::ReplicationSegment(m) => {
+            let h = m.header()?;
+            Msg::Segment {
+                index: m.segment_index(),
+                header: h
+                    .try_into()
+                    .map_err(|_| ProtocolError::BadSegmentHeader(h.len()))?,
+            }
+        }
+        wire::Message::ReplicationData(m) => Msg::Data {
+            position: m.position(),
+            bytes: m.bytes()?,
+        },
+        wire::Message::ReplicationHeartbeat(m) => Msg::Heartbeat {
+            committed_position: m.committed_position(),
+            timestamp_ns: m.timestamp_ns(),
+        },
+        wire::Message::ReplicationAck(m) => Msg::Ack {
+            position: m.durable_position(),
+            next_seq: m.next_seq(),
+        },
+        other => return Err(ProtocolError::Unexpected(other.template_id())),
+    })
+}
+
+/// Appends `msg`, framed, to `out`.
+pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    let room = 64
+        + match msg {
+            Msg::Hello { credentials, .. } => credentials.len(),
+            Msg::Data { bytes, .. } => bytes.len(),
+            _ => SEGMENT_HEADER_PREFIX,
+        };
+    out.resize(start + SOFH_LEN + room, 0);
+    let buf = &mut out[start + SOFH_LEN..];
+    // The buffer is sized for the message above, so encoding cannot run out of room; the
+    // only other failure (a var-data field over its length limit) is excluded by the callers'
+    // bounds (credentials <= 64 KiB are checked at configuration, data <= 16 MiB by batching).
+    let len = match msg {
+        Msg::Hello {
+            stream_id,
+            resume_position,
+            credentials,
+        } => {
+            let mut e = wire::ReplicationHelloEncoder::new(buf).expect("sized");
+            e.set_stream_id(*stream_id)
+                .set_resume_position(*resume_position);
+            e.set_credentials(credentials)
+                .expect("credentials <= 64 KiB");
+            e.encoded_length()
+        }
+        Msg::Segment { index, header } => {
+            let mut e = wire::ReplicationSegmentEncoder::new(buf).expect("sized");
+            e.set_segment_index(*index);
+            e.set_header(&header[..]).expect("64 bytes");
+            e.encoded_length()
+        }
+        Msg::Data { position, bytes } => {
+            let mut e = wire::ReplicationDataEncoder::new(buf).expect("sized");
+            e.set_position(*position);
+            e.set_bytes(bytes).expect("data <= 16 MiB");
+            e.encoded_length()
+        }
+        Msg::Heartbeat {
+            committed_position,
+            timestamp_ns,
+        } => {
+            let mut e = wire::ReplicationHeartbeatEncoder::new(buf).expect("sized");
+            e.set_committed_position(*committed_position)
+                .set_timestamp_ns(*timestamp_ns);
+            e.encoded_length()
+        }
+        Msg::Ack { position, next_seq } => {
+            let mut e = wire::ReplicationAckEncoder::new(buf).expect("sized");
+            e.set_durable_position(*position).set_next_seq(*next_seq);
+            e.encoded_length()
+        }
+    };
+    put_sofh(&mut out[start..], len);
+    out.truncate(start + SOFH_LEN + len);
+}
+
+/// Appends the framing and SBE header of a `Data` message carrying `len` bytes at `position`,
+/// *without* the bytes: the sender writes them straight from the store mapping after it
+/// (a vectored write), so data is never copied on the way out.
+pub fn encode_data_prefix(position: u64, len: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    encode(
+        &Msg::Data {
+            position,
+            bytes: &[],
+        },
+        out,
+    );
+    // The message was encoded with empty data: patch its var-data length (the last 4 bytes)
+    // and the SOFH length to cover the `len` bytes that follow.
+    let end = out.len();
+    out[end - 4..].copy_from_slice(&(len as u32).to_le_bytes());
+    put_sofh(&mut out[start..], end - start - SOFH_LEN + len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::{Fill, Inbox};
+
+    #[test]
+    fn every_message_round_trips_through_framing() {
+        let header = [7u8; SEGMENT_HEADER_PREFIX];
+        let msgs = [
+            Msg::Hello {
+                stream_id: 3,
+                resume_position: 4096,
+                credentials: b"secret",
+            },
+            Msg::Segment {
+                index: 2,
+                header: &header,
+            },
+            Msg::Data {
+                position: 88,
+                bytes: &[1, 2, 3, 4, 5, 6, 7, 8],
+            },
+            Msg::Heartbeat {
+                committed_position: 99,
+                timestamp_ns: 123,
+            },
+            Msg::Ack {
+                position: 77,
+                next_seq: 5,
+            },
+        ];
+        let mut out = Vec::new();
+        for m in &msgs {
+            encode(m, &mut out);
+        }
+        encode_data_prefix(1000, 3, &mut out);
+        out.extend_from_slice(&[9, 9, 9]);
+        let mut inbox = Inbox::new(64);
+        let mut src = &out[..];
+        while inbox.fill(&mut src).unwrap() != Fill::Closed {}
+        for m in &msgs {
+            assert_eq!(&decode(inbox.next_message().unwrap().unwrap()).unwrap(), m);
+        }
+        assert_eq!(
+            decode(inbox.next_message().unwrap().unwrap()).unwrap(),
+            Msg::Data {
+                position: 1000,
+                bytes: &[9, 9, 9]
+            }
+        );
+        assert!(inbox.next_message().unwrap().is_none());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len).map(|i| (i * 73 + 11) as u8).collect();
+            let _ = decode(&junk);
+        }
+        let mut nak = vec![0u8; 64];
+        let e = wire::NakEncoder::new(&mut nak).unwrap();
+        let n = e.encoded_length();
+        assert!(matches!(
+            decode(&nak[..n]),
+            Err(ProtocolError::Unexpected(2))
+        ));
+    }
+}

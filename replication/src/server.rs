@@ -1,0 +1,473 @@
+//! The replication server: accepts replicas of one store and runs, for each, a sender thread
+//! (pinned to a configured core, driven by an idle strategy) whose duty cycle sends the bytes
+//! the store committed since the last cycle, straight from the store mapping.
+//!
+//! The server only reads the store: a slow or stalled replica never slows the appender or
+//! another replica. A replica that falls behind is served from the mapped files (the page
+//! cache, or the disk) until it reaches the live tail. It never writes to the store.
+//!
+//! Limits, and what happens at each (all counted and logged):
+//! - `max_consumers`: a connection beyond it is closed after accept (`refused limit`);
+//! - the peer's address must be in `allow`, its secret must match (compared in constant
+//!   time), its stream id must be the store's (`refused address`, `refused auth`);
+//! - `send_buffer`: the socket's `SO_SNDBUF`; beyond it the sender keeps at most one batch
+//!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
+//! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::{Idle, IdleStrategy, Tailer, TailerOptions};
+use subtle::ConstantTimeEq;
+
+use crate::framing::{Fill, Inbox, Outbox};
+use crate::protocol::{self, Msg};
+use crate::{Error, Result};
+
+/// Configuration of a replication server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The store to serve (read-only).
+    pub store: PathBuf,
+    /// Its stream id; replicas must ask for it.
+    pub stream_id: u32,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// The shared secret replicas present.
+    pub secret: Vec<u8>,
+    /// Addresses replicas may connect from; anything else is refused.
+    pub allow: Vec<IpAddr>,
+    /// Cores for the sender threads, given out round-robin (empty: unpinned).
+    pub cores: Vec<usize>,
+    /// Idle strategy of the sender threads.
+    pub idle: Idle,
+    /// Most replicas served at once.
+    pub max_consumers: usize,
+    /// `SO_SNDBUF` in bytes (None: the OS default).
+    pub send_buffer: Option<usize>,
+    /// Largest data message, in bytes (at least one frame is always sent whole).
+    pub max_batch: usize,
+    /// Heartbeat after this long without sending.
+    pub heartbeat: Duration,
+    /// Disconnect a replica silent for this long.
+    pub peer_timeout: Duration,
+    /// Time a new connection has to send its hello.
+    pub handshake_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for serving `store` of `stream_id` on `listen`: backoff idling, 16 replicas,
+    /// 256 KiB batches, 100 ms heartbeats, 5 s peer timeout.
+    pub fn new(store: PathBuf, stream_id: u32, listen: SocketAddr, secret: Vec<u8>) -> Self {
+        ServerConfig {
+            store,
+            stream_id,
+            listen,
+            secret,
+            allow: vec![IpAddr::from([127, 0, 0, 1])],
+            cores: Vec::new(),
+            idle: Idle::backoff(),
+            max_consumers: 16,
+            send_buffer: None,
+            max_batch: 256 << 10,
+            heartbeat: Duration::from_millis(100),
+            peer_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Server-wide counters.
+#[derive(Debug, Clone)]
+struct Counters {
+    accepted: Counter,
+    refused_address: Counter,
+    refused_auth: Counter,
+    refused_limit: Counter,
+    disconnects: Counter,
+    consumers: Counter,
+}
+
+/// Counters of one consumer slot.
+#[derive(Debug, Clone)]
+struct SlotCounters {
+    position_sent: Counter,
+    position_acked: Counter,
+    lag_bytes: Counter,
+    frames_unacked: Counter,
+    connections: Counter,
+}
+
+/// A running server: the listener and its consumer slots.
+pub struct Server {
+    cfg: ServerConfig,
+    listener: TcpListener,
+    counters: Counters,
+    slots: Arc<Mutex<Vec<Option<SlotCounters>>>>,
+    next_core: usize,
+}
+
+impl Server {
+    /// Binds the listener and registers the counters in `counters`.
+    pub fn bind(cfg: ServerConfig, counters: &CountersWriter) -> Result<Server> {
+        let listener = TcpListener::bind(cfg.listen).map_err(|e| Error::io("bind", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("set_nonblocking", e))?;
+        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let server_counters = Counters {
+            accepted: c("connections accepted")?,
+            refused_address: c("refused address")?,
+            refused_auth: c("refused auth")?,
+            refused_limit: c("refused limit")?,
+            disconnects: c("disconnects")?,
+            consumers: c("consumers")?,
+        };
+        let mut slots = Vec::with_capacity(cfg.max_consumers);
+        for i in 0..cfg.max_consumers {
+            slots.push(Some(SlotCounters {
+                position_sent: c(&format!("consumer[{i}] position sent"))?,
+                position_acked: c(&format!("consumer[{i}] position acked"))?,
+                lag_bytes: c(&format!("consumer[{i}] lag bytes"))?,
+                frames_unacked: c(&format!("consumer[{i}] frames unacked"))?,
+                connections: c(&format!("consumer[{i}] connections"))?,
+            }));
+        }
+        Ok(Server {
+            cfg,
+            listener,
+            counters: server_counters,
+            slots: Arc::new(Mutex::new(slots)),
+            next_core: 0,
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Accepts replicas until `stop` is set, then waits for every sender thread to end.
+    pub fn run(&mut self, stop: &Arc<AtomicBool>) -> Result<()> {
+        let mut threads = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    if let Some(t) = self.admit(stream, peer, stop) {
+                        threads.push(t);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => tracing::warn!("accept: {e}"),
+            }
+            threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    fn admit(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        stop: &Arc<AtomicBool>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        self.counters.accepted.incr();
+        if !self.cfg.allow.contains(&peer.ip()) {
+            self.counters.refused_address.incr();
+            tracing::warn!(%peer, "refused: address not allowed");
+            return None;
+        }
+        let slot = {
+            let mut slots = self.slots.lock().expect("slots lock");
+            let free = slots.iter().position(|s| s.is_some());
+            free.map(|i| (i, slots[i].take().expect("free slot")))
+        };
+        let Some((index, slot)) = slot else {
+            self.counters.refused_limit.incr();
+            tracing::warn!(%peer, max = self.cfg.max_consumers, "refused: consumer limit reached");
+            return None;
+        };
+        let core = if self.cfg.cores.is_empty() {
+            None
+        } else {
+            self.next_core += 1;
+            Some(self.cfg.cores[(self.next_core - 1) % self.cfg.cores.len()])
+        };
+        let cfg = self.cfg.clone();
+        let counters = self.counters.clone();
+        let slots = self.slots.clone();
+        let stop = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("repl-send-{index}"))
+            .spawn(move || {
+                counters.consumers.incr();
+                slot.connections.incr();
+                let result = serve(&cfg, stream, peer, core, &slot, &counters, &stop);
+                match &result {
+                    Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),
+                    Err(e) => tracing::warn!(%peer, slot = index, "replica dropped: {e}"),
+                }
+                counters.disconnects.incr();
+                counters
+                    .consumers
+                    .set(counters.consumers.get().saturating_sub(1));
+                slots.lock().expect("slots lock")[index] = Some(slot);
+            });
+        match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!("spawning a sender thread: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Reads the hello with a deadline (blocking), checking everything it says.
+fn handshake(cfg: &ServerConfig, stream: &mut TcpStream, counters: &Counters) -> Result<u64> {
+    stream
+        .set_read_timeout(Some(cfg.handshake_timeout))
+        .map_err(|e| Error::io("set_read_timeout", e))?;
+    let mut inbox = Inbox::new(4096);
+    let deadline = Instant::now() + cfg.handshake_timeout;
+    loop {
+        if let Some(m) = inbox.next_message()? {
+            return match protocol::decode(m)? {
+                Msg::Hello {
+                    stream_id,
+                    resume_position,
+                    credentials,
+                } => {
+                    if !bool::from(credentials.ct_eq(&cfg.secret)) {
+                        counters.refused_auth.incr();
+                        return Err(Error::Refused("bad credentials".into()));
+                    }
+                    if stream_id != cfg.stream_id {
+                        counters.refused_auth.incr();
+                        return Err(Error::Refused(format!(
+                            "asked for stream {stream_id}, this is stream {}",
+                            cfg.stream_id
+                        )));
+                    }
+                    Ok(resume_position)
+                }
+                other => Err(Error::Protocol(format!("expected hello, got {other:?}"))),
+            };
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Protocol("no hello in time".into()));
+        }
+        match inbox.fill(stream).map_err(|e| Error::io("read", e))? {
+            Fill::Closed => return Err(Error::Protocol("closed before hello".into())),
+            Fill::Bytes(_) | Fill::WouldBlock => {}
+        }
+    }
+}
+
+fn serve(
+    cfg: &ServerConfig,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    core: Option<usize>,
+    slot: &SlotCounters,
+    counters: &Counters,
+    stop: &AtomicBool,
+) -> Result<()> {
+    seqstream_store::affinity::pin_current_thread(core)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let resume = handshake(cfg, &mut stream, counters)?;
+    let mut tailer = Tailer::open_with(
+        &cfg.store,
+        TailerOptions {
+            verify_checksums: false,
+        },
+    )?;
+    tailer.seek_position(resume)?;
+    tracing::info!(%peer, resume, segment = tailer.segment_index(), "replica connected");
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("set_nonblocking", e))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| Error::io("set_nodelay", e))?;
+    if let Some(bytes) = cfg.send_buffer {
+        socket2::SockRef::from(&stream)
+            .set_send_buffer_size(bytes)
+            .map_err(|e| Error::io("SO_SNDBUF", e))?;
+    }
+    let mut session = Session {
+        cfg,
+        stream,
+        tailer,
+        inbox: Inbox::new(4096),
+        outbox: Outbox::default(),
+        scratch: Vec::with_capacity(256),
+        announced: None,
+        last_send: Instant::now(),
+        last_recv: Instant::now(),
+        sent_position: resume,
+        sent_seq: 0,
+        slot,
+    };
+    session.sent_seq = session.tailer.next_seq();
+    session.announce()?;
+    let mut idle = cfg.idle.build();
+    while !stop.load(Ordering::Relaxed) {
+        let work = session.do_work()?;
+        idle.idle(work);
+    }
+    Ok(())
+}
+
+/// One replica's sender: the duty cycle of its thread.
+struct Session<'a> {
+    cfg: &'a ServerConfig,
+    stream: TcpStream,
+    tailer: Tailer,
+    inbox: Inbox,
+    outbox: Outbox,
+    scratch: Vec<u8>,
+    announced: Option<u64>,
+    last_send: Instant,
+    last_recv: Instant,
+    sent_position: u64,
+    sent_seq: u64,
+    slot: &'a SlotCounters,
+}
+
+impl Session<'_> {
+    /// Sends the header of the tailer's segment if this replica has not had it yet.
+    fn announce(&mut self) -> Result<()> {
+        let index = self.tailer.segment_index();
+        if self.announced == Some(index) {
+            return Ok(());
+        }
+        let header = self.tailer.segment_header();
+        self.scratch.clear();
+        protocol::encode(
+            &Msg::Segment {
+                index,
+                header: &header,
+            },
+            &mut self.scratch,
+        );
+        self.outbox
+            .send(&mut self.stream, &[&self.scratch])
+            .map_err(|e| Error::io("write", e))?;
+        self.announced = Some(index);
+        Ok(())
+    }
+
+    /// One duty cycle: read acks, drain the backlog, send new bytes or a heartbeat. Returns
+    /// the work done (0 = idle).
+    fn do_work(&mut self) -> Result<usize> {
+        let mut work = self.receive()?;
+        if !self
+            .outbox
+            .flush(&mut self.stream)
+            .map_err(|e| Error::io("write", e))?
+        {
+            return Ok(work + 1); // back-pressure: send nothing new until the backlog drains
+        }
+        let now = Instant::now();
+        if let Some(range) = self.tailer.poll_range(self.cfg.max_batch)? {
+            self.scratch.clear();
+            if self.announced != Some(range.segment_index) {
+                let header = range.segment_header();
+                protocol::encode(
+                    &Msg::Segment {
+                        index: range.segment_index,
+                        header: &header,
+                    },
+                    &mut self.scratch,
+                );
+                self.announced = Some(range.segment_index);
+            }
+            protocol::encode_data_prefix(range.position, range.bytes.len(), &mut self.scratch);
+            // Zero copy: the frame bytes go from the store mapping to the socket.
+            self.outbox
+                .send(&mut self.stream, &[&self.scratch, range.bytes])
+                .map_err(|e| Error::io("write", e))?;
+            self.sent_position = range.position + range.bytes.len() as u64;
+            self.sent_seq = range.first_seq + range.frames;
+            self.slot.position_sent.set(self.sent_position);
+            self.last_send = now;
+            work += 1;
+        } else if now.duration_since(self.last_send) >= self.cfg.heartbeat {
+            self.scratch.clear();
+            protocol::encode(
+                &Msg::Heartbeat {
+                    committed_position: self.tailer.committed_position(),
+                    timestamp_ns: seqstream_store::clock::wall_clock_ns(),
+                },
+                &mut self.scratch,
+            );
+            self.outbox
+                .send(&mut self.stream, &[&self.scratch])
+                .map_err(|e| Error::io("write", e))?;
+            self.last_send = now;
+            work += 1;
+        }
+        if now.duration_since(self.last_recv) > self.cfg.peer_timeout {
+            return Err(Error::Protocol(
+                "replica silent past the peer timeout".into(),
+            ));
+        }
+        Ok(work)
+    }
+
+    /// Reads acks and heartbeats.
+    fn receive(&mut self) -> Result<usize> {
+        let mut work = 0;
+        loop {
+            match self
+                .inbox
+                .fill(&mut self.stream)
+                .map_err(|e| Error::io("read", e))?
+            {
+                Fill::Closed => return Err(Error::Closed),
+                Fill::WouldBlock => break,
+                Fill::Bytes(_) => {}
+            }
+        }
+        while let Some(m) = self.inbox.next_message()? {
+            self.last_recv = Instant::now();
+            work += 1;
+            match protocol::decode(m)? {
+                Msg::Ack { position, next_seq } => {
+                    if position > self.sent_position {
+                        return Err(Error::Protocol(format!(
+                            "ack of position {position} beyond what was sent ({})",
+                            self.sent_position
+                        )));
+                    }
+                    self.slot.position_acked.set(position);
+                    self.slot
+                        .lag_bytes
+                        .set(self.tailer.committed_position().saturating_sub(position));
+                    self.slot
+                        .frames_unacked
+                        .set(self.sent_seq.saturating_sub(next_seq));
+                }
+                Msg::Heartbeat { .. } => {}
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected from a replica: {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(work)
+    }
+}

@@ -1,0 +1,416 @@
+//! Replication end to end, in one process: servers and followers on loopback threads.
+//! Every test ends by checking that replicas are byte-identical to their upstream and hold
+//! every frame exactly once, in order.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::framing::put_sofh;
+use seqstream_replication::protocol::{self, Msg};
+use seqstream_replication::server::{Server, ServerConfig};
+use seqstream_store::counters::{self, CountersWriter};
+use seqstream_store::format::SegmentState;
+use seqstream_store::segment::Segment;
+use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
+
+const SECRET: &[u8] = b"s3cret";
+const STREAM: u32 = 9;
+
+fn store_cfg() -> StoreConfig {
+    StoreConfig::new(STREAM)
+        .segment_size(64 << 10)
+        .index_stride(1024)
+        .pretouch(false)
+}
+
+fn append_pattern(a: &mut Appender, n: u64) {
+    for _ in 0..n {
+        let seq = a.next_seq();
+        let mut c = a.claim(pattern::payload_len(seq, 8, 600)).unwrap();
+        pattern::fill(seq, &mut c);
+        c.commit().unwrap();
+    }
+}
+
+/// A server thread; stopped and joined on drop.
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(
+    store: &Path,
+    counters: &Path,
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> (SocketAddr, Running) {
+    let mut cfg = ServerConfig::new(
+        store.to_path_buf(),
+        STREAM,
+        "127.0.0.1:0".parse().unwrap(),
+        SECRET.to_vec(),
+    );
+    cfg.heartbeat = Duration::from_millis(20);
+    tweak(&mut cfg);
+    let w = CountersWriter::create(counters, 256).unwrap();
+    let mut server = Server::bind(cfg, &w).unwrap();
+    let addr = server.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || server.run(&s).unwrap());
+    (
+        addr,
+        Running {
+            stop,
+            thread: Some(thread),
+        },
+    )
+}
+
+fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) -> Running {
+    let mut cfg = FollowerConfig::new(store.to_path_buf(), STREAM, upstream, secret.to_vec());
+    cfg.store_config = store_cfg();
+    cfg.heartbeat = Duration::from_millis(20);
+    cfg.reconnect_max = Duration::from_millis(100);
+    let w = CountersWriter::create(counters, 64).unwrap();
+    let mut f = Follower::new(cfg, &w).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || f.run(&s).unwrap());
+    Running {
+        stop,
+        thread: Some(thread),
+    }
+}
+
+fn counter(path: &Path, label: &str) -> u64 {
+    counters::read(path)
+        .unwrap()
+        .counters
+        .into_iter()
+        .find(|(l, _)| l == label)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no counter {label}"))
+}
+
+/// Waits (bounded) until the replica's position reaches `position`.
+fn wait_for(counters: &Path, position: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let p = counter(counters, "replica position");
+        if p == position {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica at {p}, expected {position}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Live segments and their indexes, by name.
+fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let ext = p.extension().and_then(|e| e.to_str());
+            (ext == Some("seg") || ext == Some("idx"))
+                && Segment::open(&p.with_extension("seg"))
+                    .is_ok_and(|s| s.state() != Some(SegmentState::Prepared))
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn assert_identical(primary: &Path, replica: &Path) {
+    let (p, r) = (live_files(primary), live_files(replica));
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&p), names(&r));
+    for ((name, a), (_, b)) in p.iter().zip(&r) {
+        assert!(
+            a == b,
+            "{name} differs between {} and {}",
+            primary.display(),
+            replica.display()
+        );
+    }
+}
+
+/// Every frame of the store, exactly once, in order, with its pattern payload.
+fn assert_complete(dir: &Path, n: u64) {
+    let mut t = Tailer::open(dir).unwrap();
+    let mut seq = 0;
+    while let Some(f) = t.poll().unwrap() {
+        seq += 1;
+        assert_eq!(f.seq(), seq);
+        assert!(pattern::check(seq, f.payload()), "seq {seq}");
+    }
+    assert_eq!(seq, n);
+}
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        Dirs { _tmp: tmp, root }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
+
+#[test]
+fn a_replica_follows_live_and_is_byte_identical() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 500);
+    let (addr, _server) = serve(&d.path("primary"), &d.path("server.counters"), |_| {});
+    let _f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    // Live: appends while the replica follows, across many segment rolls.
+    for _ in 0..20 {
+        append_pattern(&mut a, 500);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    assert!(a.stats().rolls > 20);
+    drop(_f);
+    drop(_server);
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+    assert_complete(&d.path("replica"), 10_500);
+}
+
+#[test]
+fn a_tree_primary_relay_leaf_is_identical_everywhere() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 3000);
+    let (addr, _s1) = serve(&d.path("primary"), &d.path("s1.counters"), |_| {});
+    let _relay = follow(&d.path("relay"), &d.path("relay.counters"), addr, SECRET);
+    wait_for(
+        &d.path("relay.counters"),
+        a.position(),
+        Duration::from_secs(30),
+    );
+    let (relay_addr, _s2) = serve(&d.path("relay"), &d.path("s2.counters"), |_| {});
+    let _leaf = follow(
+        &d.path("leaf"),
+        &d.path("leaf.counters"),
+        relay_addr,
+        SECRET,
+    );
+    append_pattern(&mut a, 3000);
+    wait_for(
+        &d.path("leaf.counters"),
+        a.position(),
+        Duration::from_secs(30),
+    );
+    drop((_leaf, _s2, _relay, _s1));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("relay"));
+    assert_identical(&d.path("primary"), &d.path("leaf"));
+    assert_complete(&d.path("leaf"), 6000);
+}
+
+#[test]
+fn a_late_replica_catches_up_a_million_frames_then_follows_live() {
+    let d = Dirs::new();
+    let cfg = store_cfg().segment_size(16 << 20);
+    let mut a = Appender::open_or_create(d.path("primary"), cfg).unwrap();
+    let payload = [5u8; 16];
+    for _ in 0..1_000_000 {
+        a.append(&payload).unwrap();
+    }
+    let (addr, _server) = serve(&d.path("primary"), &d.path("server.counters"), |_| {});
+    let _f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(
+        &d.path("f.counters"),
+        a.position(),
+        Duration::from_secs(120),
+    );
+    a.append(b"live").unwrap();
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    drop((_f, _server));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+    let mut t = Tailer::open(d.path("replica")).unwrap();
+    t.seek_seq(1_000_001).unwrap();
+    assert_eq!(t.poll().unwrap().unwrap().payload(), b"live");
+}
+
+#[test]
+fn wrong_secret_and_unlisted_address_are_refused_and_counted() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 100);
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |_| {});
+    let f = follow(&d.path("replica"), &d.path("f.counters"), addr, b"wrong");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&d.path("s.counters"), "refused auth") < 2 {
+        assert!(Instant::now() < deadline, "refusals not counted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(f);
+    assert_eq!(counter(&d.path("f.counters"), "replica position"), 0);
+    assert!(!d.path("replica").join("000000000000.seg").exists());
+
+    let (addr, _s2) = serve(&d.path("primary"), &d.path("s2.counters"), |c| {
+        c.allow = vec!["10.9.9.9".parse().unwrap()];
+    });
+    let f = follow(&d.path("replica2"), &d.path("f2.counters"), addr, SECRET);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&d.path("s2.counters"), "refused address") < 1 {
+        assert!(Instant::now() < deadline, "refusal not counted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(f);
+    assert_eq!(counter(&d.path("f2.counters"), "replica position"), 0);
+}
+
+/// A fake upstream that answers a hello with what `script` writes, then holds the
+/// connection open until the follower drops it.
+fn lying_upstream(script: Vec<u8>) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        l.set_nonblocking(false).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut hello = [0u8; 64];
+        let _ = s.read(&mut hello);
+        let _ = s.write_all(&script);
+        let mut rest = [0u8; 256];
+        while matches!(s.read(&mut rest), Ok(n) if n > 0) {}
+    });
+    (addr, t)
+}
+
+#[test]
+fn a_peer_that_lies_is_disconnected_and_nothing_bad_is_written() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 20);
+    let header = a.segment_header();
+    let mut t = Tailer::open(d.path("primary")).unwrap();
+    let range = t.poll_range(1 << 20).unwrap().unwrap();
+    let good = range.bytes.to_vec();
+    let frame0 = seqstream_store::format::align_frame(u32::from_le_bytes(
+        good[..4].try_into().unwrap(),
+    ) as usize);
+    let msg = |m: Msg<'_>| {
+        let mut v = Vec::new();
+        protocol::encode(&m, &mut v);
+        v
+    };
+    let segment = msg(Msg::Segment {
+        index: 0,
+        header: &header,
+    });
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("corrupt frame", {
+            let mut bad = good.clone();
+            bad[frame0 + 50] ^= 0x10;
+            [
+                segment.clone(),
+                msg(Msg::Data {
+                    position: 0,
+                    bytes: &bad,
+                }),
+            ]
+            .concat()
+        }),
+        (
+            "out-of-order data",
+            [
+                segment.clone(),
+                msg(Msg::Data {
+                    position: frame0 as u64,
+                    bytes: &good[frame0..],
+                }),
+            ]
+            .concat(),
+        ),
+        (
+            "data before a segment header",
+            msg(Msg::Data {
+                position: 0,
+                bytes: &good,
+            }),
+        ),
+        ("a header of another stream", {
+            let mut h = header;
+            h[12] ^= 1;
+            msg(Msg::Segment {
+                index: 0,
+                header: &h,
+            })
+        }),
+        ("garbage bytes", {
+            let mut g = vec![0u8; 6];
+            put_sofh(&mut g, 40);
+            g.extend_from_slice(&[0xAB; 40]);
+            [segment.clone(), g].concat()
+        }),
+    ];
+    for (what, script) in cases {
+        let (addr, fake) = lying_upstream(script);
+        let dir = d.path(&format!("replica-{}", what.replace(' ', "-")));
+        let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
+        let f = follow(&dir, &counters, addr, SECRET);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counter(&counters, "session errors") < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the follower did not drop the peer"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(f);
+        fake.join().unwrap();
+        // Whatever was written is a valid prefix of the primary: nothing bad.
+        if dir.join("000000000000.seg").exists() {
+            let mut r = Tailer::open(&dir).unwrap();
+            let mut n = 0;
+            while let Some(fr) = r.poll().unwrap() {
+                n += 1;
+                assert!(pattern::check(fr.seq(), fr.payload()), "{what}");
+            }
+            assert_eq!(n, 0, "{what}: nothing of the lying data may be written");
+        }
+    }
+    assert!(
+        counter(
+            &d.path("corrupt-frame.counters"),
+            "rejected data (peer lied)"
+        ) >= 1
+    );
+}
