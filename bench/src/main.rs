@@ -1,6 +1,8 @@
 //! `bench`: seqstream's benchmarks. Each prints its figures next to a floor measured in the
 //! same run (see [`report`]), because absolute times drift on shared machines and ratios hold.
 
+mod oneway;
+mod replication;
 mod report;
 mod sbe;
 mod store;
@@ -21,6 +23,8 @@ struct Cli {
 enum Bench {
     /// Store append throughput and append → tailer latency.
     Store(store::Args),
+    /// Replication latency (primary append → replica tailer) and catch-up throughput.
+    Replication(replication::Args),
     /// SBE encode and decode cost per message, against a raw copy of the same bytes.
     Sbe(sbe::Args),
 }
@@ -30,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     let reporter = report::Reporter::new(cli.json);
     match cli.bench {
         Bench::Store(args) => store::run(&args, &reporter),
+        Bench::Replication(args) => replication::run(&args, &reporter),
         Bench::Sbe(args) => sbe::run(&args, &reporter),
     }
 }

@@ -2,7 +2,7 @@
 //! ExecutionReport (108 B block + text) and a real CME MDP3 book refresh with four group
 //! entries, each next to a floor: a raw copy of the same number of bytes in the same loop.
 //!
-//! Decode reads every field (char arrays: their first byte) and sums them into a
+//! Decode reads every field (char arrays: their first byte) and XOR-folds them into a
 //! `black_box`; the floor copies the encoded bytes into a scratch buffer and `black_box`es
 //! it. Each side runs `runs` times, interleaved, and the fastest run counts.
 
@@ -151,15 +151,15 @@ fn encode_new_order(buf: &mut [u8], i: u64) -> anyhow::Result<usize> {
 fn decode_new_order(bytes: &[u8]) -> anyhow::Result<u64> {
     let d = orders::NewOrderSingleDecoder::decode(bytes)?;
     let sum = d.price().mantissa().unwrap_or(0) as u64
-        + d.order_qty()
-        + d.transact_time()
-        + u64::from(d.cl_ord_id().first().copied().unwrap_or(0))
-        + u64::from(d.account())
-        + u64::from(d.instrument_id())
-        + u64::from(d.side_raw())
-        + u64::from(d.ord_type_raw())
-        + u64::from(d.time_in_force_raw())
-        + u64::from(d.exec_inst().0);
+        ^ d.order_qty()
+        ^ d.transact_time()
+        ^ u64::from(d.cl_ord_id().first().copied().unwrap_or(0))
+        ^ u64::from(d.account())
+        ^ u64::from(d.instrument_id())
+        ^ u64::from(d.side_raw())
+        ^ u64::from(d.ord_type_raw())
+        ^ u64::from(d.time_in_force_raw())
+        ^ u64::from(d.exec_inst().0);
     Ok(sum)
 }
 
@@ -185,21 +185,21 @@ fn encode_execution_report(buf: &mut [u8], i: u64) -> anyhow::Result<usize> {
 fn decode_execution_report(bytes: &[u8]) -> anyhow::Result<u64> {
     let d = orders::ExecutionReportDecoder::decode(bytes)?;
     let sum = d.order_id()
-        + d.exec_id()
-        + d.price().mantissa().unwrap_or(0) as u64
-        + d.order_qty()
-        + d.last_px().mantissa().unwrap_or(0) as u64
-        + d.last_qty().unwrap_or(0)
-        + d.leaves_qty()
-        + d.cum_qty()
-        + d.transact_time()
-        + u64::from(d.cl_ord_id().first().copied().unwrap_or(0))
-        + u64::from(d.instrument_id())
-        + u64::from(d.side_raw())
-        + u64::from(d.exec_type_raw())
-        + u64::from(d.ord_status_raw())
-        + u64::from(d.padding())
-        + d.text()?.len() as u64;
+        ^ d.exec_id()
+        ^ d.price().mantissa().unwrap_or(0) as u64
+        ^ d.order_qty()
+        ^ d.last_px().mantissa().unwrap_or(0) as u64
+        ^ d.last_qty().unwrap_or(0)
+        ^ d.leaves_qty()
+        ^ d.cum_qty()
+        ^ d.transact_time()
+        ^ u64::from(d.cl_ord_id().first().copied().unwrap_or(0))
+        ^ u64::from(d.instrument_id())
+        ^ u64::from(d.side_raw())
+        ^ u64::from(d.exec_type_raw())
+        ^ u64::from(d.ord_status_raw())
+        ^ u64::from(d.padding())
+        ^ d.text()?.len() as u64;
     Ok(sum)
 }
 
@@ -232,19 +232,19 @@ fn encode_mdp3_book(buf: &mut [u8]) -> anyhow::Result<usize> {
 
 fn decode_mdp3_book(bytes: &[u8]) -> anyhow::Result<u64> {
     let d = mdp3_v6::MdIncrementalRefreshBook32Decoder::decode(bytes)?;
-    let mut sum = d.transact_time() + u64::from(d.match_event_indicator().0);
+    let mut sum = d.transact_time() ^ u64::from(d.match_event_indicator().0);
     for e in d.no_md_entries()? {
-        sum += e.md_entry_px().mantissa().unwrap_or(0) as u64
-            + e.md_entry_size().unwrap_or(0) as u64
-            + e.security_id() as u64
-            + u64::from(e.rpt_seq())
-            + e.number_of_orders().unwrap_or(0) as u64
-            + u64::from(e.md_price_level())
-            + u64::from(e.md_update_action_raw())
-            + u64::from(e.md_entry_type_raw());
+        sum ^= e.md_entry_px().mantissa().unwrap_or(0) as u64
+            ^ e.md_entry_size().unwrap_or(0) as u64
+            ^ e.security_id() as u64
+            ^ u64::from(e.rpt_seq())
+            ^ e.number_of_orders().unwrap_or(0) as u64
+            ^ u64::from(e.md_price_level())
+            ^ u64::from(e.md_update_action_raw())
+            ^ u64::from(e.md_entry_type_raw());
     }
     for o in d.no_order_id_entries()? {
-        sum += o.order_id();
+        sum ^= o.order_id();
     }
     Ok(sum)
 }

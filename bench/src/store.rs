@@ -2,15 +2,15 @@
 //! between two threads against a bare cache-line hand-off floor, both measured in this run.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use crossbeam_utils::CachePadded;
-use hdrhistogram::Histogram;
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
+use crate::oneway::{ping, Pinning};
 use crate::report::{Better, Figure, Reporter};
 
 /// Options of the store benchmark.
@@ -149,83 +149,19 @@ fn throughput(
     Ok(())
 }
 
-fn pin(core: Option<usize>) -> Result<()> {
-    seqstream_store::affinity::pin_current_thread(core).map_err(anyhow::Error::from)
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
-}
-
-/// One-way latency, one message in flight: the writer stamps a clock reading, the reader
-/// records `now - stamp` when it sees it and acknowledges, then the writer sends the next.
-/// Returns the reader's histogram in ns.
-fn ping(
-    samples: u64,
-    args: &Args,
-    send: impl FnMut(u64) + Send,
-    recv: impl FnMut() -> Option<u64> + Send,
-) -> Result<Histogram<u64>> {
-    let epoch = Instant::now();
-    let ack = Arc::new(CachePadded::new(AtomicU64::new(0)));
-    let failed = Arc::new(AtomicBool::new(false));
-    let warmup = samples / 10;
-    let total = samples + warmup;
-    std::thread::scope(|s| {
-        let reader = {
-            let ack = ack.clone();
-            let failed = failed.clone();
-            let core = args.reader_core;
-            let mut recv = recv;
-            s.spawn(move || -> Result<Histogram<u64>> {
-                pin(core)?;
-                let mut h = histogram();
-                for i in 1..=total {
-                    let stamp = loop {
-                        if let Some(t) = recv() {
-                            break t;
-                        }
-                        if failed.load(Ordering::Relaxed) {
-                            anyhow::bail!("writer failed");
-                        }
-                        std::hint::spin_loop();
-                    };
-                    let now = epoch.elapsed().as_nanos() as u64;
-                    if i > warmup {
-                        h.record(now.saturating_sub(stamp).max(1))?;
-                    }
-                    ack.store(i, Ordering::Release);
-                }
-                Ok(h)
-            })
-        };
-        let mut send = send;
-        let writer = (|| -> Result<()> {
-            pin(args.writer_core)?;
-            for i in 1..=total {
-                send(epoch.elapsed().as_nanos() as u64);
-                while ack.load(Ordering::Acquire) < i {
-                    std::hint::spin_loop();
-                }
-            }
-            Ok(())
-        })();
-        if writer.is_err() {
-            failed.store(true, Ordering::Relaxed);
-        }
-        let h = reader.join().expect("reader thread panicked")?;
-        writer.map(|_| h)
-    })
-}
-
 fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter) -> Result<()> {
     // Floor: a bare cache-line hand-off of the stamp between the same two threads.
     let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let (wline, rline) = (line.clone(), line);
     let mut last = 0u64;
+    let pins = Pinning {
+        writer: args.writer_core,
+        reader: args.reader_core,
+        yield_while_waiting: false,
+    };
     let floor = ping(
         samples,
-        args,
+        pins,
         move |stamp| wline.store(stamp | 1 << 63, Ordering::Release),
         move || {
             let v = rline.load(Ordering::Acquire);
@@ -249,7 +185,7 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
     let mut payload = [0u8; 64];
     let store = ping(
         samples,
-        args,
+        pins,
         move |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             appender.append(&payload).expect("append");

@@ -73,3 +73,42 @@ fn store_bench_prints_every_case_with_its_floor() {
         );
     }
 }
+
+#[test]
+fn replication_bench_prints_latency_and_throughput_with_floors() {
+    let figures = run_json(&["replication", "--quick"]);
+    check_shape(&figures, "replication");
+    let cases: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap(),
+                f["unit"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for n in [1, 2] {
+        assert!(
+            cases.contains(&format!("append_to_replica_64B_{n}f/p50/ns")),
+            "{cases:?}"
+        );
+        assert!(
+            cases.contains(&format!("stream_64B_{n}f/throughput/GB/s")),
+            "{cases:?}"
+        );
+        assert!(
+            cases.contains(&format!("catch_up_64B_{n}f/throughput/msgs/s")),
+            "{cases:?}"
+        );
+    }
+    assert!(cases.contains(&"append_to_replica_64B_beside_slow_peer/p99/ns".to_string()));
+}
+
+#[test]
+fn sbe_bench_prints_encode_and_decode_with_floors() {
+    let figures = run_json(&["sbe", "--iterations", "20000", "--runs", "1"]);
+    check_shape(&figures, "sbe");
+    assert_eq!(figures.len(), 6);
+}

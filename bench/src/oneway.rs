@@ -1,0 +1,105 @@
+//! One-way latency with one message in flight, the method every latency figure uses: the
+//! writer stamps a clock reading (ns since a common `Instant`), the reader records
+//! `now - stamp` when it sees it and acknowledges through a cache line, and only then does the
+//! writer send the next. Floors and figures measured this way are directly comparable.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+
+/// Cores for the writer and reader threads (None: unpinned), and how they wait.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pinning {
+    /// Writer (sender) thread's core.
+    pub writer: Option<usize>,
+    /// Reader (receiver) thread's core.
+    pub reader: Option<usize>,
+    /// Wait with `sched_yield` instead of spinning: for benchmarks with more busy threads
+    /// than cores, where a spinning waiter would starve the threads it waits for until its
+    /// time slice ends (milliseconds).
+    pub yield_while_waiting: bool,
+}
+
+impl Pinning {
+    #[inline]
+    fn wait(&self) {
+        if self.yield_while_waiting {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+pub fn pin(core: Option<usize>) -> Result<()> {
+    seqstream_store::affinity::pin_current_thread(core).map_err(anyhow::Error::from)
+}
+
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// One-way latency, one message in flight: the writer stamps a clock reading, the reader
+/// records `now - stamp` when it sees it and acknowledges, then the writer sends the next.
+/// Returns the reader's histogram in ns.
+pub fn ping(
+    samples: u64,
+    pins: Pinning,
+    send: impl FnMut(u64) + Send,
+    recv: impl FnMut() -> Option<u64> + Send,
+) -> Result<Histogram<u64>> {
+    let epoch = Instant::now();
+    let ack = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let failed = Arc::new(AtomicBool::new(false));
+    let warmup = samples / 10;
+    let total = samples + warmup;
+    std::thread::scope(|s| {
+        let reader = {
+            let ack = ack.clone();
+            let failed = failed.clone();
+            let core = pins.reader;
+            let mut recv = recv;
+            s.spawn(move || -> Result<Histogram<u64>> {
+                pin(core)?;
+                let mut h = histogram();
+                for i in 1..=total {
+                    let stamp = loop {
+                        if let Some(t) = recv() {
+                            break t;
+                        }
+                        if failed.load(Ordering::Relaxed) {
+                            anyhow::bail!("writer failed");
+                        }
+                        pins.wait();
+                    };
+                    let now = epoch.elapsed().as_nanos() as u64;
+                    if i > warmup {
+                        h.record(now.saturating_sub(stamp).max(1))?;
+                    }
+                    ack.store(i, Ordering::Release);
+                }
+                Ok(h)
+            })
+        };
+        let mut send = send;
+        let writer = (|| -> Result<()> {
+            pin(pins.writer)?;
+            for i in 1..=total {
+                send(epoch.elapsed().as_nanos() as u64);
+                while ack.load(Ordering::Acquire) < i {
+                    pins.wait();
+                }
+            }
+            Ok(())
+        })();
+        if writer.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        let h = reader.join().expect("reader thread panicked")?;
+        writer.map(|_| h)
+    })
+}

@@ -1,0 +1,413 @@
+//! `bench replication`: append on the primary → visible to a tailer of a replica, and
+//! streaming throughput, with 1, 2 and 4 followers, next to floors measured in the same run
+//! over the same loopback path: a raw TCP one-way hop (same one-in-flight method) and raw TCP
+//! bandwidth (one stream). Also the fast follower's latency beside a deliberately slow one.
+//!
+//! Threads: the appender, the replica's tailer, the server's sender threads and the followers
+//! all wait with `sched_yield` (`--idle`, default `yield`), and so do both ends of the TCP
+//! floor: with more busy threads than the 2 cores here, a spinning waiter would starve the
+//! thread it waits for until its time slice ends. The ratios say how far the replication path
+//! is from a bare TCP hop on the same machine, not what pinned busy-spinning threads on
+//! isolated cores would give (run with `--idle busy-spin` on a machine with enough cores).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::protocol::{self, Msg};
+use seqstream_replication::server::{Server, ServerConfig};
+use seqstream_store::counters::{self, CountersWriter};
+use seqstream_store::{Appender, Idle, StoreConfig, Tailer, TailerOptions};
+
+use crate::oneway::{ping, Pinning};
+use crate::report::{Better, Figure, Reporter};
+
+/// Options of the replication benchmark.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Follower counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    followers: Vec<usize>,
+    /// Latency samples per case (after 10 % warm-up).
+    #[arg(long, default_value_t = 20_000)]
+    samples: u64,
+    /// Bytes of 64-byte-payload frames streamed per throughput case (appended as fast as
+    /// possible; timed until every replica holds them).
+    #[arg(long, default_value_t = 128 << 20)]
+    bytes: u64,
+    /// Idle strategy of the server's senders and the followers.
+    #[arg(long, default_value = "yield")]
+    idle: Idle,
+    /// Directory for the stores (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// A short run for smoke tests: 1 and 2 followers, 8 MiB, 2,000 samples.
+    #[arg(long)]
+    quick: bool,
+}
+
+const BENCH: &str = "replication";
+const STREAM: u32 = 1;
+const SECRET: &[u8] = b"bench";
+/// Every thread of these cases yields when it waits: there are more of them than cores.
+const YIELDING: Pinning = Pinning {
+    writer: None,
+    reader: None,
+    yield_while_waiting: true,
+};
+
+/// Threads started for a case; stopped and joined on drop.
+struct Running {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Topology {
+    primary: PathBuf,
+    replicas: Vec<PathBuf>,
+    counters: Vec<PathBuf>,
+    addr: SocketAddr,
+    running: Running,
+}
+
+fn store_cfg() -> StoreConfig {
+    StoreConfig::new(STREAM).segment_size(256 << 20)
+}
+
+/// A server on `primary` and `followers` followers, each in its own thread.
+fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Topology> {
+    let primary = dir.join(format!("{name}-primary"));
+    if !primary.exists() {
+        drop(Appender::open_or_create(&primary, store_cfg())?);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let mut cfg = ServerConfig::new(
+        primary.clone(),
+        STREAM,
+        "127.0.0.1:0".parse()?,
+        SECRET.to_vec(),
+    );
+    cfg.idle = idle.clone();
+    cfg.max_consumers = followers + 1;
+    let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
+    let mut server = Server::bind(cfg, &w)?;
+    let addr = server.local_addr();
+    let s = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        server.run(&s).expect("replication server");
+    }));
+    let mut replicas = Vec::new();
+    let mut counter_files = Vec::new();
+    for i in 0..followers {
+        let replica = dir.join(format!("{name}-replica-{i}"));
+        let cpath = dir.join(format!("{name}-follower-{i}.counters"));
+        let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, SECRET.to_vec());
+        fcfg.store_config = store_cfg();
+        fcfg.idle = idle.clone();
+        let w = CountersWriter::create(&cpath, 64)?;
+        let mut f = Follower::new(fcfg, &w)?;
+        let s = stop.clone();
+        threads.push(std::thread::spawn(move || {
+            f.run(&s).expect("follower");
+        }));
+        replicas.push(replica);
+        counter_files.push(cpath);
+    }
+    Ok(Topology {
+        primary,
+        replicas,
+        counters: counter_files,
+        addr,
+        running: Running { stop, threads },
+    })
+}
+
+fn replica_position(counters_file: &Path) -> u64 {
+    counters::read(counters_file)
+        .ok()
+        .and_then(|s| {
+            s.counters
+                .into_iter()
+                .find(|(l, _)| l == "replica position")
+                .map(|(_, v)| v)
+        })
+        .unwrap_or(0)
+}
+
+fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool) -> Result<()> {
+    let end = Instant::now() + deadline;
+    while !done() {
+        ensure!(
+            Instant::now() < end,
+            "replicas did not catch up in {deadline:?}"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    let (followers, samples, bytes) = if args.quick {
+        (vec![1, 2], 2_000, 8 << 20)
+    } else {
+        (args.followers.clone(), args.samples, args.bytes)
+    };
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("seqstream-bench-repl-")
+        .tempdir_in(&base)
+        .with_context(|| format!("creating a scratch dir in {}", base.display()))?;
+    let dir = scratch.path();
+
+    let tcp_floor = tcp_one_way(samples)?;
+    let bw_floor = tcp_bandwidth(bytes)?;
+    for &n in &followers {
+        latency(dir, n, samples, &args.idle, &tcp_floor, reporter, false)?;
+        throughput(dir, n, bytes, &args.idle, bw_floor, reporter)?;
+    }
+    latency(dir, 1, samples, &args.idle, &tcp_floor, reporter, true)?;
+    Ok(())
+}
+
+/// Raw TCP one-way hop over loopback: the stamp in 8 bytes, a busy-polling reader.
+fn tcp_one_way(samples: u64) -> Result<hdrhistogram::Histogram<u64>> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let mut tx = TcpStream::connect(l.local_addr()?)?;
+    let (mut rx, _) = l.accept()?;
+    tx.set_nodelay(true)?;
+    rx.set_nonblocking(true)?;
+    let mut got = [0u8; 8];
+    let mut have = 0usize;
+    ping(
+        samples,
+        YIELDING,
+        move |stamp| tx.write_all(&stamp.to_le_bytes()).expect("tcp write"),
+        move || {
+            match rx.read(&mut got[have..]) {
+                Ok(n) => have += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("tcp read: {e}"),
+            }
+            (have == 8).then(|| {
+                have = 0;
+                u64::from_le_bytes(got)
+            })
+        },
+    )
+}
+
+/// Raw TCP bandwidth over loopback, one stream, 256 KiB writes: bytes/s.
+fn tcp_bandwidth(bytes: u64) -> Result<f64> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let mut tx = TcpStream::connect(l.local_addr()?)?;
+    let (mut rx, _) = l.accept()?;
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            match rx.read(&mut buf)? {
+                0 => return Ok(total),
+                n => total += n as u64,
+            }
+        }
+    });
+    let chunk = vec![7u8; 256 << 10];
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while sent < bytes {
+        tx.write_all(&chunk)?;
+        sent += chunk.len() as u64;
+    }
+    drop(tx);
+    let got = reader.join().expect("reader thread")?;
+    ensure!(got == sent, "raw TCP lost bytes");
+    Ok(sent as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// A replica that reads slowly: hello, then 4 KiB every millisecond.
+fn slow_peer(addr: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let Ok(mut s) = TcpStream::connect(addr) else {
+            return;
+        };
+        let mut hello = Vec::new();
+        protocol::encode(
+            &Msg::Hello {
+                stream_id: STREAM,
+                resume_position: 0,
+                credentials: SECRET,
+            },
+            &mut hello,
+        );
+        if s.write_all(&hello).is_err() {
+            return;
+        }
+        let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+        let mut buf = [0u8; 4096];
+        while !stop.load(Ordering::Relaxed) {
+            let _ = s.read(&mut buf);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn latency(
+    dir: &Path,
+    n: usize,
+    samples: u64,
+    idle: &Idle,
+    floor: &hdrhistogram::Histogram<u64>,
+    reporter: &Reporter,
+    with_slow_peer: bool,
+) -> Result<()> {
+    let name = if with_slow_peer {
+        "lat-slow".to_string()
+    } else {
+        format!("lat-{n}")
+    };
+    let topo = topology(dir, &name, n, idle)?;
+    let slow = with_slow_peer.then(|| slow_peer(topo.addr, topo.running.stop.clone()));
+    let mut appender = Appender::open(&topo.primary, store_cfg())?;
+    appender.append(&[0u8; 64])?; // creates every replica
+    let target = appender.position();
+    wait_until(Duration::from_secs(30), || {
+        topo.counters.iter().all(|c| replica_position(c) == target)
+    })?;
+    let mut tailer = Tailer::open_with(&topo.replicas[0], TailerOptions::default())?;
+    tailer.seek_position(target)?;
+    let mut payload = [0u8; 64];
+    let h = ping(
+        samples,
+        YIELDING,
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            appender.append(&payload).expect("append");
+        },
+        move || {
+            tailer
+                .poll()
+                .expect("replica tailer")
+                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )?;
+    let case = if with_slow_peer {
+        "append_to_replica_64B_beside_slow_peer".to_string()
+    } else {
+        format!("append_to_replica_64B_{n}f")
+    };
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
+        reporter.emit(&Figure::new(
+            BENCH,
+            &case,
+            metric,
+            "ns",
+            h.value_at_quantile(q) as f64,
+            floor.value_at_quantile(q) as f64,
+            Better::Lower,
+        ));
+    }
+    drop(topo);
+    if let Some(t) = slow {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+fn throughput(
+    dir: &Path,
+    n: usize,
+    bytes: u64,
+    idle: &Idle,
+    floor_bytes_per_s: f64,
+    reporter: &Reporter,
+) -> Result<()> {
+    let name = format!("tput-{n}");
+    // Set up first (replica stores created, segments preallocated), then time the stream:
+    // from the first append of `bytes` until every replica holds the last byte.
+    let topo = topology(dir, &name, n, idle)?;
+    let mut a = Appender::open(&topo.primary, store_cfg())?;
+    a.append(&[1u8; 64])?;
+    let start = a.position();
+    wait_until(Duration::from_secs(60), || {
+        topo.counters.iter().all(|c| replica_position(c) == start)
+    })?;
+    let payload = [3u8; 64];
+    let frames = bytes / seqstream_store::format::frame_span(64) as u64;
+    let t0 = Instant::now();
+    for _ in 0..frames {
+        a.append(&payload)?;
+    }
+    let end = a.position();
+    wait_until(Duration::from_secs(300), || {
+        topo.counters.iter().all(|c| replica_position(c) == end)
+    })?;
+    let stream_secs = t0.elapsed().as_secs_f64();
+    drop(topo);
+    let streamed = end - start;
+    // Catch-up: the followers stopped; the primary grows by `bytes` more; the followers come
+    // back and read it from the store (page cache) in large batches.
+    for _ in 0..frames {
+        a.append(&payload)?;
+    }
+    let end2 = a.position();
+    drop(a);
+    let topo = topology(dir, &name, n, idle)?;
+    let t0 = Instant::now();
+    wait_until(Duration::from_secs(300), || {
+        topo.counters.iter().all(|c| replica_position(c) == end2)
+    })?;
+    let catch_up_secs = t0.elapsed().as_secs_f64();
+    drop(topo);
+    let span = seqstream_store::format::frame_span(64) as f64;
+    for (case, secs, bytes) in [
+        (format!("stream_64B_{n}f"), stream_secs, streamed),
+        (format!("catch_up_64B_{n}f"), catch_up_secs, end2 - end),
+    ] {
+        // Per follower: each receives the whole stream.
+        reporter.emit(&Figure::new(
+            BENCH,
+            &case,
+            "throughput",
+            "GB/s",
+            bytes as f64 / secs / 1e9,
+            floor_bytes_per_s / 1e9,
+            Better::Higher,
+        ));
+        reporter.emit(&Figure::new(
+            BENCH,
+            &case,
+            "throughput",
+            "msgs/s",
+            bytes as f64 / span / secs,
+            floor_bytes_per_s / span,
+            Better::Higher,
+        ));
+    }
+    for r in dir.read_dir()? {
+        let p = r?.path();
+        if p.file_name()
+            .is_some_and(|f| f.to_string_lossy().starts_with(&name))
+            && p.is_dir()
+        {
+            std::fs::remove_dir_all(&p)?;
+        }
+    }
+    Ok(())
+}
