@@ -1,4 +1,7 @@
-//! The sequencer daemon and the compositor (issues 4 and 6).
+//! The sequencer daemon (issue 4, still to come) and the compositor.
 //!
-//! Nothing is implemented here yet: this crate holds the place the design gives it
-//! (see `DESIGN.md`), and issue 4 fills it.
+//! | module | owns |
+//! |---|---|
+//! | [`compositor`] | merging component streams into one composite store |
+
+pub mod compositor;

@@ -95,7 +95,12 @@ impl Appender {
     /// [`StoreError`] when a file is not a valid segment of this stream (nothing is modified
     /// then); `Io` on a failing file system.
     pub fn open_or_create(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Appender> {
-        Self::open_impl(dir.as_ref(), cfg, Some(crate::clock::wall_clock_ns()))
+        let created = if cfg.explicit_clock {
+            0
+        } else {
+            crate::clock::wall_clock_ns()
+        };
+        Self::open_impl(dir.as_ref(), cfg, Some(created))
     }
 
     /// As [`open_or_create`](Self::open_or_create), but `NoStore` when `dir` holds no store.
@@ -223,6 +228,35 @@ impl Appender {
         claim.commit()
     }
 
+    /// As [`append_with`](Self::append_with), stamped `timestamp_ns` instead of the clock
+    /// (raised to the stream's last timestamp if it is earlier: timestamps never go back).
+    #[inline]
+    pub fn append_at(
+        &mut self,
+        timestamp_ns: u64,
+        fields: &FrameFields,
+        payload: &[u8],
+    ) -> Result<(u64, u64)> {
+        let mut claim = self.claim_with(*fields, payload.len())?;
+        claim.copy_from_slice(payload);
+        claim.commit_at(timestamp_ns)
+    }
+
+    /// Appends a heartbeat: an empty frame flagged [`flags::HEARTBEAT`](crate::format::flags),
+    /// stamped now (or `timestamp_ns` with the explicit clock), telling readers that merge
+    /// streams by time that this stream has reached that time. Writers call it when idle.
+    pub fn append_heartbeat(&mut self, timestamp_ns: Option<u64>) -> Result<(u64, u64)> {
+        let fields = FrameFields {
+            flags: crate::format::flags::HEARTBEAT,
+            ..FrameFields::default()
+        };
+        let claim = self.claim_with(fields, 0)?;
+        match timestamp_ns {
+            Some(ts) => claim.commit_at(ts),
+            None => claim.commit(),
+        }
+    }
+
     /// Claims room for a frame of `len` payload bytes, to be written in place through the
     /// returned [`Claim`] and published by [`Claim::commit`]. Dropping the claim uncommitted
     /// aborts it: nothing becomes visible and the seq is not used.
@@ -317,7 +351,18 @@ impl Appender {
     /// gets the same seq and a timestamp no earlier, so the entry stays a valid seek start.
     #[inline]
     fn write_header(&mut self, off: usize, len: usize, fields: &FrameFields) {
-        let ts = self.stamp.stamp();
+        let ts = if self.cfg.explicit_clock {
+            self.stamp.last()
+        } else {
+            self.stamp.stamp()
+        };
+        self.write_header_at(off, len, fields, ts);
+    }
+
+    /// As [`write_header`](Self::write_header) with a given timestamp (raised to the last).
+    #[inline]
+    fn write_header_at(&mut self, off: usize, len: usize, fields: &FrameFields, ts: u64) {
+        let ts = self.stamp.stamp_at(ts);
         // SAFETY: single appender (store lock); `off` is the file offset of `self.position`,
         // above the committed position, and the caller checked the frame fits (ensure_room).
         let buf = unsafe { self.segment.mapped().bytes_mut(off, FRAME_HEADER_LEN + len) };
@@ -575,7 +620,12 @@ impl Appender {
 
     /// Seals the active segment and activates the next one.
     fn roll(&mut self) -> Result<()> {
-        self.roll_at(crate::clock::wall_clock_ns())
+        let created = if self.cfg.explicit_clock {
+            self.stamp.last()
+        } else {
+            crate::clock::wall_clock_ns()
+        };
+        self.roll_at(created)
     }
 
     /// Rolls, recording `created_ns` as the new segment's creation time.
@@ -675,11 +725,26 @@ impl Claim<'_> {
     /// Errors only under a flush policy, when `msync` fails: the frame is then not published,
     /// its seq is not used, and the claim's bytes are zeroed.
     #[inline]
-    pub fn commit(mut self) -> Result<(u64, u64)> {
+    pub fn commit(self) -> Result<(u64, u64)> {
+        self.commit_with(None)
+    }
+
+    /// As [`commit`](Self::commit), stamped `timestamp_ns` instead of the clock (raised to
+    /// the stream's last timestamp if it is earlier).
+    #[inline]
+    pub fn commit_at(self, timestamp_ns: u64) -> Result<(u64, u64)> {
+        self.commit_with(Some(timestamp_ns))
+    }
+
+    #[inline]
+    fn commit_with(mut self, timestamp_ns: Option<u64>) -> Result<(u64, u64)> {
         let a = &mut *self.appender;
         let seq = a.next_seq;
         let position = a.position;
-        a.write_header(self.off, self.len, &self.fields);
+        match timestamp_ns {
+            Some(ts) => a.write_header_at(self.off, self.len, &self.fields, ts),
+            None => a.write_header(self.off, self.len, &self.fields),
+        }
         if let Err(e) = a.publish(1) {
             a.position = position;
             a.next_seq = seq;

@@ -80,6 +80,12 @@ pub struct StoreConfig {
     /// store is then a `CorruptFrame` error, because cutting committed frames reuses their
     /// seqs, which tailers and replicas may already have seen. `storetool repair` turns it on.
     pub repair: bool,
+    /// Timestamps come only from the caller ([`Appender::append_at`](crate::Appender::append_at),
+    /// [`Claim::commit_at`](crate::Claim::commit_at)); the appender never reads the wall
+    /// clock, and segments record the timestamp of the stream at their activation (0 for the
+    /// first) as their creation time. Two stores built from the same appends are then byte
+    /// for byte the same (the composite stream in timestamp mode).
+    pub explicit_clock: bool,
 }
 
 impl StoreConfig {
@@ -94,6 +100,7 @@ impl StoreConfig {
             pretouch: true,
             prepare_ahead: true,
             repair: false,
+            explicit_clock: false,
         }
     }
 
@@ -124,6 +131,12 @@ impl StoreConfig {
     /// Allows recovery to cut damaged committed frames (see [`StoreConfig::repair`]).
     pub fn repair(mut self, on: bool) -> Self {
         self.repair = on;
+        self
+    }
+
+    /// Turns the explicit clock on or off (see [`StoreConfig::explicit_clock`]).
+    pub fn explicit_clock(mut self, on: bool) -> Self {
+        self.explicit_clock = on;
         self
     }
 

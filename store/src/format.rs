@@ -62,8 +62,17 @@ pub mod frame {
     pub const SOURCE_ID: usize = 32;
     /// `u16` SBE template id of the payload (0 when the payload is not SBE).
     pub const TEMPLATE_ID: usize = 36;
-    /// `u16` flags, reserved: written 0.
+    /// `u16` flags: see [`super::flags`].
     pub const FLAGS: usize = 38;
+}
+
+/// Bits of the frame header's flags word.
+pub mod flags {
+    /// A heartbeat: no payload, written when the writer is idle so that readers merging
+    /// streams by time (the compositor) learn that the stream has advanced to its timestamp.
+    pub const HEARTBEAT: u16 = 1;
+    /// A composite frame: the payload starts with a [`crate::composite`] origin prefix.
+    pub const COMPOSITE: u16 = 2;
 }
 
 /// Lifecycle of a segment file, stored at [`seg::STATE`].
@@ -116,6 +125,8 @@ pub struct FrameFields {
     pub source_seq: u64,
     /// SBE template id of the payload, 0 if none.
     pub template_id: u16,
+    /// Flag bits ([`flags`]).
+    pub flags: u16,
 }
 
 /// A decoded frame header.
@@ -129,10 +140,8 @@ pub struct FrameHeader {
     pub seq: u64,
     /// ns since the Unix epoch.
     pub timestamp_ns: u64,
-    /// Publisher's fields.
+    /// Publisher's fields and the flags.
     pub fields: FrameFields,
-    /// Reserved flags.
-    pub flags: u16,
 }
 
 #[inline]
@@ -191,7 +200,7 @@ pub fn write_frame_header(
     put_u64(buf, frame::SOURCE_SEQ, fields.source_seq);
     put_u32(buf, frame::SOURCE_ID, fields.source_id);
     put_u16(buf, frame::TEMPLATE_ID, fields.template_id);
-    put_u16(buf, frame::FLAGS, 0);
+    put_u16(buf, frame::FLAGS, fields.flags);
     let crc = frame_checksum(&buf[..len]);
     put_u32(buf, frame::CHECKSUM, crc);
 }
@@ -230,10 +239,11 @@ impl std::fmt::Display for FrameFault {
 /// of what may hold frames) and checks its length bounds. Does not check the checksum.
 pub fn decode_header(avail: &[u8]) -> Result<FrameHeader, FrameFault> {
     if avail.len() < FRAME_HEADER_LEN {
-        return if avail.len() >= 4 && get_u32(avail, 0) == 0 || avail.len() < 4 {
+        // Too short for a header: the end of the frame area, unless something was written.
+        return if avail.iter().all(|&b| b == 0) {
             Err(FrameFault::Empty)
         } else {
-            Err(FrameFault::BadLength(get_u32(avail, 0)))
+            Err(FrameFault::BadLength(avail.len() as u32))
         };
     }
     let length = get_u32(avail, frame::LENGTH);
@@ -252,8 +262,8 @@ pub fn decode_header(avail: &[u8]) -> Result<FrameHeader, FrameFault> {
             source_id: get_u32(avail, frame::SOURCE_ID),
             source_seq: get_u64(avail, frame::SOURCE_SEQ),
             template_id: get_u16(avail, frame::TEMPLATE_ID),
+            flags: get_u16(avail, frame::FLAGS),
         },
-        flags: get_u16(avail, frame::FLAGS),
     })
 }
 
@@ -350,8 +360,8 @@ mod tests {
         #[test]
         fn frame_round_trips(payload in proptest::collection::vec(any::<u8>(), 0..512),
                              seq in 1u64.., ts: u64, source_id: u32, source_seq: u64,
-                             template_id: u16) {
-            let fields = FrameFields { source_id, source_seq, template_id };
+                             template_id: u16, flags: u16) {
+            let fields = FrameFields { source_id, source_seq, template_id, flags };
             let buf = encode(&payload, seq, ts, fields);
             prop_assert_eq!(buf.len() % FRAME_ALIGNMENT, 0);
             let h = validate_frame(&buf, seq).unwrap();

@@ -37,8 +37,11 @@
 pub mod affinity;
 pub mod appender;
 pub mod clock;
+pub mod composite;
 pub mod config;
 pub mod counters;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 pub mod error;
 pub mod format;
 pub mod idle;

@@ -125,7 +125,12 @@ pub(crate) fn open_for_append(
             let path = segs.pop().expect("one segment").0;
             // SAFETY: we hold the store lock: we are the single appender.
             let active = unsafe { Segment::open_writable(&path) }?;
-            active.activate(0, 1, crate::clock::wall_clock_ns());
+            let created = if cfg.explicit_clock {
+                0
+            } else {
+                crate::clock::wall_clock_ns()
+            };
+            active.activate(0, 1, created);
             report.created = true;
             return finish(dir, cfg, lock, active, None, None, report);
         }
@@ -256,11 +261,12 @@ pub(crate) fn open_for_append(
                 cfg.pretouch,
             )?,
         };
-        next.activate(
-            end.end_position,
-            end.next_seq,
-            crate::clock::wall_clock_ns(),
-        );
+        let created = if cfg.explicit_clock {
+            end.last_timestamp_ns
+        } else {
+            crate::clock::wall_clock_ns()
+        };
+        next.activate(end.end_position, end.next_seq, created);
         report.completed_roll = true;
         let end = ScanEnd { fault: None, ..end };
         return finish(dir, cfg, lock, next, None, Some(end), report);

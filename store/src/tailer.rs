@@ -63,12 +63,21 @@ impl<'a> Frame<'a> {
     pub fn template_id(&self) -> u16 {
         format::get_u16(self.bytes, format::frame::TEMPLATE_ID)
     }
-    /// The publisher's fields.
+    /// The flag bits ([`crate::format::flags`]).
+    pub fn flags(&self) -> u16 {
+        format::get_u16(self.bytes, format::frame::FLAGS)
+    }
+    /// `true` for a heartbeat frame (no payload; the stream has reached its timestamp).
+    pub fn is_heartbeat(&self) -> bool {
+        self.flags() & format::flags::HEARTBEAT != 0
+    }
+    /// The publisher's fields and flags.
     pub fn fields(&self) -> FrameFields {
         FrameFields {
             source_id: self.source_id(),
             source_seq: self.source_seq(),
             template_id: self.template_id(),
+            flags: self.flags(),
         }
     }
     /// The stored CRC32C.

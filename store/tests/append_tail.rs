@@ -25,6 +25,7 @@ fn frames_roll_across_segments_and_read_back() {
             source_id: 3,
             source_seq: seq * 2,
             template_id: 42,
+            flags: 0,
         };
         let (s, p) = a.append_with(&fields, &buf).unwrap();
         assert_eq!((s, p), (seq, expected_pos));
@@ -303,4 +304,50 @@ fn poll_range_returns_whole_frames_and_seek_position_finds_boundaries() {
         t.seek_position(end + 8),
         Err(StoreError::BadPosition { .. })
     ));
+}
+
+#[test]
+fn storetool_shows_composite_origins_and_heartbeats() {
+    use seqstream_store::composite::{Origin, PREFIX_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(50)).unwrap();
+    let origin = Origin {
+        stream_id: 7,
+        seq: 42,
+        timestamp_ns: 1234,
+    };
+    let mut payload = vec![0u8; PREFIX_LEN + 3];
+    origin.write(&mut payload);
+    payload[PREFIX_LEN..].copy_from_slice(b"abc");
+    let fields = FrameFields {
+        flags: seqstream_store::format::flags::COMPOSITE,
+        ..FrameFields::default()
+    };
+    a.append_with(&fields, &payload).unwrap();
+    a.append_heartbeat(None).unwrap();
+    drop(a);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_storetool"))
+        .args(["dump", "--json", "--hex"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["component"]["stream_id"], 7);
+    assert_eq!(lines[0]["component"]["seq"], 42);
+    assert_eq!(lines[0]["component"]["timestamp_ns"], 1234);
+    assert_eq!(lines[0]["payload_hex"], "616263");
+    assert_eq!(lines[1]["flags"], 1);
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_storetool"))
+        .arg("dump")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("from stream 7 seq 42 ts 1234"), "{text}");
+    assert!(text.contains("heartbeat"), "{text}");
 }

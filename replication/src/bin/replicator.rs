@@ -4,8 +4,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -13,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::counters::CountersWriter;
+use seqstream_store::daemon;
 use seqstream_store::{FlushPolicy, Idle};
 
 #[derive(Parser)]
@@ -108,49 +107,6 @@ struct FollowArgs {
     serve_allow: Vec<IpAddr>,
 }
 
-/// The command line with the config file's keys inserted before the flags given, so that
-/// flags override the file.
-fn args_with_config() -> Result<Vec<String>> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(at) = args.iter().position(|a| a == "--config") else {
-        return Ok(args);
-    };
-    let path = args.get(at + 1).context("--config needs a file")?;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    let table: toml::Table = text.parse().with_context(|| format!("parsing {path}"))?;
-    let mut from_file = Vec::new();
-    for (key, value) in table {
-        let flag = format!("--{}", key.replace('_', "-"));
-        if args.contains(&flag) {
-            continue;
-        }
-        let values: Vec<String> = match value {
-            toml::Value::Array(items) => items.iter().map(plain).collect::<Result<_>>()?,
-            toml::Value::Boolean(true) => {
-                from_file.push(flag);
-                continue;
-            }
-            other => vec![plain(&other)?],
-        };
-        from_file.push(flag);
-        from_file.push(values.join(","));
-    }
-    let mut out = args[..at].to_vec();
-    out.extend(from_file);
-    out.extend_from_slice(&args[at + 2..]);
-    Ok(out)
-}
-
-fn plain(v: &toml::Value) -> Result<String> {
-    Ok(match v {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        other => bail!("unsupported config value {other}"),
-    })
-}
-
 fn secret(path: &PathBuf) -> Result<Vec<u8>> {
     let mut s = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
@@ -162,37 +118,18 @@ fn secret(path: &PathBuf) -> Result<Vec<u8>> {
     Ok(s)
 }
 
-/// The counters file, and whether it is the default one (removed at a clean exit).
+/// The counters file (see `daemon::counters_path`), and whether to remove it at exit.
 fn counters(common: &Common) -> Result<(CountersWriter, bool)> {
-    let path = common.counters.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "/dev/shm/seqstream-replicator-{}.counters",
-            std::process::id()
-        ))
-    });
+    let (path, temporary) = daemon::counters_path("replicator", common.counters.clone());
     let w = CountersWriter::create(&path, 512)
         .with_context(|| format!("creating {}", path.display()))?;
-    Ok((w, common.counters.is_none()))
-}
-
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    Ok(stop)
+    Ok((w, temporary))
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse_from(args_with_config()?);
-    let stop = stop_flag()?;
+    daemon::init_logging();
+    let cli = Cli::parse_from(daemon::args_with_config()?);
+    let stop = daemon::stop_flag()?;
     match cli.cmd {
         Cmd::Serve(a) => {
             let c = &a.common;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use seqstream_store::format::{FrameFields, SegmentState};
+use seqstream_store::composite::Origin;
+use seqstream_store::format::{flags, FrameFields, SegmentState};
 use seqstream_store::index::Index;
 use seqstream_store::scan::scan;
 use seqstream_store::segment::Segment;
@@ -355,8 +356,27 @@ struct FrameJson<'a> {
     template_id: u16,
     payload_len: usize,
     checksum: u32,
+    flags: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    component: Option<ComponentJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_hex: Option<&'a str>,
+}
+
+/// Origin of a composite frame.
+#[derive(Serialize)]
+struct ComponentJson {
+    stream_id: u32,
+    seq: u64,
+    timestamp_ns: u64,
+}
+
+/// The origin of a composite frame and its original payload.
+fn composite_origin<'a>(f: &Frame<'a>) -> Option<(Origin, &'a [u8])> {
+    if f.flags() & flags::COMPOSITE == 0 {
+        return None;
+    }
+    Origin::read(f.payload())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -364,8 +384,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<()> {
+    let origin = composite_origin(f);
+    let payload = origin.map_or(f.payload(), |(_, p)| p);
     if opts.json {
-        let h = opts.hex.then(|| hex(f.payload()));
+        let h = opts.hex.then(|| hex(payload));
         let j = FrameJson {
             seq: f.seq(),
             position: f.position(),
@@ -373,29 +395,43 @@ fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<(
             source_id: f.source_id(),
             source_seq: f.source_seq(),
             template_id: f.template_id(),
-            payload_len: f.payload().len(),
+            payload_len: payload.len(),
             checksum: f.checksum(),
+            flags: f.flags(),
+            component: origin.map(|(o, _)| ComponentJson {
+                stream_id: o.stream_id,
+                seq: o.seq,
+                timestamp_ns: o.timestamp_ns,
+            }),
             payload_hex: h.as_deref(),
         };
         writeln!(out, "{}", serde_json::to_string(&j)?)?;
     } else {
         let shown = if opts.hex {
-            f.payload()
+            payload
         } else {
-            &f.payload()[..f.payload().len().min(32)]
+            &payload[..payload.len().min(32)]
+        };
+        let kind = match origin {
+            Some((o, _)) => format!(
+                " from stream {} seq {} ts {}",
+                o.stream_id, o.seq, o.timestamp_ns
+            ),
+            None if f.is_heartbeat() => " heartbeat".to_string(),
+            None => String::new(),
         };
         writeln!(
             out,
-            "seq {:>10} pos {:>12} ts {} src {}:{} tpl {} len {} {}{}",
+            "seq {:>10} pos {:>12} ts {}{kind} src {}:{} tpl {} len {} {}{}",
             f.seq(),
             f.position(),
             f.timestamp_ns(),
             f.source_id(),
             f.source_seq(),
             f.template_id(),
-            f.payload().len(),
+            payload.len(),
             hex(shown),
-            if shown.len() < f.payload().len() {
+            if shown.len() < payload.len() {
                 "…"
             } else {
                 ""
@@ -442,7 +478,8 @@ fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Resul
             Some(f) if f.seq() < skip_below => idle.reset(),
             Some(f) => {
                 idle.reset();
-                if opts.check_pattern && !pattern::check(f.seq(), f.payload()) {
+                if opts.check_pattern && !pattern::check(f.seq(), f.payload()) && !f.is_heartbeat()
+                {
                     bad_patterns += 1;
                     eprintln!(
                         "storetool: seq {}: payload differs from its pattern",

@@ -1,0 +1,79 @@
+//! `compositor`: merges component streams (local stores) into one composite store.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{daemon, Idle, IdleStrategy, StoreConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "compositor",
+    version,
+    about = "Merge sequenced streams (local stores) into one composite stream, by arrival or by timestamp"
+)]
+struct Cli {
+    /// TOML file of options (keys = long flag names); command-line flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A component store directory (repeat, or comma-separate).
+    #[arg(long = "component", value_delimiter = ',', required = true)]
+    components: Vec<PathBuf>,
+    /// The composite store directory (created if empty).
+    #[arg(long)]
+    output: PathBuf,
+    /// Stream id of the composite stream.
+    #[arg(long)]
+    stream_id: u32,
+    /// Merge policy: arrival (lowest latency) or timestamp (deterministic).
+    #[arg(long, value_enum, default_value = "arrival")]
+    policy: MergePolicy,
+    /// Segment size of the composite store, bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    segment_size: u64,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    idle: Idle,
+    /// Core to pin the merging thread to.
+    #[arg(long)]
+    core: Option<usize>,
+    /// Counters file for seqstat (default /dev/shm/seqstream-compositor-<pid>.counters,
+    /// removed at a clean exit).
+    #[arg(long)]
+    counters: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    daemon::init_logging();
+    let cli = Cli::parse_from(daemon::args_with_config()?);
+    let stop = daemon::stop_flag()?;
+    let (counters_path, temporary) = daemon::counters_path("compositor", cli.counters.clone());
+    let counters = CountersWriter::create(&counters_path, 256)
+        .with_context(|| format!("creating {}", counters_path.display()))?;
+    seqstream_store::affinity::pin_current_thread(cli.core)?;
+    let cfg = CompositorConfig {
+        components: cli.components.clone(),
+        output: cli.output.clone(),
+        store_config: StoreConfig::new(cli.stream_id).segment_size(cli.segment_size),
+        policy: cli.policy,
+    };
+    let mut compositor = Compositor::open(cfg, &counters)
+        .with_context(|| format!("opening the composite {}", cli.output.display()))?;
+    let out = compositor.output();
+    tracing::info!(output = %cli.output.display(), policy = ?cli.policy, next_seq = out.next_seq(), counters = %counters_path.display(), "merging");
+    let position = counters.counter("composite position")?;
+    let mut idle = cli.idle.build();
+    while !stop.load(Ordering::Relaxed) {
+        let work = compositor.do_work()?;
+        position.set(compositor.output().position());
+        idle.idle(work);
+    }
+    tracing::info!(next_seq = compositor.output().next_seq(), "stopped");
+    if temporary {
+        let _ = std::fs::remove_file(&counters_path);
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! The compositor: merges N component streams, read from local stores, into one composite
+//! store. Each composite frame carries its component's stream id, seq and timestamp (the
+//! [`composite`](seqstream_store::composite) origin prefix) before the original payload, and
+//! the component frame's source id, source seq and template id.
+//!
+//! Two merge policies:
+//! - [`MergePolicy::Arrival`]: whichever component frame is committed first goes first —
+//!   lowest latency; the composite's timestamps are its own clock's.
+//! - [`MergePolicy::Timestamp`]: deterministic order by `(timestamp_ns, stream_id, seq)`. A
+//!   frame is emitted only once every other component has shown a frame, or a heartbeat, that
+//!   proves nothing can still come before it; composite frames are stamped with the component
+//!   timestamp and the store uses the explicit clock, so any host that rebuilds the composite
+//!   from the same components writes the same bytes. A silent component holds the composite
+//!   back until its next heartbeat, so component writers heartbeat when idle.
+//!
+//! Heartbeats are not copied into the composite. After a crash the compositor resumes from its
+//! own store: it reads the last seq it wrote for each component and continues after it, so
+//! nothing is lost or written twice. It only reads the component stores.
+
+use std::path::PathBuf;
+
+use seqstream_store::composite::{Origin, PREFIX_LEN};
+use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::format::{flags, FrameFields};
+use seqstream_store::{Appender, StoreConfig, StoreError, Tailer, TailerOptions};
+
+/// Most frames one duty cycle merges, so a cycle stays short and the owner's loop keeps
+/// checking for shutdown.
+const MAX_FRAMES_PER_CYCLE: usize = 256;
+
+/// How the compositor orders frames of different components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MergePolicy {
+    /// First committed, first out.
+    Arrival,
+    /// By `(timestamp_ns, stream_id, seq)`, deterministic.
+    Timestamp,
+}
+
+/// Errors of the compositor.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A store refused an operation.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Two components hold the same stream, or the composite holds frames of a stream that is
+    /// not a component.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Configuration of a compositor.
+#[derive(Debug, Clone)]
+pub struct CompositorConfig {
+    /// Directories of the component stores.
+    pub components: Vec<PathBuf>,
+    /// Directory of the composite store.
+    pub output: PathBuf,
+    /// Store configuration of the composite (its stream id, segment size, …). The explicit
+    /// clock is turned on for the timestamp policy.
+    pub store_config: StoreConfig,
+    /// Merge policy.
+    pub policy: MergePolicy,
+}
+
+/// The next frame of a component, copied out of its store (timestamp policy).
+#[derive(Debug)]
+struct Head {
+    seq: u64,
+    timestamp_ns: u64,
+    fields: FrameFields,
+    payload: Vec<u8>,
+}
+
+struct Component {
+    stream_id: u32,
+    tailer: Tailer,
+    head: Option<Head>,
+    /// Timestamp of the latest frame or heartbeat seen: no later frame is earlier.
+    watermark: u64,
+    frames: Counter,
+    heartbeats: Counter,
+}
+
+/// A running merge. Drive it with [`Compositor::do_work`] and an idle strategy.
+pub struct Compositor {
+    out: Appender,
+    components: Vec<Component>,
+    policy: MergePolicy,
+    held: Counter,
+}
+
+impl Compositor {
+    /// Opens the composite store (recovering it like any store), finds where each component
+    /// left off in it, and opens the component stores there.
+    pub fn open(cfg: CompositorConfig, counters: &CountersWriter) -> Result<Compositor, Error> {
+        let mut store_config = cfg.store_config.clone();
+        store_config.explicit_clock = cfg.policy == MergePolicy::Timestamp;
+        let out = Appender::open_or_create(&cfg.output, store_config)?;
+        let resume = last_seqs(&cfg.output)?;
+        let mut components = Vec::new();
+        for dir in &cfg.components {
+            let mut tailer = Tailer::open_with(dir, TailerOptions::default())?;
+            let stream_id = tailer.stream_id();
+            if components
+                .iter()
+                .any(|c: &Component| c.stream_id == stream_id)
+            {
+                return Err(Error::Config(format!(
+                    "two components hold stream {stream_id}"
+                )));
+            }
+            let last = resume
+                .iter()
+                .find(|(s, _)| *s == stream_id)
+                .map_or(0, |(_, q)| *q);
+            tailer.seek_seq(last + 1)?;
+            tracing::info!(component = %dir.display(), stream_id, resume_seq = last + 1, "component opened");
+            let c = |what: &str| {
+                counters
+                    .counter(&format!("stream {stream_id} {what}"))
+                    .map_err(Error::Store)
+            };
+            components.push(Component {
+                stream_id,
+                tailer,
+                head: None,
+                watermark: 0,
+                frames: c("frames merged")?,
+                heartbeats: c("heartbeats seen")?,
+            });
+        }
+        if let Some((s, _)) = resume
+            .iter()
+            .find(|(s, _)| !components.iter().any(|c| c.stream_id == *s))
+        {
+            return Err(Error::Config(format!(
+                "the composite holds frames of stream {s}, which is not a component"
+            )));
+        }
+        Ok(Compositor {
+            out,
+            components,
+            policy: cfg.policy,
+            held: counters
+                .counter("polls held back (timestamp)")
+                .map_err(Error::Store)?,
+        })
+    }
+
+    /// The composite store's appender (its position, next seq, stats).
+    pub fn output(&self) -> &Appender {
+        &self.out
+    }
+
+    /// One duty cycle: merge what the components committed since the last one. Returns the
+    /// work done (0 = idle).
+    pub fn do_work(&mut self) -> Result<usize, Error> {
+        match self.policy {
+            MergePolicy::Arrival => self.arrival(),
+            MergePolicy::Timestamp => self.timestamp(),
+        }
+    }
+
+    fn arrival(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for c in &mut self.components {
+            // A bounded batch per component per cycle, so no component starves the others.
+            for _ in 0..MAX_FRAMES_PER_CYCLE / 4 {
+                let Some(f) = c.tailer.poll()? else { break };
+                work += 1;
+                if f.is_heartbeat() {
+                    c.heartbeats.incr();
+                    continue;
+                }
+                let origin = Origin {
+                    stream_id: c.stream_id,
+                    seq: f.seq(),
+                    timestamp_ns: f.timestamp_ns(),
+                };
+                let mut fields = f.fields();
+                fields.flags = flags::COMPOSITE;
+                let mut claim = self
+                    .out
+                    .claim_with(fields, PREFIX_LEN + f.payload().len())?;
+                origin.write(&mut claim[..PREFIX_LEN]);
+                claim[PREFIX_LEN..].copy_from_slice(f.payload());
+                claim.commit()?;
+                c.frames.incr();
+            }
+        }
+        Ok(work)
+    }
+
+    fn timestamp(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for c in &mut self.components {
+            work += refill(c)?;
+        }
+        for _ in 0..MAX_FRAMES_PER_CYCLE {
+            // The smallest head by (timestamp, stream id); seqs within a stream are in order.
+            let Some(i) = (0..self.components.len())
+                .filter(|&i| self.components[i].head.is_some())
+                .min_by_key(|&i| {
+                    let c = &self.components[i];
+                    let h = c.head.as_ref().expect("filtered");
+                    (h.timestamp_ns, c.stream_id)
+                })
+            else {
+                break;
+            };
+            let (ts, stream) = {
+                let c = &self.components[i];
+                (c.head.as_ref().expect("some").timestamp_ns, c.stream_id)
+            };
+            // Every component without a pending frame must have shown that its next frame
+            // sorts after this one: a watermark past ts, or at ts with a larger stream id.
+            let safe = self.components.iter().all(|c| {
+                c.head.is_some() || c.watermark > ts || (c.watermark == ts && c.stream_id > stream)
+            });
+            if !safe {
+                self.held.incr();
+                break;
+            }
+            let c = &mut self.components[i];
+            let h = c.head.take().expect("some");
+            let origin = Origin {
+                stream_id: c.stream_id,
+                seq: h.seq,
+                timestamp_ns: h.timestamp_ns,
+            };
+            let mut claim = self
+                .out
+                .claim_with(h.fields, PREFIX_LEN + h.payload.len())?;
+            origin.write(&mut claim[..PREFIX_LEN]);
+            claim[PREFIX_LEN..].copy_from_slice(&h.payload);
+            claim.commit_at(h.timestamp_ns)?;
+            c.frames.incr();
+            work += 1 + refill(c)?;
+        }
+        Ok(work)
+    }
+}
+
+/// Reads a component until it has a pending data frame or nothing more is committed.
+fn refill(c: &mut Component) -> Result<usize, Error> {
+    let mut work = 0;
+    while c.head.is_none() {
+        let Some(f) = c.tailer.poll()? else { break };
+        work += 1;
+        c.watermark = c.watermark.max(f.timestamp_ns());
+        if f.is_heartbeat() {
+            c.heartbeats.incr();
+            continue;
+        }
+        let mut fields = f.fields();
+        fields.flags = flags::COMPOSITE;
+        c.head = Some(Head {
+            seq: f.seq(),
+            timestamp_ns: f.timestamp_ns(),
+            fields,
+            payload: f.payload().to_vec(),
+        });
+    }
+    Ok(work)
+}
+
+/// The last component seq the composite store holds for each component stream, by reading
+/// the composite's frames (headers and origin prefixes only).
+fn last_seqs(dir: &std::path::Path) -> Result<Vec<(u32, u64)>, Error> {
+    let mut last: Vec<(u32, u64)> = Vec::new();
+    let mut t = Tailer::open_with(
+        dir,
+        TailerOptions {
+            verify_checksums: false,
+        },
+    )?;
+    while let Some(f) = t.poll()? {
+        let Some((origin, _)) = Origin::read(f.payload()) else {
+            return Err(Error::Config(format!(
+                "frame {} of the composite has no origin prefix",
+                f.seq()
+            )));
+        };
+        match last.iter_mut().find(|(s, _)| *s == origin.stream_id) {
+            Some((_, q)) => *q = origin.seq,
+            None => last.push((origin.stream_id, origin.seq)),
+        }
+    }
+    Ok(last)
+}

@@ -1,0 +1,92 @@
+//! Plumbing every seqstream daemon shares (feature `daemon`): options from a TOML file,
+//! shutdown on SIGINT/SIGTERM, logging, and where counters live.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+/// The process's arguments with the keys of the TOML file named by `--config FILE` inserted
+/// as flags (`stream_id = 7` → `--stream-id 7`; arrays joined with commas; `true` → a bare
+/// flag) before the other arguments, for a `clap` parser. Flags given on the command line
+/// win: a key whose flag is present is skipped.
+pub fn args_with_config() -> Result<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(at) = args.iter().position(|a| a == "--config") else {
+        return Ok(args);
+    };
+    let path = args.get(at + 1).context("--config needs a file")?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let table: toml::Table = text.parse().with_context(|| format!("parsing {path}"))?;
+    let mut from_file = Vec::new();
+    for (key, value) in table {
+        let flag = format!("--{}", key.replace('_', "-"));
+        if args.contains(&flag) {
+            continue;
+        }
+        match value {
+            toml::Value::Boolean(true) => from_file.push(flag),
+            toml::Value::Boolean(false) => {}
+            toml::Value::Array(items) => {
+                let items: Vec<String> = items.iter().map(plain).collect::<Result<_>>()?;
+                from_file.push(flag);
+                from_file.push(items.join(","));
+            }
+            other => {
+                from_file.push(flag);
+                from_file.push(plain(&other)?);
+            }
+        }
+    }
+    let mut out = args[..at].to_vec();
+    out.extend(from_file);
+    out.extend_from_slice(&args[at + 2..]);
+    Ok(out)
+}
+
+fn plain(v: &toml::Value) -> Result<String> {
+    Ok(match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => bail!("unsupported config value {other}"),
+    })
+}
+
+/// A flag set by SIGINT or SIGTERM.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// The counters file of daemon `name`: `explicit`, or
+/// `/dev/shm/seqstream-<name>-<pid>.counters`. The flag says whether it is the default one
+/// (which the daemon removes at a clean exit).
+pub fn counters_path(name: &str, explicit: Option<PathBuf>) -> (PathBuf, bool) {
+    match explicit {
+        Some(p) => (p, false),
+        None => (
+            PathBuf::from(format!(
+                "/dev/shm/seqstream-{name}-{}.counters",
+                std::process::id()
+            )),
+            true,
+        ),
+    }
+}
