@@ -1,6 +1,7 @@
 //! `bench`: seqstream's benchmarks. Each prints its figures next to a floor measured in the
 //! same run (see [`report`]), because absolute times drift on shared machines and ratios hold.
 
+mod composite;
 mod oneway;
 mod replication;
 mod report;
@@ -27,6 +28,8 @@ enum Bench {
     Replication(replication::Args),
     /// SBE encode and decode cost per message, against a raw copy of the same bytes.
     Sbe(sbe::Args),
+    /// The latency the compositor adds, and its merge throughput.
+    Composite(composite::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +39,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Store(args) => store::run(&args, &reporter),
         Bench::Replication(args) => replication::run(&args, &reporter),
         Bench::Sbe(args) => sbe::run(&args, &reporter),
+        Bench::Composite(args) => composite::run(&args, &reporter),
     }
 }

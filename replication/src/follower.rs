@@ -77,6 +77,16 @@ struct Counters {
     lag_bytes: Counter,
 }
 
+/// The length of the last live segment of the store in `dir`, if there is one.
+fn active_segment_length(dir: &std::path::Path) -> Option<u64> {
+    let listing = seqstream_store::layout::list(dir).ok()?;
+    listing.segments.iter().rev().find_map(|(_, path)| {
+        let s = seqstream_store::segment::Segment::open(path).ok()?;
+        (s.state() != Some(seqstream_store::format::SegmentState::Prepared))
+            .then(|| s.info().0.length)
+    })
+}
+
 /// A replica of one stream, kept up to date from an upstream.
 pub struct Follower {
     cfg: FollowerConfig,
@@ -100,6 +110,11 @@ impl Follower {
             upstream_committed: c("upstream committed position")?,
             lag_bytes: c("lag bytes")?,
         };
+        let mut cfg = cfg;
+        // New segments of a replica take the upstream's size: that of its active segment.
+        if let Some(len) = active_segment_length(&cfg.store) {
+            cfg.store_config.segment_size = len;
+        }
         let appender = match Appender::open(&cfg.store, cfg.store_config.clone()) {
             Ok(a) => Some(a),
             Err(StoreError::NoStore { .. }) => None,
@@ -187,7 +202,7 @@ impl Follower {
             .send(&mut stream, &[&scratch])
             .map_err(|e| Error::io("write", e))?;
         tracing::info!(upstream = %self.cfg.upstream, resume = self.position(), "connected");
-        let mut inbox = Inbox::new(1 << 20);
+        let mut inbox = Inbox::new(1 << 20, crate::framing::MAX_MESSAGE);
         let mut pending: Vec<u8> = Vec::new();
         let mut idle = self.cfg.idle.build();
         let mut last_send = Instant::now();
@@ -201,19 +216,22 @@ impl Follower {
                 work += 1;
             }
             let mut wrote = false;
-            loop {
-                match inbox.fill(&mut stream).map_err(|e| Error::io("read", e))? {
+            // Parse as bytes arrive, a bounded number of reads per cycle.
+            for _ in 0..64 {
+                let fill = inbox.fill(&mut stream).map_err(|e| Error::io("read", e))?;
+                if let Fill::Bytes(n) = fill {
+                    work += 1;
+                    self.counters.bytes.add(n as u64);
+                }
+                while let Some(m) = inbox.next_message()? {
+                    last_recv = Instant::now();
+                    wrote |= self.handle(protocol::decode(m)?, &mut pending)?;
+                }
+                match fill {
                     Fill::Closed => return Err(Error::Closed),
                     Fill::WouldBlock => break,
-                    Fill::Bytes(n) => {
-                        work += 1;
-                        self.counters.bytes.add(n as u64);
-                    }
+                    Fill::Bytes(_) | Fill::Full => {}
                 }
-            }
-            while let Some(m) = inbox.next_message()? {
-                last_recv = Instant::now();
-                wrote |= self.handle(protocol::decode(m)?, &mut pending)?;
             }
             let now = Instant::now();
             if wrote {
@@ -261,6 +279,11 @@ impl Follower {
     fn handle(&mut self, msg: Msg<'_>, pending: &mut Vec<u8>) -> Result<bool> {
         match msg {
             Msg::Segment { index, header } => {
+                if seqstream_store::format::read_segment_info(header).0.index != index {
+                    return Err(Error::Protocol(format!(
+                        "segment message {index} carries another segment's header"
+                    )));
+                }
                 if !pending.is_empty() {
                     return Err(Error::Protocol(format!(
                         "segment {index} starts inside an incomplete frame"

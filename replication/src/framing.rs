@@ -32,11 +32,17 @@ pub fn put_sofh(out: &mut [u8], sbe_len: usize) {
 }
 
 /// Receive buffer that turns a byte stream into whole SBE messages.
+///
+/// Its memory is bounded: it holds at most one message of up to `max_message` bytes (SOFH
+/// included) beyond its initial capacity, and refuses a length above that before reading the
+/// message. Callers alternate [`fill`](Self::fill) and [`next_message`](Self::next_message), so
+/// bytes are parsed as they arrive rather than piled up.
 #[derive(Debug)]
 pub struct Inbox {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    max_message: usize,
 }
 
 /// Result of reading from the socket.
@@ -46,35 +52,34 @@ pub enum Fill {
     Bytes(usize),
     /// Nothing to read now.
     WouldBlock,
+    /// The buffer holds unparsed bytes and has no room: call `next_message` first.
+    Full,
     /// The peer closed the connection.
     Closed,
 }
 
 impl Inbox {
-    /// A buffer of `capacity` bytes (at least one maximal message is made room for on demand).
-    pub fn new(capacity: usize) -> Self {
+    /// A buffer of `capacity` bytes that accepts messages of up to `max_message` bytes
+    /// (SOFH included; at most [`MAX_MESSAGE`]).
+    pub fn new(capacity: usize, max_message: usize) -> Self {
+        let max_message = max_message.clamp(SOFH_LEN, MAX_MESSAGE);
         Inbox {
-            buf: vec![0; capacity.max(4096)],
+            buf: vec![0; capacity.clamp(64, max_message.max(64))],
             start: 0,
             end: 0,
+            max_message,
         }
     }
 
-    /// Reads what the socket has (one `read` call).
+    /// Reads what the socket has (one `read` call) into the free space, compacting first.
     pub fn fill(&mut self, src: &mut impl Read) -> std::io::Result<Fill> {
-        if self.start == self.end {
+        if self.start > 0 && (self.start == self.end || self.end == self.buf.len()) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
-            self.end = 0;
         }
         if self.end == self.buf.len() {
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            } else {
-                let grown = (self.buf.len() * 2).min(MAX_MESSAGE + SOFH_LEN);
-                self.buf.resize(grown.max(self.buf.len() + 4096), 0);
-            }
+            return Ok(Fill::Full);
         }
         match src.read(&mut self.buf[self.end..]) {
             Ok(0) => Ok(Fill::Closed),
@@ -89,6 +94,7 @@ impl Inbox {
     }
 
     /// The next whole message's SBE bytes (SOFH stripped), or `None` until more arrives.
+    /// A message longer than the buffer grows it to fit (up to `max_message`).
     pub fn next_message(&mut self) -> Result<Option<&[u8]>, FramingError> {
         let avail = &self.buf[self.start..self.end];
         if avail.len() < SOFH_LEN {
@@ -96,7 +102,7 @@ impl Inbox {
         }
         let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
         let enc = u16::from_be_bytes([avail[4], avail[5]]);
-        if !(SOFH_LEN..=MAX_MESSAGE).contains(&len) {
+        if !(SOFH_LEN..=self.max_message).contains(&len) {
             return Err(FramingError::BadLength(len));
         }
         if enc != SBE_LE {
@@ -104,7 +110,7 @@ impl Inbox {
         }
         if avail.len() < len {
             if self.buf.len() - self.start < len {
-                // Make room for the whole message on the next fill.
+                // Make room for the whole message on the next fills.
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
@@ -117,56 +123,6 @@ impl Inbox {
         let msg = self.start + SOFH_LEN..self.start + len;
         self.start += len;
         Ok(Some(&self.buf[msg]))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn framed(body: &[u8]) -> Vec<u8> {
-        let mut v = vec![0; SOFH_LEN];
-        put_sofh(&mut v, body.len());
-        v.extend_from_slice(body);
-        v
-    }
-
-    #[test]
-    fn splits_a_stream_cut_anywhere_into_messages() {
-        let mut stream = Vec::new();
-        let bodies: Vec<Vec<u8>> = (0..50).map(|i| vec![i as u8; i * 37 % 3000]).collect();
-        for b in &bodies {
-            stream.extend(framed(b));
-        }
-        let mut inbox = Inbox::new(16);
-        let mut got = Vec::new();
-        for chunk in stream.chunks(101) {
-            let mut src = chunk;
-            assert_eq!(inbox.fill(&mut src).unwrap(), Fill::Bytes(chunk.len()));
-            while let Some(m) = inbox.next_message().unwrap() {
-                got.push(m.to_vec());
-            }
-        }
-        assert_eq!(got, bodies);
-    }
-
-    #[test]
-    fn refuses_bad_lengths_and_encodings() {
-        let mut inbox = Inbox::new(64);
-        let mut src: &[u8] = &[0, 0, 0, 2, 0x5B, 0xE0];
-        inbox.fill(&mut src).unwrap();
-        assert_eq!(inbox.next_message(), Err(FramingError::BadLength(2)));
-        let mut inbox = Inbox::new(64);
-        let mut src: &[u8] = &[0xFF, 0, 0, 0, 0x5B, 0xE0];
-        inbox.fill(&mut src).unwrap();
-        assert!(matches!(
-            inbox.next_message(),
-            Err(FramingError::BadLength(_))
-        ));
-        let mut inbox = Inbox::new(64);
-        let mut src: &[u8] = &[0, 0, 0, 8, 0x12, 0x34, 0, 0];
-        inbox.fill(&mut src).unwrap();
-        assert_eq!(inbox.next_message(), Err(FramingError::BadEncoding(0x1234)));
     }
 }
 
@@ -244,5 +200,123 @@ impl Outbox {
         self.backlog.clear();
         self.sent = 0;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut v = vec![0; SOFH_LEN];
+        put_sofh(&mut v, body.len());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn splits_a_stream_cut_anywhere_into_messages() {
+        let mut stream = Vec::new();
+        let bodies: Vec<Vec<u8>> = (0..50).map(|i| vec![i as u8; i * 37 % 3000]).collect();
+        for b in &bodies {
+            stream.extend(framed(b));
+        }
+        let mut inbox = Inbox::new(16, MAX_MESSAGE);
+        let mut got = Vec::new();
+        for chunk in stream.chunks(101) {
+            let mut src = chunk;
+            loop {
+                let fill = inbox.fill(&mut src).unwrap();
+                while let Some(m) = inbox.next_message().unwrap() {
+                    got.push(m.to_vec());
+                }
+                if matches!(fill, Fill::WouldBlock | Fill::Closed) {
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, bodies);
+    }
+
+    #[test]
+    fn memory_stays_bounded_by_the_message_limit() {
+        let mut inbox = Inbox::new(64, 1024);
+        // A flood of small messages never grows the buffer.
+        let mut flood = Vec::new();
+        for _ in 0..1000 {
+            flood.extend(framed(&[1; 10]));
+        }
+        let mut src = &flood[..];
+        let mut n = 0;
+        loop {
+            let fill = inbox.fill(&mut src).unwrap();
+            while inbox.next_message().unwrap().is_some() {
+                n += 1;
+            }
+            if fill == Fill::Closed {
+                break;
+            }
+        }
+        assert_eq!(n, 1000);
+        assert_eq!(inbox.buf.len(), 64);
+        // A length above the limit is refused before its bytes are read.
+        let mut src: &[u8] = &[0, 0, 8, 0, 0x5B, 0xE0];
+        inbox.fill(&mut src).unwrap();
+        assert_eq!(inbox.next_message(), Err(FramingError::BadLength(2048)));
+        assert!(inbox.buf.len() <= 1024);
+    }
+
+    #[test]
+    fn refuses_bad_lengths_and_encodings() {
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        let mut src: &[u8] = &[0, 0, 0, 2, 0x5B, 0xE0];
+        inbox.fill(&mut src).unwrap();
+        assert_eq!(inbox.next_message(), Err(FramingError::BadLength(2)));
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        let mut src: &[u8] = &[0xFF, 0, 0, 0, 0x5B, 0xE0];
+        inbox.fill(&mut src).unwrap();
+        assert!(matches!(
+            inbox.next_message(),
+            Err(FramingError::BadLength(_))
+        ));
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        let mut src: &[u8] = &[0, 0, 0, 8, 0x12, 0x34, 0, 0];
+        inbox.fill(&mut src).unwrap();
+        assert_eq!(inbox.next_message(), Err(FramingError::BadEncoding(0x1234)));
+    }
+
+    #[test]
+    fn outbox_keeps_order_across_a_full_socket() {
+        /// A writer that takes at most `room` bytes, then would block.
+        struct Tight {
+            got: Vec<u8>,
+            room: usize,
+        }
+        impl std::io::Write for Tight {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                if self.room == 0 {
+                    return Err(ErrorKind::WouldBlock.into());
+                }
+                let n = b.len().min(self.room);
+                self.room -= n;
+                self.got.extend_from_slice(&b[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut w = Tight {
+            got: Vec::new(),
+            room: 5,
+        };
+        let mut out = Outbox::default();
+        out.send(&mut w, &[b"abc", b"defgh"]).unwrap();
+        out.send(&mut w, &[b"ij"]).unwrap();
+        assert_eq!(out.backlog(), 5);
+        assert!(!out.flush(&mut w).unwrap());
+        w.room = 100;
+        assert!(out.flush(&mut w).unwrap());
+        assert_eq!(w.got, b"abcdefghij");
     }
 }

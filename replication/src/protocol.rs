@@ -216,7 +216,7 @@ mod tests {
         }
         encode_data_prefix(1000, 3, &mut out);
         out.extend_from_slice(&[9, 9, 9]);
-        let mut inbox = Inbox::new(64);
+        let mut inbox = Inbox::new(1 << 16, crate::framing::MAX_MESSAGE);
         let mut src = &out[..];
         while inbox.fill(&mut src).unwrap() != Fill::Closed {}
         for m in &msgs {

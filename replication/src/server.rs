@@ -16,7 +16,7 @@
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,7 @@ pub struct Server {
     listener: TcpListener,
     counters: Counters,
     slots: Arc<Mutex<Vec<Option<SlotCounters>>>>,
+    handshaking: Arc<AtomicUsize>,
     next_core: usize,
 }
 
@@ -142,6 +143,7 @@ impl Server {
             listener,
             counters: server_counters,
             slots: Arc::new(Mutex::new(slots)),
+            handshaking: Arc::new(AtomicUsize::new(0)),
             next_core: 0,
         })
     }
@@ -188,16 +190,12 @@ impl Server {
             tracing::warn!(%peer, "refused: address not allowed");
             return None;
         }
-        let slot = {
-            let mut slots = self.slots.lock().expect("slots lock");
-            let free = slots.iter().position(|s| s.is_some());
-            free.map(|i| (i, slots[i].take().expect("free slot")))
-        };
-        let Some((index, slot)) = slot else {
+        // Connections still in their handshake are bounded too, so silent ones cannot pile up.
+        if self.handshaking.load(Ordering::Relaxed) >= self.cfg.max_consumers {
             self.counters.refused_limit.incr();
-            tracing::warn!(%peer, max = self.cfg.max_consumers, "refused: consumer limit reached");
+            tracing::warn!(%peer, "refused: too many connections in their handshake");
             return None;
-        };
+        }
         let core = if self.cfg.cores.is_empty() {
             None
         } else {
@@ -207,26 +205,48 @@ impl Server {
         let cfg = self.cfg.clone();
         let counters = self.counters.clone();
         let slots = self.slots.clone();
+        let handshaking = self.handshaking.clone();
         let stop = stop.clone();
+        handshaking.fetch_add(1, Ordering::Relaxed);
         let spawned = std::thread::Builder::new()
-            .name(format!("repl-send-{index}"))
+            .name("repl-send".into())
             .spawn(move || {
-                counters.consumers.incr();
+                let mut stream = stream;
+                let hello = handshake(&cfg, &mut stream, &counters, &stop);
+                handshaking.fetch_sub(1, Ordering::Relaxed);
+                let resume = match hello {
+                    Ok(resume) => resume,
+                    Err(e) => {
+                        tracing::warn!(%peer, "refused: {e}");
+                        return;
+                    }
+                };
+                // A consumer slot (its counters) only once the replica has identified itself.
+                let taken = {
+                    let mut slots = slots.lock().expect("slots lock");
+                    let free = slots.iter().position(|s| s.is_some());
+                    free.map(|i| (i, slots[i].take().expect("free slot")))
+                };
+                let Some((index, slot)) = taken else {
+                    counters.refused_limit.incr();
+                    tracing::warn!(%peer, max = cfg.max_consumers, "refused: consumer limit reached");
+                    return;
+                };
+                counters.consumers.add(1);
                 slot.connections.incr();
-                let result = serve(&cfg, stream, peer, core, &slot, &counters, &stop);
+                let result = serve(&cfg, stream, peer, resume, core, &slot, &stop);
                 match &result {
                     Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),
                     Err(e) => tracing::warn!(%peer, slot = index, "replica dropped: {e}"),
                 }
                 counters.disconnects.incr();
-                counters
-                    .consumers
-                    .set(counters.consumers.get().saturating_sub(1));
+                counters.consumers.sub(1);
                 slots.lock().expect("slots lock")[index] = Some(slot);
             });
         match spawned {
             Ok(t) => Some(t),
             Err(e) => {
+                self.handshaking.fetch_sub(1, Ordering::Relaxed);
                 tracing::error!("spawning a sender thread: {e}");
                 None
             }
@@ -234,16 +254,26 @@ impl Server {
     }
 }
 
-/// Reads the hello with a deadline (blocking), checking everything it says.
-fn handshake(cfg: &ServerConfig, stream: &mut TcpStream, counters: &Counters) -> Result<u64> {
+/// Largest hello accepted: the credentials' 64 KiB plus the fixed part.
+const MAX_HELLO: usize = (64 << 10) + 64;
+/// Largest message a replica sends (ack, heartbeat).
+const MAX_FROM_REPLICA: usize = 256;
+
+/// Reads the hello with a deadline, checking everything it says. Polls `stop` every 100 ms.
+fn handshake(
+    cfg: &ServerConfig,
+    stream: &mut TcpStream,
+    counters: &Counters,
+    stop: &AtomicBool,
+) -> Result<u64> {
     stream
-        .set_read_timeout(Some(cfg.handshake_timeout))
+        .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| Error::io("set_read_timeout", e))?;
-    let mut inbox = Inbox::new(4096);
+    let mut inbox = Inbox::new(4096, MAX_HELLO);
     let deadline = Instant::now() + cfg.handshake_timeout;
     loop {
         if let Some(m) = inbox.next_message()? {
-            return match protocol::decode(m)? {
+            let resume = match protocol::decode(m)? {
                 Msg::Hello {
                     stream_id,
                     resume_position,
@@ -260,33 +290,38 @@ fn handshake(cfg: &ServerConfig, stream: &mut TcpStream, counters: &Counters) ->
                             cfg.stream_id
                         )));
                     }
-                    Ok(resume_position)
+                    resume_position
                 }
-                other => Err(Error::Protocol(format!("expected hello, got {other:?}"))),
+                other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
             };
+            if inbox.next_message()?.is_some() {
+                return Err(Error::Protocol("a message after the hello, unasked".into()));
+            }
+            return Ok(resume);
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || stop.load(Ordering::Relaxed) {
             return Err(Error::Protocol("no hello in time".into()));
         }
-        match inbox.fill(stream).map_err(|e| Error::io("read", e))? {
-            Fill::Closed => return Err(Error::Protocol("closed before hello".into())),
-            Fill::Bytes(_) | Fill::WouldBlock => {}
+        match inbox.fill(stream) {
+            Ok(Fill::Closed) => return Err(Error::Protocol("closed before hello".into())),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut) => {}
+            Err(e) => return Err(Error::io("read", e)),
         }
     }
 }
 
 fn serve(
     cfg: &ServerConfig,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
+    resume: u64,
     core: Option<usize>,
     slot: &SlotCounters,
-    counters: &Counters,
     stop: &AtomicBool,
 ) -> Result<()> {
     seqstream_store::affinity::pin_current_thread(core)
         .map_err(|e| Error::Config(e.to_string()))?;
-    let resume = handshake(cfg, &mut stream, counters)?;
     let mut tailer = Tailer::open_with(
         &cfg.store,
         TailerOptions {
@@ -309,18 +344,18 @@ fn serve(
     let mut session = Session {
         cfg,
         stream,
-        tailer,
-        inbox: Inbox::new(4096),
+        inbox: Inbox::new(MAX_FROM_REPLICA * 16, MAX_FROM_REPLICA),
         outbox: Outbox::default(),
         scratch: Vec::with_capacity(256),
         announced: None,
         last_send: Instant::now(),
         last_recv: Instant::now(),
         sent_position: resume,
-        sent_seq: 0,
+        sent_seq: tailer.next_seq(),
+        acked_position: 0,
+        tailer,
         slot,
     };
-    session.sent_seq = session.tailer.next_seq();
     session.announce()?;
     let mut idle = cfg.idle.build();
     while !stop.load(Ordering::Relaxed) {
@@ -343,6 +378,7 @@ struct Session<'a> {
     last_recv: Instant,
     sent_position: u64,
     sent_seq: u64,
+    acked_position: u64,
     slot: &'a SlotCounters,
 }
 
@@ -370,17 +406,23 @@ impl Session<'_> {
     }
 
     /// One duty cycle: read acks, drain the backlog, send new bytes or a heartbeat. Returns
-    /// the work done (0 = idle).
+    /// the work done (0 = idle, including while back-pressured: the idle strategy then backs
+    /// off instead of spinning on a full socket).
     fn do_work(&mut self) -> Result<usize> {
         let mut work = self.receive()?;
+        let now = Instant::now();
+        if now.duration_since(self.last_recv) > self.cfg.peer_timeout {
+            return Err(Error::Protocol(
+                "replica silent past the peer timeout".into(),
+            ));
+        }
         if !self
             .outbox
             .flush(&mut self.stream)
             .map_err(|e| Error::io("write", e))?
         {
-            return Ok(work + 1); // back-pressure: send nothing new until the backlog drains
+            return Ok(work); // back-pressure: send nothing new until the backlog drains
         }
-        let now = Instant::now();
         if let Some(range) = self.tailer.poll_range(self.cfg.max_batch)? {
             self.scratch.clear();
             if self.announced != Some(range.segment_index) {
@@ -394,11 +436,18 @@ impl Session<'_> {
                 );
                 self.announced = Some(range.segment_index);
             }
-            protocol::encode_data_prefix(range.position, range.bytes.len(), &mut self.scratch);
-            // Zero copy: the frame bytes go from the store mapping to the socket.
-            self.outbox
-                .send(&mut self.stream, &[&self.scratch, range.bytes])
-                .map_err(|e| Error::io("write", e))?;
+            // Zero copy: the frame bytes go from the store mapping to the socket. A range
+            // larger than a batch (one huge frame) goes in batch-sized pieces, which the
+            // replica reassembles.
+            let mut position = range.position;
+            for piece in range.bytes.chunks(self.cfg.max_batch) {
+                protocol::encode_data_prefix(position, piece.len(), &mut self.scratch);
+                self.outbox
+                    .send(&mut self.stream, &[&self.scratch, piece])
+                    .map_err(|e| Error::io("write", e))?;
+                self.scratch.clear();
+                position += piece.len() as u64;
+            }
             self.sent_position = range.position + range.bytes.len() as u64;
             self.sent_seq = range.first_seq + range.frames;
             self.slot.position_sent.set(self.sent_position);
@@ -419,53 +468,50 @@ impl Session<'_> {
             self.last_send = now;
             work += 1;
         }
-        if now.duration_since(self.last_recv) > self.cfg.peer_timeout {
-            return Err(Error::Protocol(
-                "replica silent past the peer timeout".into(),
-            ));
-        }
         Ok(work)
     }
 
-    /// Reads acks and heartbeats.
+    /// Reads acks and heartbeats, parsing as bytes arrive (a bounded number of reads per
+    /// cycle, so a flooding replica cannot hold the sender here).
     fn receive(&mut self) -> Result<usize> {
         let mut work = 0;
-        loop {
-            match self
+        for _ in 0..16 {
+            let fill = self
                 .inbox
                 .fill(&mut self.stream)
-                .map_err(|e| Error::io("read", e))?
-            {
+                .map_err(|e| Error::io("read", e))?;
+            while let Some(m) = self.inbox.next_message()? {
+                self.last_recv = Instant::now();
+                work += 1;
+                match protocol::decode(m)? {
+                    Msg::Ack { position, next_seq } => {
+                        if position > self.sent_position || position < self.acked_position {
+                            return Err(Error::Protocol(format!(
+                                "ack of position {position}: sent up to {}, acked {}",
+                                self.sent_position, self.acked_position
+                            )));
+                        }
+                        self.acked_position = position;
+                        self.slot.position_acked.set(position);
+                        self.slot
+                            .lag_bytes
+                            .set(self.tailer.committed_position().saturating_sub(position));
+                        self.slot
+                            .frames_unacked
+                            .set(self.sent_seq.saturating_sub(next_seq));
+                    }
+                    Msg::Heartbeat { .. } => {}
+                    other => {
+                        return Err(Error::Protocol(format!(
+                            "unexpected from a replica: {other:?}"
+                        )))
+                    }
+                }
+            }
+            match fill {
                 Fill::Closed => return Err(Error::Closed),
                 Fill::WouldBlock => break,
-                Fill::Bytes(_) => {}
-            }
-        }
-        while let Some(m) = self.inbox.next_message()? {
-            self.last_recv = Instant::now();
-            work += 1;
-            match protocol::decode(m)? {
-                Msg::Ack { position, next_seq } => {
-                    if position > self.sent_position {
-                        return Err(Error::Protocol(format!(
-                            "ack of position {position} beyond what was sent ({})",
-                            self.sent_position
-                        )));
-                    }
-                    self.slot.position_acked.set(position);
-                    self.slot
-                        .lag_bytes
-                        .set(self.tailer.committed_position().saturating_sub(position));
-                    self.slot
-                        .frames_unacked
-                        .set(self.sent_seq.saturating_sub(next_seq));
-                }
-                Msg::Heartbeat { .. } => {}
-                other => {
-                    return Err(Error::Protocol(format!(
-                        "unexpected from a replica: {other:?}"
-                    )))
-                }
+                Fill::Bytes(_) | Fill::Full => {}
             }
         }
         Ok(work)

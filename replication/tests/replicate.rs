@@ -414,3 +414,64 @@ fn a_peer_that_lies_is_disconnected_and_nothing_bad_is_written() {
         ) >= 1
     );
 }
+
+#[test]
+fn a_stalled_replica_is_dropped_after_the_peer_timeout_and_others_keep_up() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 100);
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |c| {
+        c.peer_timeout = Duration::from_millis(300);
+    });
+    // A replica that says hello and then never reads nor acknowledges.
+    let mut stalled = std::net::TcpStream::connect(addr).unwrap();
+    let mut hello = Vec::new();
+    protocol::encode(
+        &Msg::Hello {
+            stream_id: STREAM,
+            resume_position: 0,
+            credentials: SECRET,
+        },
+        &mut hello,
+    );
+    std::io::Write::write_all(&mut stalled, &hello).unwrap();
+    let _good = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    // The primary writes far more than the stalled socket's buffers hold.
+    for _ in 0..40 {
+        append_pattern(&mut a, 500);
+    }
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(&d.path("s.counters"), "disconnects") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled replica was never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counter(&d.path("s.counters"), "consumers"), 1);
+    drop((_good, _server));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}
+
+#[test]
+fn frames_larger_than_a_batch_are_replicated_in_pieces() {
+    let d = Dirs::new();
+    let cfg = store_cfg().segment_size(4 << 20);
+    let mut a = Appender::open_or_create(d.path("primary"), cfg).unwrap();
+    for seq in 1..=20u64 {
+        let mut b = vec![0u8; 300_000 + seq as usize * 1000];
+        pattern::fill(seq, &mut b);
+        a.append(&b).unwrap();
+    }
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |c| {
+        c.max_batch = 4096;
+    });
+    let _f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(60));
+    drop((_f, _server));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+    assert_complete(&d.path("replica"), 20);
+}

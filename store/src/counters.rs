@@ -56,6 +56,12 @@ impl Counter {
         self.add(1);
     }
 
+    /// Subtracts `n` (relaxed, wrapping): for gauges that go down, such as live connections.
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.atomic().fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Sets the value (relaxed): for gauges such as positions and lags.
     #[inline]
     pub fn set(&self, v: u64) {

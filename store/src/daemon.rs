@@ -71,6 +71,7 @@ pub fn init_logging() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }
@@ -88,5 +89,18 @@ pub fn counters_path(name: &str, explicit: Option<PathBuf>) -> (PathBuf, bool) {
             )),
             true,
         ),
+    }
+}
+
+/// Removes a file (a default counters file) when dropped: at the end of `main`, on success,
+/// on error and on a panic that unwinds.
+#[derive(Debug)]
+pub struct RemoveOnExit(pub Option<PathBuf>);
+
+impl Drop for RemoveOnExit {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }

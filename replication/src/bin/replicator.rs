@@ -75,15 +75,15 @@ struct ServeArgs {
     /// Cores for the per-replica sender threads, given out round-robin (none: unpinned).
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
-    /// Most replicas at once.
-    #[arg(long, default_value_t = 16)]
-    max_consumers: usize,
+    /// Most replicas at once (1 to 100).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=100))]
+    max_consumers: u16,
     /// SO_SNDBUF of each replica's socket, bytes.
     #[arg(long)]
     send_buffer: Option<usize>,
-    /// Largest data message, bytes.
-    #[arg(long, default_value_t = 256 << 10)]
-    max_batch: usize,
+    /// Largest data message, bytes (4 KiB to 16 MiB; larger frames go in pieces).
+    #[arg(long, default_value_t = 256 << 10, value_parser = clap::value_parser!(u32).range(4096..=(16 << 20)))]
+    max_batch: u32,
 }
 
 #[derive(Args)]
@@ -100,7 +100,7 @@ struct FollowArgs {
     #[arg(long, default_value = "none")]
     flush: FlushPolicy,
     /// Serve the replica further (tree fan-out) on this address, with the same secret.
-    #[arg(long)]
+    #[arg(long, requires = "serve_allow")]
     serve_listen: Option<SocketAddr>,
     /// Addresses allowed to connect to --serve-listen.
     #[arg(long, value_delimiter = ',')]
@@ -118,12 +118,20 @@ fn secret(path: &PathBuf) -> Result<Vec<u8>> {
     Ok(s)
 }
 
-/// The counters file (see `daemon::counters_path`), and whether to remove it at exit.
-fn counters(common: &Common) -> Result<(CountersWriter, bool)> {
+/// The counters file (see `daemon::counters_path`) and its clean-up guard.
+fn counters(common: &Common) -> Result<(CountersWriter, daemon::RemoveOnExit)> {
     let (path, temporary) = daemon::counters_path("replicator", common.counters.clone());
     let w = CountersWriter::create(&path, 512)
         .with_context(|| format!("creating {}", path.display()))?;
-    Ok((w, temporary))
+    Ok((w, daemon::RemoveOnExit(temporary.then_some(path))))
+}
+
+fn check_cores(cores: &[usize]) -> Result<()> {
+    let available = seqstream_store::affinity::available_cores();
+    if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
+        bail!("core {c} is not available (available: {available:?})");
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -142,18 +150,27 @@ fn main() -> Result<()> {
             cfg.allow = a.allow;
             cfg.cores = a.cores;
             cfg.idle = c.idle.clone();
-            cfg.max_consumers = a.max_consumers;
+            cfg.max_consumers = a.max_consumers as usize;
             cfg.send_buffer = a.send_buffer;
-            cfg.max_batch = a.max_batch;
+            cfg.max_batch = a.max_batch as usize;
+            check_cores(&cfg.cores)?;
+            // Fail at start, not on each connection, when the store cannot be served.
+            let t = seqstream_store::Tailer::open(&c.store)
+                .with_context(|| format!("opening {}", c.store.display()))?;
+            if t.stream_id() != c.stream_id {
+                bail!(
+                    "{} holds stream {}, not {}",
+                    c.store.display(),
+                    t.stream_id(),
+                    c.stream_id
+                );
+            }
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
-            let (counters, temporary) = counters(c)?;
+            let (counters, _cleanup) = counters(c)?;
             let mut server = Server::bind(cfg, &counters)?;
             tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
             server.run(&stop)?;
-            if temporary {
-                let _ = std::fs::remove_file(counters.path());
-            }
         }
         Cmd::Follow(a) => {
             let c = &a.common;
@@ -165,7 +182,8 @@ fn main() -> Result<()> {
             cfg.idle = c.idle.clone();
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
-            let (counters, temporary) = counters(c)?;
+            check_cores(&a.core.into_iter().collect::<Vec<_>>())?;
+            let (counters, _cleanup) = counters(c)?;
             tracing::info!(upstream = %a.upstream, store = %c.store.display(), counters = %counters.path().display(), "following");
             let relay = match a.serve_listen {
                 Some(listen) => {
@@ -183,9 +201,6 @@ fn main() -> Result<()> {
             follower.run(&stop)?;
             if let Some(t) = relay {
                 t.join().expect("relay thread")?;
-            }
-            if temporary {
-                let _ = std::fs::remove_file(counters.path());
             }
         }
     }

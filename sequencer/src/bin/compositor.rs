@@ -53,6 +53,7 @@ fn main() -> Result<()> {
     let (counters_path, temporary) = daemon::counters_path("compositor", cli.counters.clone());
     let counters = CountersWriter::create(&counters_path, 256)
         .with_context(|| format!("creating {}", counters_path.display()))?;
+    let _cleanup = daemon::RemoveOnExit(temporary.then(|| counters_path.clone()));
     seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = CompositorConfig {
         components: cli.components.clone(),
@@ -72,8 +73,5 @@ fn main() -> Result<()> {
         idle.idle(work);
     }
     tracing::info!(next_seq = compositor.output().next_seq(), "stopped");
-    if temporary {
-        let _ = std::fs::remove_file(&counters_path);
-    }
     Ok(())
 }

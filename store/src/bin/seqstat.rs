@@ -53,6 +53,9 @@ fn alive(pid: u32) -> bool {
 }
 
 fn main() -> Result<()> {
+    // Die quietly on a closed pipe (`seqstat | head`), as command-line tools do.
+    // SAFETY: setting a signal disposition at start-up, before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     loop {
         for f in files(&cli.paths)? {

@@ -1,0 +1,218 @@
+//! `bench composite`: the latency the compositor adds (append to a component → visible to a
+//! tailer of the composite, arrival policy) next to the store's own floor, a bare cache-line
+//! hand-off between the same two threads; and merge throughput with two busy components, by
+//! arrival and by timestamp, next to a floor: the store appending the same composite frames
+//! directly, in the same run.
+//!
+//! Three busy threads (appender, compositor, tailer) share the cores here, so every waiter —
+//! the floor's too — yields instead of spinning (see `oneway::Pinning`).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use crossbeam_utils::CachePadded;
+use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
+use seqstream_store::composite::{Origin, PREFIX_LEN};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
+
+use crate::oneway::{ping, Pinning};
+use crate::report::{Better, Figure, Reporter};
+
+/// Options of the composite benchmark.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Latency samples (after 10 % warm-up).
+    #[arg(long, default_value_t = 50_000)]
+    samples: u64,
+    /// Frames per component in the throughput cases.
+    #[arg(long, default_value_t = 1_000_000)]
+    frames: u64,
+    /// A short run for smoke tests: 2,000 samples, 20,000 frames.
+    #[arg(long)]
+    quick: bool,
+}
+
+const BENCH: &str = "composite";
+const YIELDING: Pinning = Pinning {
+    writer: None,
+    reader: None,
+    yield_while_waiting: true,
+};
+
+fn cfg(stream: u32) -> StoreConfig {
+    StoreConfig::new(stream).segment_size(256 << 20)
+}
+
+pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    let (samples, frames) = if args.quick {
+        (2_000, 20_000)
+    } else {
+        (args.samples, args.frames)
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("seqstream-bench-composite-")
+        .tempdir()
+        .context("creating a scratch dir")?;
+    latency(scratch.path(), samples, reporter)?;
+    let floor = direct_append_rate(&scratch.path().join("floor"), 2 * frames)?;
+    for policy in [MergePolicy::Arrival, MergePolicy::Timestamp] {
+        throughput(scratch.path(), policy, frames, floor, reporter)?;
+    }
+    Ok(())
+}
+
+fn open_compositor(
+    dir: &Path,
+    components: &[&Path],
+    out: &Path,
+    policy: MergePolicy,
+) -> Result<Compositor> {
+    let counters = CountersWriter::create(
+        &dir.join(format!(
+            "{}.counters",
+            out.display().to_string().replace('/', "_")
+        )),
+        64,
+    )?;
+    Ok(Compositor::open(
+        CompositorConfig {
+            components: components.iter().map(|p| p.to_path_buf()).collect(),
+            output: out.to_path_buf(),
+            store_config: cfg(100),
+            policy,
+        },
+        &counters,
+    )?)
+}
+
+fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
+    let line = Arc::new(CachePadded::new(std::sync::atomic::AtomicU64::new(0)));
+    let (wline, rline) = (line.clone(), line);
+    let mut last = 0u64;
+    let floor = ping(
+        samples,
+        YIELDING,
+        move |stamp| wline.store(stamp | 1 << 63, Ordering::Release),
+        move || {
+            let v = rline.load(Ordering::Acquire);
+            (v != last && v != 0).then(|| {
+                last = v;
+                v & !(1 << 63)
+            })
+        },
+    )?;
+
+    let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
+    let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
+    let mut b = Appender::open_or_create(&b_dir, cfg(2))?;
+    a.append(&[0u8; 64])?;
+    b.append(&[0u8; 64])?;
+    let mut compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, MergePolicy::Arrival)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let merger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                if compositor.do_work()? == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            Ok(())
+        })
+    };
+    let mut tailer = Tailer::open_with(&out, TailerOptions::default())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = 0;
+    while seen < 2 {
+        ensure!(Instant::now() < deadline, "the compositor did not start");
+        if tailer.poll()?.is_some() {
+            seen += 1;
+        }
+    }
+    let mut payload = [0u8; 64];
+    let h = ping(
+        samples,
+        YIELDING,
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            a.append(&payload).expect("component append");
+        },
+        move || {
+            tailer.poll().expect("composite tailer").map(|f| {
+                let (_, p) = Origin::read(f.payload()).expect("composite frame");
+                u64::from_le_bytes(p[..8].try_into().expect("8 bytes"))
+            })
+        },
+    )?;
+    stop.store(true, Ordering::Relaxed);
+    merger.join().expect("merger thread")?;
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
+        reporter.emit(&Figure::new(
+            BENCH,
+            "component_to_composite_64B",
+            metric,
+            "ns",
+            h.value_at_quantile(q) as f64,
+            floor.value_at_quantile(q) as f64,
+            Better::Lower,
+        ));
+    }
+    Ok(())
+}
+
+/// Frames/s of the store appending composite-sized frames (64-byte payload + prefix) itself.
+fn direct_append_rate(dir: &Path, frames: u64) -> Result<f64> {
+    let mut a = Appender::open_or_create(dir, cfg(100).prepare_ahead(false))?;
+    let payload = [7u8; 64 + PREFIX_LEN];
+    let t0 = Instant::now();
+    for _ in 0..frames {
+        a.append(&payload)?;
+    }
+    Ok(frames as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn throughput(
+    dir: &Path,
+    policy: MergePolicy,
+    frames: u64,
+    floor: f64,
+    reporter: &Reporter,
+) -> Result<()> {
+    let name = format!("{policy:?}").to_lowercase();
+    let (a_dir, b_dir, out) = (
+        dir.join(format!("{name}-a")),
+        dir.join(format!("{name}-b")),
+        dir.join(format!("{name}-out")),
+    );
+    // Two busy components, written in alternation, then heartbeats that release the tail.
+    let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
+    let mut b = Appender::open_or_create(&b_dir, cfg(2))?;
+    let payload = [5u8; 64];
+    for _ in 0..frames {
+        a.append(&payload)?;
+        b.append(&payload)?;
+    }
+    let end = a.last_timestamp_ns().max(b.last_timestamp_ns()) + 1;
+    a.append_heartbeat(Some(end))?;
+    b.append_heartbeat(Some(end))?;
+    let mut compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, policy)?;
+    let t0 = Instant::now();
+    while compositor.output().next_seq() - 1 < 2 * frames {
+        compositor.do_work()?;
+    }
+    let rate = 2.0 * frames as f64 / t0.elapsed().as_secs_f64();
+    reporter.emit(&Figure::new(
+        BENCH,
+        format!("merge_2x64B_{name}"),
+        "throughput",
+        "msgs/s",
+        rate,
+        floor,
+        Better::Higher,
+    ));
+    Ok(())
+}
