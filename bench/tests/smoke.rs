@@ -112,3 +112,26 @@ fn sbe_bench_prints_encode_and_decode_with_floors() {
     check_shape(&figures, "sbe");
     assert_eq!(figures.len(), 6);
 }
+
+#[test]
+fn composite_bench_prints_latency_and_merge_throughput() {
+    let figures = run_json(&["composite", "--quick"]);
+    check_shape(&figures, "composite");
+    let cases: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for case in [
+        "component_to_composite_64B/p50",
+        "merge_2x64B_arrival/throughput",
+        "merge_2x64B_timestamp/throughput",
+    ] {
+        assert!(cases.contains(&case.to_string()), "{cases:?}");
+    }
+}
