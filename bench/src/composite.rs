@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use crossbeam_utils::CachePadded;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::counters::CountersWriter;
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{ping, Pinning};
-use crate::report::{Better, Figure, Reporter};
+use crate::oneway::{cache_line_floor, ping, Pinning};
+use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the composite benchmark.
 #[derive(clap::Args, Debug)]
@@ -90,21 +89,7 @@ fn open_compositor(
 }
 
 fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
-    let line = Arc::new(CachePadded::new(std::sync::atomic::AtomicU64::new(0)));
-    let (wline, rline) = (line.clone(), line);
-    let mut last = 0u64;
-    let floor = ping(
-        samples,
-        YIELDING,
-        move |stamp| wline.store(stamp | 1 << 63, Ordering::Release),
-        move || {
-            let v = rline.load(Ordering::Acquire);
-            (v != last && v != 0).then(|| {
-                last = v;
-                v & !(1 << 63)
-            })
-        },
-    )?;
+    let floor = cache_line_floor(samples, YIELDING)?;
 
     let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
     let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
@@ -150,17 +135,7 @@ fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     )?;
     stop.store(true, Ordering::Relaxed);
     merger.join().expect("merger thread")?;
-    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
-        reporter.emit(&Figure::new(
-            BENCH,
-            "component_to_composite_64B",
-            metric,
-            "ns",
-            h.value_at_quantile(q) as f64,
-            floor.value_at_quantile(q) as f64,
-            Better::Lower,
-        ));
-    }
+    emit_percentiles(reporter, BENCH, "component_to_composite_64B", &h, &floor);
     Ok(())
 }
 

@@ -103,3 +103,23 @@ pub fn ping(
         writer.map(|_| h)
     })
 }
+
+/// The floor of every in-process latency figure: a bare cache-line hand-off of the stamp
+/// between the same two threads, measured with [`ping`].
+pub fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
+    let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let (wline, rline) = (line.clone(), line);
+    let mut last = 0u64;
+    ping(
+        samples,
+        pins,
+        move |stamp| wline.store(stamp | 1 << 63, Ordering::Release),
+        move || {
+            let v = rline.load(Ordering::Acquire);
+            (v != last && v != 0).then(|| {
+                last = v;
+                v & !(1 << 63)
+            })
+        },
+    )
+}

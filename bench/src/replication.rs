@@ -26,7 +26,7 @@ use seqstream_store::counters::{self, CountersWriter};
 use seqstream_store::{Appender, Idle, StoreConfig, Tailer, TailerOptions};
 
 use crate::oneway::{ping, Pinning};
-use crate::report::{Better, Figure, Reporter};
+use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
 #[derive(clap::Args, Debug)]
@@ -312,17 +312,7 @@ fn latency(
     } else {
         format!("append_to_replica_64B_{n}f")
     };
-    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
-        reporter.emit(&Figure::new(
-            BENCH,
-            &case,
-            metric,
-            "ns",
-            h.value_at_quantile(q) as f64,
-            floor.value_at_quantile(q) as f64,
-            Better::Lower,
-        ));
-    }
+    emit_percentiles(reporter, BENCH, &case, &h, floor);
     drop(topo);
     if let Some(t) = slow {
         let _ = t.join();

@@ -104,3 +104,25 @@ impl Reporter {
         }
     }
 }
+
+/// Emits p50, p99, p99.9 and max of a latency histogram (ns) next to the same percentiles of
+/// its floor's.
+pub fn emit_percentiles(
+    reporter: &Reporter,
+    bench: &'static str,
+    case: &str,
+    value: &hdrhistogram::Histogram<u64>,
+    floor: &hdrhistogram::Histogram<u64>,
+) {
+    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
+        reporter.emit(&Figure::new(
+            bench,
+            case,
+            metric,
+            "ns",
+            value.value_at_quantile(q) as f64,
+            floor.value_at_quantile(q) as f64,
+            Better::Lower,
+        ));
+    }
+}

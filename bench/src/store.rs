@@ -2,16 +2,13 @@
 //! between two threads against a bare cache-line hand-off floor, both measured in this run.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use crossbeam_utils::CachePadded;
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{ping, Pinning};
-use crate::report::{Better, Figure, Reporter};
+use crate::oneway::{cache_line_floor, ping, Pinning};
+use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the store benchmark.
 #[derive(clap::Args, Debug)]
@@ -151,26 +148,12 @@ fn throughput(
 
 fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter) -> Result<()> {
     // Floor: a bare cache-line hand-off of the stamp between the same two threads.
-    let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
-    let (wline, rline) = (line.clone(), line);
-    let mut last = 0u64;
     let pins = Pinning {
         writer: args.writer_core,
         reader: args.reader_core,
         yield_while_waiting: false,
     };
-    let floor = ping(
-        samples,
-        pins,
-        move |stamp| wline.store(stamp | 1 << 63, Ordering::Release),
-        move || {
-            let v = rline.load(Ordering::Acquire);
-            (v != last && v != 0).then(|| {
-                last = v;
-                v & !(1 << 63)
-            })
-        },
-    )?;
+    let floor = cache_line_floor(samples, pins)?;
 
     // The store: append a 64-byte frame carrying the stamp; the tailer polls the store.
     let sdir = dir.join("latency-store");
@@ -197,16 +180,6 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
                 .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
         },
     )?;
-    for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
-        reporter.emit(&Figure::new(
-            BENCH,
-            "append_to_tailer_64B",
-            metric,
-            "ns",
-            store.value_at_quantile(q) as f64,
-            floor.value_at_quantile(q) as f64,
-            Better::Lower,
-        ));
-    }
+    emit_percentiles(reporter, BENCH, "append_to_tailer_64B", &store, &floor);
     Ok(())
 }

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqstream_store::format::SegmentState;
-use seqstream_store::segment::Segment;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 
 const STREAM: u32 = 3;
@@ -50,24 +48,16 @@ fn replicator(args: &[&str], dir: &Path) -> Proc {
 }
 
 fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
+    seqstream_store::layout::live_files(dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let ext = p.extension().and_then(|e| e.to_str());
-            (ext == Some("seg") || ext == Some("idx"))
-                && Segment::open(&p.with_extension("seg"))
-                    .is_ok_and(|s| s.state() != Some(SegmentState::Prepared))
-        })
+        .into_iter()
         .map(|p| {
             (
                 p.file_name().unwrap().to_string_lossy().into_owned(),
                 std::fs::read(&p).unwrap(),
             )
         })
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 fn replica_position(dir: &Path) -> u64 {

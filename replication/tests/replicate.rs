@@ -14,8 +14,6 @@ use seqstream_replication::framing::put_sofh;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::counters::{self, CountersWriter};
-use seqstream_store::format::SegmentState;
-use seqstream_store::segment::Segment;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 
 const SECRET: &[u8] = b"s3cret";
@@ -124,24 +122,16 @@ fn wait_for(counters: &Path, position: u64, limit: Duration) {
 
 /// Live segments and their indexes, by name.
 fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
+    seqstream_store::layout::live_files(dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let ext = p.extension().and_then(|e| e.to_str());
-            (ext == Some("seg") || ext == Some("idx"))
-                && Segment::open(&p.with_extension("seg"))
-                    .is_ok_and(|s| s.state() != Some(SegmentState::Prepared))
-        })
+        .into_iter()
         .map(|p| {
             (
                 p.file_name().unwrap().to_string_lossy().into_owned(),
                 std::fs::read(&p).unwrap(),
             )
         })
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 fn assert_identical(primary: &Path, replica: &Path) {

@@ -11,8 +11,7 @@ use rand::{Rng, SeedableRng};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::Origin;
 use seqstream_store::counters::CountersWriter;
-use seqstream_store::format::{flags, SegmentState};
-use seqstream_store::segment::Segment;
+use seqstream_store::format::flags;
 use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, Tailer};
 
 fn cfg(stream: u32) -> StoreConfig {
@@ -94,24 +93,16 @@ fn assert_exactly_once(frames: &[(Origin, u64)], expected: &[(u32, Vec<u64>)]) {
 }
 
 fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
+    seqstream_store::layout::live_files(dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let ext = p.extension().and_then(|e| e.to_str());
-            (ext == Some("seg") || ext == Some("idx"))
-                && Segment::open(&p.with_extension("seg"))
-                    .is_ok_and(|s| s.state() != Some(SegmentState::Prepared))
-        })
+        .into_iter()
         .map(|p| {
             (
                 p.file_name().unwrap().to_string_lossy().into_owned(),
                 std::fs::read(&p).unwrap(),
             )
         })
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 #[test]

@@ -46,3 +46,23 @@ pub fn list(dir: &Path) -> Result<Listing> {
     }
     Ok(listing)
 }
+
+/// The files that make a store's content, in name order: every live (active or sealed)
+/// segment and the index files beside them. Two stores with the same live files byte for byte
+/// are identical replicas; prepared segments (empty, made ahead of need) are left out.
+pub fn live_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (index, path) in list(dir)?.segments {
+        let live = crate::segment::Segment::open(&path)?.state()
+            != Some(crate::format::SegmentState::Prepared);
+        if live {
+            out.push(path);
+            let idx = dir.join(crate::index::index_file_name(index));
+            if idx.exists() {
+                out.push(idx);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

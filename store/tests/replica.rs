@@ -5,7 +5,6 @@ mod common;
 
 use std::path::Path;
 
-use seqstream_store::format::SegmentState;
 use seqstream_store::segment::{segment_file_name, Segment};
 use seqstream_store::{pattern, Appender, StoreConfig, StoreError, Tailer, SEGMENT_HEADER_PREFIX};
 
@@ -74,24 +73,16 @@ fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
 }
 
 fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
+    seqstream_store::layout::live_files(dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            // Live segments and their indexes; a prepared next segment exists on one side or
-            // the other depending on timing, and holds nothing.
-            let seg = p.with_extension("seg");
-            Segment::open(&seg).unwrap().state() != Some(SegmentState::Prepared)
-        })
+        .into_iter()
         .map(|p| {
             (
                 p.file_name().unwrap().to_string_lossy().into_owned(),
                 std::fs::read(&p).unwrap(),
             )
         })
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 #[test]
