@@ -1,4 +1,9 @@
-//! The host daemon and the application-side publish API, the outbox (issue 4).
+//! The application-side publish API (the outbox) and, still to come (issue 4), the host
+//! daemon that drains outboxes to the sequencers over UDP and confirms messages from the
+//! sequenced stream.
 //!
-//! Nothing is implemented here yet: this crate holds the place the design gives it
-//! (see `DESIGN.md`), and issue 4 fills it.
+//! | module | owns |
+//! |---|---|
+//! | [`outbox`] | the shared-memory ring an application offers unsequenced messages into |
+
+pub mod outbox;

@@ -144,33 +144,39 @@ pub struct FrameHeader {
     pub fields: FrameFields,
 }
 
+/// Reads a little-endian `u16` at `at`. Panics if `b` is too short: callers check lengths.
 #[inline]
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
+pub fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
+/// Reads a little-endian `u32` at `at`. Panics if `b` is too short: callers check lengths.
 #[inline]
-pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
+pub fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
 }
 
+/// Reads a little-endian `u64` at `at`. Panics if `b` is too short: callers check lengths.
 #[inline]
-pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
+pub fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
 }
 
+/// Writes a little-endian `u16` at `at`. Panics if `b` is too short: callers size buffers.
 #[inline]
-pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
+pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Writes a little-endian `u32` at `at`. Panics if `b` is too short: callers size buffers.
 #[inline]
-pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Writes a little-endian `u64` at `at`. Panics if `b` is too short: callers size buffers.
 #[inline]
-pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
+pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 

@@ -1,0 +1,374 @@
+//! The outbox: a single-producer, single-consumer ring in a shared-memory file through which
+//! one application (one source) hands unsequenced messages to its host's iodaemon.
+//!
+//! The application calls [`Outbox::offer`], which gives the message the source's next
+//! `source_seq` and returns it, or refuses with [`OfferError::BackPressured`] when the ring is
+//! full or when `window` messages are in flight (offered but not yet confirmed in the
+//! sequenced stream). It never blocks and never drops. The iodaemon reads with
+//! [`OutboxReader::poll`] and reports what the sequenced stream confirmed with
+//! [`OutboxReader::confirm`], which reopens the window.
+//!
+//! The ring lives as long as its file (by convention under `/dev/shm`), so an application that
+//! restarts reopens it and continues its `source_seq` numbering, and messages it offered before
+//! a crash are still delivered.
+//!
+//! Layout (little-endian):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `"SEQOUTBX"` |
+//! | 8 | 4 | version (1) |
+//! | 12 | 4 | source id |
+//! | 16 | 8 | ring capacity in bytes (a power of two) |
+//! | 24 | 8 | window: most messages in flight |
+//! | 64 | 8 | tail: bytes written by the producer (atomic, release) |
+//! | 128 | 8 | head: bytes read by the consumer (atomic, release) |
+//! | 192 | 8 | next source seq, written by the producer after each offer (atomic) |
+//! | 256 | 8 | confirmed source seq, written by the consumer (atomic, release) |
+//! | 4096 | capacity | the ring of records |
+//!
+//! A record is a 24-byte header — length of the payload u32, stream id u32, source seq u64,
+//! template id u16, flags u16 (1 = padding to the end of the ring), zero u32 — then the
+//! payload, padded to 8 bytes. Records never wrap: one that does not fit before the end of the
+//! ring is preceded by a padding record, or, when fewer than 24 bytes are left, by those bytes
+//! skipped.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use seqstream_store::format::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+use seqstream_store::mapped::MappedFile;
+use seqstream_store::StoreError;
+
+const MAGIC: [u8; 8] = *b"SEQOUTBX";
+const VERSION: u32 = 1;
+const HEADER: usize = 4096;
+const TAIL: usize = 64;
+const HEAD: usize = 128;
+const NEXT_SEQ: usize = 192;
+const CONFIRMED: usize = 256;
+/// Bytes of a record header.
+pub const RECORD_HEADER: usize = 24;
+const PADDING: u16 = 1;
+
+/// Why an outbox could not be created or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    /// The file could not be created, opened or mapped.
+    #[error(transparent)]
+    Io(#[from] StoreError),
+    /// The file is not an outbox, or of another version, or its header is inconsistent.
+    #[error("{path}: not a usable outbox ({reason})")]
+    Corrupt { path: String, reason: String },
+    /// An invalid capacity or window.
+    #[error("invalid outbox configuration: {0}")]
+    Config(String),
+}
+
+/// Why an offer was refused. Nothing was written; offer again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OfferError {
+    /// The ring is full, or `window` messages are in flight: wait for the iodaemon to drain
+    /// and the sequencer to confirm.
+    #[error("back-pressured: {in_flight} messages in flight, {free} bytes free in the ring")]
+    BackPressured { in_flight: u64, free: usize },
+    /// The message can never fit in this ring.
+    #[error("a {len}-byte message does not fit in a ring of {capacity} bytes")]
+    TooLarge { len: usize, capacity: usize },
+}
+
+fn span(payload: usize) -> usize {
+    (RECORD_HEADER + payload).next_multiple_of(8)
+}
+
+/// Maps the file, checking the header; shared by producer and consumer.
+fn map(path: &Path) -> Result<(MappedFile, usize), OutboxError> {
+    let corrupt = |reason: &str| OutboxError::Corrupt {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    };
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| StoreError::Io {
+            op: "open",
+            path: path.into(),
+            source: e,
+        })?;
+    let len = f
+        .metadata()
+        .map_err(|e| StoreError::Io {
+            op: "stat",
+            path: path.into(),
+            source: e,
+        })?
+        .len() as usize;
+    if len < HEADER {
+        return Err(corrupt("shorter than its header"));
+    }
+    let file = MappedFile::map(f, path.to_path_buf(), len, true)?;
+    let h = file.volatile_copy::<32>(0);
+    if h[..8] != MAGIC || get_u32(&h, 8) != VERSION {
+        return Err(corrupt("bad magic or version"));
+    }
+    let capacity = get_u64(&h, 16) as usize;
+    if !capacity.is_power_of_two() || HEADER + capacity != len {
+        return Err(corrupt("capacity does not match the file"));
+    }
+    Ok((file, capacity))
+}
+
+/// The producer side, held by one application thread.
+#[derive(Debug)]
+pub struct Outbox {
+    file: MappedFile,
+    capacity: usize,
+    source_id: u32,
+    window: u64,
+    tail: u64,
+    next_seq: u64,
+}
+
+impl Outbox {
+    /// Opens the outbox at `path`, or creates it for `source_id` with a ring of `capacity`
+    /// bytes (a power of two, at least 4 KiB) and at most `window` messages in flight. An
+    /// existing outbox keeps its capacity, window and numbering.
+    pub fn open_or_create(
+        path: &Path,
+        source_id: u32,
+        capacity: usize,
+        window: u64,
+    ) -> Result<Outbox, OutboxError> {
+        if !capacity.is_power_of_two() || capacity < 4096 || window == 0 {
+            return Err(OutboxError::Config(format!(
+                "capacity {capacity} must be a power of two >= 4096, window {window} >= 1"
+            )));
+        }
+        if !path.exists() {
+            create(path, source_id, capacity, window)?;
+        }
+        let (file, capacity) = map(path)?;
+        let h = file.volatile_copy::<32>(0);
+        if get_u32(&h, 12) != source_id {
+            return Err(OutboxError::Corrupt {
+                path: path.display().to_string(),
+                reason: format!("belongs to source {}", get_u32(&h, 12)),
+            });
+        }
+        let window = get_u64(&h, 24);
+        let tail = file.atomic_u64(TAIL).load(Ordering::Acquire);
+        let next_seq = file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire).max(1);
+        Ok(Outbox {
+            file,
+            capacity,
+            source_id,
+            window,
+            tail,
+            next_seq,
+        })
+    }
+
+    /// This outbox's source id.
+    pub fn source_id(&self) -> u32 {
+        self.source_id
+    }
+
+    /// The source seq the next offer gets.
+    pub fn next_source_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Messages offered and not yet confirmed in the sequenced stream.
+    pub fn in_flight(&self) -> u64 {
+        let confirmed = self.file.atomic_u64(CONFIRMED).load(Ordering::Acquire);
+        (self.next_seq - 1).saturating_sub(confirmed)
+    }
+
+    /// Offers `payload` for `stream_id`; returns its source seq. Never blocks: refuses with
+    /// `BackPressured` when the ring is full or the window is, and nothing is written then.
+    pub fn offer(
+        &mut self,
+        stream_id: u32,
+        template_id: u16,
+        payload: &[u8],
+    ) -> Result<u64, OfferError> {
+        let need = span(payload.len());
+        if need > self.capacity / 2 {
+            return Err(OfferError::TooLarge {
+                len: payload.len(),
+                capacity: self.capacity,
+            });
+        }
+        let head = self.file.atomic_u64(HEAD).load(Ordering::Acquire);
+        let at = (self.tail as usize) & (self.capacity - 1);
+        let pad = if at + need > self.capacity {
+            self.capacity - at
+        } else {
+            0
+        };
+        let free = self.capacity - (self.tail - head) as usize;
+        let in_flight = self.in_flight();
+        if pad + need > free || in_flight >= self.window {
+            return Err(OfferError::BackPressured { in_flight, free });
+        }
+        if pad >= RECORD_HEADER {
+            // SAFETY: the producer is this handle alone (one per outbox, by contract); the
+            // range is between tail and head + capacity, which the consumer does not read.
+            let rec = unsafe { self.file.bytes_mut(HEADER + at, RECORD_HEADER) };
+            rec.fill(0);
+            put_u32(rec, 0, (pad - RECORD_HEADER) as u32);
+            put_u16(rec, 18, PADDING);
+        }
+        // Fewer than RECORD_HEADER bytes left: implicit padding, the reader skips them too.
+        self.tail += pad as u64;
+        let at = (self.tail as usize) & (self.capacity - 1);
+        let seq = self.next_seq;
+        // SAFETY: as above; `at + need <= capacity` after the padding.
+        let rec = unsafe { self.file.bytes_mut(HEADER + at, need) };
+        put_u32(rec, 0, payload.len() as u32);
+        put_u32(rec, 4, stream_id);
+        put_u64(rec, 8, seq);
+        put_u16(rec, 16, template_id);
+        put_u16(rec, 18, 0);
+        put_u32(rec, 20, 0);
+        rec[RECORD_HEADER..RECORD_HEADER + payload.len()].copy_from_slice(payload);
+        self.tail += need as u64;
+        self.next_seq += 1;
+        self.file
+            .atomic_u64(NEXT_SEQ)
+            .store(self.next_seq, Ordering::Release);
+        self.file
+            .atomic_u64(TAIL)
+            .store(self.tail, Ordering::Release);
+        Ok(seq)
+    }
+}
+
+fn create(path: &Path, source_id: u32, capacity: usize, window: u64) -> Result<(), OutboxError> {
+    let tmp = path.with_extension("outbox.tmp");
+    let io = |op: &'static str, e: std::io::Error| StoreError::Io {
+        op,
+        path: tmp.clone(),
+        source: e,
+    };
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| io("create", e))?;
+    f.set_len((HEADER + capacity) as u64)
+        .map_err(|e| io("ftruncate", e))?;
+    let file = MappedFile::map(f, tmp.clone(), HEADER + capacity, true)?;
+    // SAFETY: a new file no one else has opened yet.
+    let h = unsafe { file.bytes_mut(0, 32) };
+    h[..8].copy_from_slice(&MAGIC);
+    put_u32(h, 8, VERSION);
+    put_u32(h, 12, source_id);
+    put_u64(h, 16, capacity as u64);
+    put_u64(h, 24, window);
+    file.atomic_u64(NEXT_SEQ).store(1, Ordering::Release);
+    std::fs::rename(&tmp, path).map_err(|e| io("rename", e))?;
+    Ok(())
+}
+
+/// One message read from an outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The stream it is for.
+    pub stream_id: u32,
+    /// Its source seq.
+    pub source_seq: u64,
+    /// SBE template id of the payload.
+    pub template_id: u16,
+    /// The message.
+    pub payload: &'a [u8],
+}
+
+/// The consumer side, held by the iodaemon.
+#[derive(Debug)]
+pub struct OutboxReader {
+    file: MappedFile,
+    capacity: usize,
+    source_id: u32,
+    head: u64,
+}
+
+impl OutboxReader {
+    /// Opens an existing outbox for reading.
+    pub fn open(path: &Path) -> Result<OutboxReader, OutboxError> {
+        let (file, capacity) = map(path)?;
+        let source_id = get_u32(&file.volatile_copy::<16>(0), 12);
+        let head = file.atomic_u64(HEAD).load(Ordering::Acquire);
+        Ok(OutboxReader {
+            file,
+            capacity,
+            source_id,
+            head,
+        })
+    }
+
+    /// The source whose outbox this is.
+    pub fn source_id(&self) -> u32 {
+        self.source_id
+    }
+
+    /// Hands every record written since the last poll to `each`, in order, at most `max`;
+    /// returns how many. Frees their ring space. A record whose header is inconsistent
+    /// (a corrupted ring) is a `Corrupt` error and nothing past it is read.
+    pub fn poll(
+        &mut self,
+        max: usize,
+        mut each: impl FnMut(Record<'_>),
+    ) -> Result<usize, OutboxError> {
+        let tail = self.file.atomic_u64(TAIL).load(Ordering::Acquire);
+        if tail < self.head || tail - self.head > self.capacity as u64 {
+            return Err(OutboxError::Corrupt {
+                path: self.file.path().display().to_string(),
+                reason: format!("tail {tail} and head {} are inconsistent", self.head),
+            });
+        }
+        let mut n = 0;
+        while self.head < tail && n < max {
+            let at = (self.head as usize) & (self.capacity - 1);
+            if self.capacity - at < RECORD_HEADER {
+                self.head += (self.capacity - at) as u64; // implicit padding
+                continue;
+            }
+            let h = self.file.bytes(HEADER + at, RECORD_HEADER);
+            let len = get_u32(h, 0) as usize;
+            let need = span(len);
+            if at + need > self.capacity || self.head + need as u64 > tail {
+                return Err(OutboxError::Corrupt {
+                    path: self.file.path().display().to_string(),
+                    reason: format!("record of {len} bytes at ring offset {at}"),
+                });
+            }
+            if get_u16(h, 18) & PADDING == 0 {
+                each(Record {
+                    stream_id: get_u32(h, 4),
+                    source_seq: get_u64(h, 8),
+                    template_id: get_u16(h, 16),
+                    payload: self.file.bytes(HEADER + at + RECORD_HEADER, len),
+                });
+                n += 1;
+            }
+            self.head += need as u64;
+        }
+        self.file
+            .atomic_u64(HEAD)
+            .store(self.head, Ordering::Release);
+        Ok(n)
+    }
+
+    /// Records that every message up to `source_seq` appeared in the sequenced stream,
+    /// reopening the producer's window.
+    pub fn confirm(&self, source_seq: u64) {
+        self.file
+            .atomic_u64(CONFIRMED)
+            .fetch_max(source_seq, Ordering::AcqRel);
+    }
+}

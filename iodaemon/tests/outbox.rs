@@ -1,0 +1,177 @@
+//! The outbox ring: order, back-pressure by window and by space, wrap-around, reopen after
+//! an application restart, bad files.
+
+use std::time::{Duration, Instant};
+
+use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError, OutboxReader};
+use seqstream_store::pattern;
+
+#[test]
+fn a_producer_and_a_consumer_thread_exchange_every_message_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut out = Outbox::open_or_create(&path, 7, 1 << 16, 256).unwrap();
+    let mut reader = OutboxReader::open(&path).unwrap();
+    const N: u64 = 200_000;
+    let consumer = std::thread::spawn(move || {
+        let mut expected = 1u64;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while expected <= N {
+            assert!(Instant::now() < deadline, "consumer stuck at {expected}");
+            reader
+                .poll(64, |r| {
+                    assert_eq!(r.source_seq, expected);
+                    assert_eq!(r.stream_id, 3);
+                    assert!(pattern::check(r.source_seq, r.payload));
+                    expected += 1;
+                })
+                .unwrap();
+            // The sequenced stream "confirms" what was read.
+            reader.confirm(expected - 1);
+            std::thread::yield_now();
+        }
+    });
+    let mut back_pressured = 0u64;
+    for seq in 1..=N {
+        let mut payload = vec![0u8; pattern::payload_len(seq, 0, 700)];
+        pattern::fill(seq, &mut payload);
+        loop {
+            match out.offer(3, 9, &payload) {
+                Ok(s) => {
+                    assert_eq!(s, seq);
+                    break;
+                }
+                Err(OfferError::BackPressured { .. }) => {
+                    back_pressured += 1;
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    consumer.join().unwrap();
+    assert!(
+        back_pressured > 0,
+        "a 64 KiB ring and a 256-message window must push back"
+    );
+}
+
+#[test]
+fn the_window_bounds_messages_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.outbox");
+    let mut out = Outbox::open_or_create(&path, 1, 1 << 16, 10).unwrap();
+    let mut reader = OutboxReader::open(&path).unwrap();
+    for seq in 1..=10 {
+        assert_eq!(out.offer(1, 0, b"x").unwrap(), seq);
+    }
+    assert_eq!(
+        out.offer(1, 0, b"x"),
+        Err(OfferError::BackPressured {
+            in_flight: 10,
+            free: (1 << 16) - 10 * 32
+        })
+    );
+    // Drained but not confirmed: still in flight.
+    assert_eq!(reader.poll(100, |_| {}).unwrap(), 10);
+    assert!(out.offer(1, 0, b"x").is_err());
+    reader.confirm(4);
+    for seq in 11..=14 {
+        assert_eq!(out.offer(1, 0, b"x").unwrap(), seq);
+    }
+    assert!(out.offer(1, 0, b"x").is_err());
+    assert_eq!(out.in_flight(), 10);
+}
+
+#[test]
+fn a_full_ring_pushes_back_and_wraps_around_with_padding() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.outbox");
+    let mut out = Outbox::open_or_create(&path, 1, 4096, u64::MAX).unwrap();
+    let mut reader = OutboxReader::open(&path).unwrap();
+    let mut next_read = 1u64;
+    for round in 0..50u64 {
+        // Fill until the ring refuses, with sizes that do not divide the ring.
+        let mut offered = 0;
+        loop {
+            let mut p = vec![0u8; 100 + (round as usize * 7) % 300];
+            pattern::fill(out.next_source_seq(), &mut p);
+            match out.offer(2, 0, &p) {
+                Ok(_) => offered += 1,
+                Err(OfferError::BackPressured { free, .. }) => {
+                    assert!(free < 24 + p.len() + 8 + 4096 / 2);
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(offered > 0);
+        let n = reader
+            .poll(usize::MAX, |r| {
+                assert_eq!(r.source_seq, next_read);
+                assert!(pattern::check(r.source_seq, r.payload));
+                next_read += 1;
+            })
+            .unwrap();
+        assert_eq!(n, offered);
+    }
+    assert!(matches!(
+        out.offer(2, 0, &[0u8; 3000]),
+        Err(OfferError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn a_restarted_application_continues_its_numbering_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut out = Outbox::open_or_create(&path, 5, 1 << 14, 100).unwrap();
+    for _ in 0..3 {
+        out.offer(1, 0, b"before").unwrap();
+    }
+    drop(out); // the application dies
+    let mut out = Outbox::open_or_create(&path, 5, 1 << 14, 100).unwrap();
+    assert_eq!(out.next_source_seq(), 4);
+    assert_eq!(out.offer(1, 0, b"after").unwrap(), 4);
+    let mut reader = OutboxReader::open(&path).unwrap();
+    let mut got = Vec::new();
+    reader
+        .poll(10, |r| got.push((r.source_seq, r.payload.to_vec())))
+        .unwrap();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[3], (4, b"after".to_vec()));
+    // Another source may not take over this outbox.
+    assert!(matches!(
+        Outbox::open_or_create(&path, 6, 1 << 14, 100),
+        Err(OutboxError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn bad_files_and_configurations_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.outbox");
+    std::fs::write(&path, vec![0x55u8; 8192]).unwrap();
+    assert!(matches!(
+        OutboxReader::open(&path),
+        Err(OutboxError::Corrupt { .. })
+    ));
+    std::fs::write(&path, b"short").unwrap();
+    assert!(matches!(
+        OutboxReader::open(&path),
+        Err(OutboxError::Corrupt { .. })
+    ));
+    let p2 = dir.path().join("x.outbox");
+    assert!(matches!(
+        Outbox::open_or_create(&p2, 1, 5000, 1),
+        Err(OutboxError::Config(_))
+    ));
+    assert!(matches!(
+        Outbox::open_or_create(&p2, 1, 4096, 0),
+        Err(OutboxError::Config(_))
+    ));
+    assert!(matches!(
+        OutboxReader::open(&dir.path().join("missing")),
+        Err(OutboxError::Io(_))
+    ));
+}
