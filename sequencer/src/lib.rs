@@ -1,7 +1,9 @@
-//! The sequencer daemon (issue 4, still to come) and the compositor.
+//! The sequencer and the compositor.
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`sequencer`] | UDP datagrams from sources → one gap-free sequenced stream |
 //! | [`compositor`] | merging component streams into one composite store |
 
 pub mod compositor;
+pub mod sequencer;

@@ -1,0 +1,91 @@
+//! `sequencer`: gives every message from the allow-listed sources one global, gap-free
+//! sequence number and a timestamp, and appends it to the stream's store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy, StoreConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "sequencer",
+    version,
+    about = "Sequence UDP datagrams from allow-listed sources into one gap-free stream"
+)]
+struct Cli {
+    /// TOML file of options (keys = long flag names); command-line flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The stream's store directory (created if empty).
+    #[arg(long)]
+    store: PathBuf,
+    /// Stream id: datagrams must name it.
+    #[arg(long)]
+    stream_id: u32,
+    /// UDP address to receive on.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// An allowed source, ID@ADDRESS (repeat, or comma-separate).
+    #[arg(long = "source", value_delimiter = ',', required = true)]
+    sources: Vec<SourceSpec>,
+    /// SO_RCVBUF, bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    recv_buffer: usize,
+    /// Append a heartbeat frame after this many ms without traffic (0 = never).
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Segment size of the store, bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    segment_size: u64,
+    /// Flush policy: none, frames:N, ms:T.
+    #[arg(long, default_value = "none")]
+    flush: FlushPolicy,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    idle: Idle,
+    /// Core to pin the sequencing thread to.
+    #[arg(long)]
+    core: Option<usize>,
+    /// Counters file for seqstat (default /dev/shm/seqstream-sequencer-<pid>.counters,
+    /// removed at exit).
+    #[arg(long)]
+    counters: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    daemon::init_logging();
+    let cli = Cli::parse_from(daemon::args_with_config()?);
+    let stop = daemon::stop_flag()?;
+    let (counters_path, temporary) = daemon::counters_path("sequencer", cli.counters.clone());
+    let counters = CountersWriter::create(&counters_path, 64)
+        .with_context(|| format!("creating {}", counters_path.display()))?;
+    let _cleanup = daemon::RemoveOnExit(temporary.then(|| counters_path.clone()));
+    seqstream_store::affinity::pin_current_thread(cli.core)?;
+    let cfg = SequencerConfig {
+        store: cli.store.clone(),
+        store_config: StoreConfig::new(cli.stream_id)
+            .segment_size(cli.segment_size)
+            .flush(cli.flush),
+        listen: cli.listen,
+        sources: cli.sources.clone(),
+        recv_buffer: Some(cli.recv_buffer),
+        heartbeat: (cli.heartbeat_ms > 0).then(|| Duration::from_millis(cli.heartbeat_ms)),
+        nak_interval: Duration::from_millis(1),
+    };
+    let mut sequencer = Sequencer::open(cfg, &counters)
+        .with_context(|| format!("opening {}", cli.store.display()))?;
+    tracing::info!(listen = %sequencer.local_addr(), store = %cli.store.display(), next_seq = sequencer.appender().next_seq(), counters = %counters_path.display(), "sequencing");
+    let mut idle = cli.idle.build();
+    while !stop.load(Ordering::Relaxed) {
+        let work = sequencer.do_work()?;
+        idle.idle(work);
+    }
+    tracing::info!(next_seq = sequencer.appender().next_seq(), "stopped");
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! The sequencer: receives unsequenced messages from allow-listed sources as UDP datagrams
+//! (`DatagramHeader`, `schemas/xml/wire.xml`), accepts each source's messages only in
+//! `source_seq` order, drops duplicates, asks for what is missing with a NAK, and appends every
+//! accepted message to the stream's store, where the store gives it the stream's next seq and
+//! a timestamp that never goes back. A message resent across a sequencer restart is still
+//! sequenced once: on open, each source's last `source_seq` is recovered from the store.
+//!
+//! Bad input never stops it: every datagram that does not decode, has another protocol
+//! version or stream, comes from an unknown source or from a known source's wrong address, is
+//! dropped and counted by reason, and the sequencer keeps serving the good sources.
+//!
+//! Not yet: batch receive with `recvmmsg` (one `recv_from` per datagram today); the iodaemon
+//! that resends on timeout and on NAK (issue 4).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use seqstream_schemas::wire;
+use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
+
+/// The datagram framing version this sequencer speaks.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// The largest datagram read (UDP's limit).
+const MAX_DATAGRAM: usize = 65_536;
+
+/// A source allowed to publish: its id and the address its datagrams must come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    /// The publisher identity.
+    pub source_id: u32,
+    /// The only address its datagrams are accepted from.
+    pub address: IpAddr,
+}
+
+impl std::str::FromStr for SourceSpec {
+    type Err = String;
+
+    /// Parses `ID@ADDRESS`, e.g. `7@10.0.0.2`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, addr) = s
+            .split_once('@')
+            .ok_or_else(|| format!("source {s:?}: use ID@ADDRESS"))?;
+        Ok(SourceSpec {
+            source_id: id.parse().map_err(|_| format!("source {s:?}: bad id"))?,
+            address: addr
+                .parse()
+                .map_err(|_| format!("source {s:?}: bad address"))?,
+        })
+    }
+}
+
+/// Configuration of a sequencer.
+#[derive(Debug, Clone)]
+pub struct SequencerConfig {
+    /// The stream's store (created if empty).
+    pub store: PathBuf,
+    /// Its configuration; `stream_id` is the stream datagrams must name.
+    pub store_config: StoreConfig,
+    /// UDP address to receive on.
+    pub listen: SocketAddr,
+    /// The allow-listed sources.
+    pub sources: Vec<SourceSpec>,
+    /// `SO_RCVBUF` in bytes (None: the OS default).
+    pub recv_buffer: Option<usize>,
+    /// Append a heartbeat frame after this long without appending (None: never).
+    pub heartbeat: Option<Duration>,
+    /// Most one NAK per source per this interval.
+    pub nak_interval: Duration,
+}
+
+/// Errors that stop a sequencer (bad datagrams never do).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A socket call failed.
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration value that cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+struct Source {
+    address: IpAddr,
+    next_source_seq: u64,
+    epoch: Option<u32>,
+    last_nak: Option<(Instant, u64)>,
+}
+
+struct Counters {
+    datagrams: Counter,
+    messages: Counter,
+    duplicates: Counter,
+    beyond_gap: Counter,
+    naks_sent: Counter,
+    bad_decode: Counter,
+    bad_version: Counter,
+    wrong_stream: Counter,
+    unknown_source: Counter,
+    wrong_address: Counter,
+    stale_epoch: Counter,
+    heartbeats: Counter,
+}
+
+/// A running sequencer. Drive it with [`Sequencer::do_work`] and an idle strategy.
+pub struct Sequencer {
+    cfg: SequencerConfig,
+    socket: UdpSocket,
+    appender: Appender,
+    sources: HashMap<u32, Source>,
+    counters: Counters,
+    buf: Vec<u8>,
+    nak: Vec<u8>,
+    last_append: Instant,
+}
+
+impl Sequencer {
+    /// Opens (or creates) the store, recovers each source's last `source_seq` from it, and
+    /// binds the socket.
+    pub fn open(cfg: SequencerConfig, counters: &CountersWriter) -> Result<Sequencer, Error> {
+        let appender = Appender::open_or_create(&cfg.store, cfg.store_config.clone())?;
+        let mut sources: HashMap<u32, Source> = HashMap::new();
+        for s in &cfg.sources {
+            if sources
+                .insert(
+                    s.source_id,
+                    Source {
+                        address: s.address,
+                        next_source_seq: 1,
+                        epoch: None,
+                        last_nak: None,
+                    },
+                )
+                .is_some()
+            {
+                return Err(Error::Config(format!(
+                    "source {} listed twice",
+                    s.source_id
+                )));
+            }
+        }
+        let mut t = Tailer::open_with(
+            &cfg.store,
+            TailerOptions {
+                verify_checksums: false,
+            },
+        )?;
+        while let Some(f) = t.poll()? {
+            if let Some(s) = sources.get_mut(&f.source_id()) {
+                if !f.is_heartbeat() {
+                    s.next_source_seq = s.next_source_seq.max(f.source_seq() + 1);
+                }
+            }
+        }
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(cfg.listen),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .map_err(|e| Error::Io {
+            op: "socket",
+            source: e,
+        })?;
+        if let Some(bytes) = cfg.recv_buffer {
+            socket.set_recv_buffer_size(bytes).map_err(|e| Error::Io {
+                op: "SO_RCVBUF",
+                source: e,
+            })?;
+        }
+        socket.bind(&cfg.listen.into()).map_err(|e| Error::Io {
+            op: "bind",
+            source: e,
+        })?;
+        socket.set_nonblocking(true).map_err(|e| Error::Io {
+            op: "set_nonblocking",
+            source: e,
+        })?;
+        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let counters = Counters {
+            datagrams: c("datagrams received")?,
+            messages: c("messages sequenced")?,
+            duplicates: c("duplicates dropped")?,
+            beyond_gap: c("messages beyond a gap dropped")?,
+            naks_sent: c("naks sent")?,
+            bad_decode: c("bad datagrams: undecodable")?,
+            bad_version: c("bad datagrams: protocol version")?,
+            wrong_stream: c("bad datagrams: other stream")?,
+            unknown_source: c("bad datagrams: unknown source")?,
+            wrong_address: c("bad datagrams: wrong address")?,
+            stale_epoch: c("bad datagrams: stale epoch")?,
+            heartbeats: c("heartbeats appended")?,
+        };
+        for (id, s) in &sources {
+            tracing::info!(
+                source_id = id,
+                next_source_seq = s.next_source_seq,
+                "source recovered"
+            );
+        }
+        Ok(Sequencer {
+            cfg,
+            socket: socket.into(),
+            appender,
+            sources,
+            counters,
+            buf: vec![0; MAX_DATAGRAM],
+            nak: vec![0; 64],
+            last_append: Instant::now(),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket
+            .local_addr()
+            .expect("a bound socket has an address")
+    }
+
+    /// The stream's appender (position, next seq, stats).
+    pub fn appender(&self) -> &Appender {
+        &self.appender
+    }
+
+    /// One duty cycle: sequence up to 64 datagrams; append a heartbeat when idle past the
+    /// interval. Returns the work done (0 = idle).
+    pub fn do_work(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for _ in 0..64 {
+            match self.socket.recv_from(&mut self.buf) {
+                Ok((len, from)) => {
+                    work += 1;
+                    self.counters.datagrams.incr();
+                    self.handle(len, from)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Error::Io {
+                        op: "recv_from",
+                        source: e,
+                    })
+                }
+            }
+        }
+        if work == 0 {
+            if let Some(every) = self.cfg.heartbeat {
+                if self.last_append.elapsed() >= every {
+                    self.appender.append_heartbeat(None)?;
+                    self.counters.heartbeats.incr();
+                    self.last_append = Instant::now();
+                    work += 1;
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    fn handle(&mut self, len: usize, from: SocketAddr) -> Result<(), Error> {
+        let datagram = &self.buf[..len];
+        let Ok(d) = wire::DatagramHeaderDecoder::decode(datagram) else {
+            self.counters.bad_decode.incr();
+            return Ok(());
+        };
+        if d.protocol_version() != PROTOCOL_VERSION {
+            self.counters.bad_version.incr();
+            return Ok(());
+        }
+        if d.stream_id() != self.cfg.store_config.stream_id {
+            self.counters.wrong_stream.incr();
+            return Ok(());
+        }
+        let source_id = d.source_id();
+        let Some(source) = self.sources.get_mut(&source_id) else {
+            self.counters.unknown_source.incr();
+            return Ok(());
+        };
+        if source.address != from.ip() {
+            self.counters.wrong_address.incr();
+            return Ok(());
+        }
+        let epoch = d.session_epoch();
+        match source.epoch {
+            Some(e) if epoch < e => {
+                self.counters.stale_epoch.incr();
+                return Ok(());
+            }
+            _ => source.epoch = Some(epoch),
+        }
+        let Ok(messages) = d.messages() else {
+            self.counters.bad_decode.incr();
+            return Ok(());
+        };
+        // Validate the whole datagram before sequencing any of it.
+        let mut payloads = Vec::with_capacity(messages.num_in_group());
+        for m in messages {
+            match m.and_then(|m| m.payload()) {
+                Ok(p) => payloads.push(p),
+                Err(_) => {
+                    self.counters.bad_decode.incr();
+                    return Ok(());
+                }
+            }
+        }
+        let first = d.first_source_seq();
+        let total = payloads.len();
+        let mut gap_at = None;
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let source_seq = first + i as u64;
+            if source_seq < source.next_source_seq {
+                self.counters.duplicates.incr();
+                continue;
+            }
+            if source_seq > source.next_source_seq {
+                gap_at = Some(source.next_source_seq);
+                self.counters.beyond_gap.add((total - i) as u64);
+                break;
+            }
+            let template_id = if payload.len() >= 8 {
+                u16::from_le_bytes([payload[2], payload[3]])
+            } else {
+                0
+            };
+            let fields = FrameFields {
+                source_id,
+                source_seq,
+                template_id,
+                flags: 0,
+            };
+            self.appender.append_with(&fields, payload)?;
+            source.next_source_seq += 1;
+            self.counters.messages.incr();
+            self.last_append = Instant::now();
+        }
+        if let Some(from_seq) = gap_at {
+            let due = source
+                .last_nak
+                .is_none_or(|(at, seq)| seq != from_seq || at.elapsed() >= self.cfg.nak_interval);
+            if due {
+                source.last_nak = Some((Instant::now(), from_seq));
+                let mut e = wire::NakEncoder::new(&mut self.nak).expect("64 bytes hold a NAK");
+                e.set_stream_id(self.cfg.store_config.stream_id)
+                    .set_source_id(source_id)
+                    .set_session_epoch(epoch)
+                    .set_from_source_seq(from_seq);
+                let n = e.encoded_length();
+                // A NAK is advice: if it cannot be sent now, the source's timeout resends.
+                if self.socket.send_to(&self.nak[..n], from).is_ok() {
+                    self.counters.naks_sent.incr();
+                }
+            }
+        }
+        Ok(())
+    }
+}
