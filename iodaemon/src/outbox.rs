@@ -21,8 +21,10 @@
 //! | 12 | 4 | source id |
 //! | 16 | 8 | ring capacity in bytes (a power of two) |
 //! | 24 | 8 | window: most messages in flight |
+//! | 32 | 4 | stream id: an outbox carries one source's messages for one stream, since each
+//!   stream's sequencer numbers a source's messages on its own |
 //! | 64 | 8 | tail: bytes written by the producer (atomic, release) |
-//! | 128 | 8 | head: bytes read by the consumer (atomic, release) |
+//! | 128 | 8 | head: bytes the consumer has released: records up to here are confirmed in the sequenced stream (atomic, release) |
 //! | 192 | 8 | next source seq, written by the producer after each offer (atomic) |
 //! | 256 | 8 | confirmed source seq, written by the consumer (atomic, release) |
 //! | 4096 | capacity | the ring of records |
@@ -73,6 +75,9 @@ pub enum OfferError {
     /// and the sequencer to confirm.
     #[error("back-pressured: {in_flight} messages in flight, {free} bytes free in the ring")]
     BackPressured { in_flight: u64, free: usize },
+    /// This outbox carries another stream's messages.
+    #[error("offered for stream {offered}, this outbox is stream {outbox}'s")]
+    WrongStream { offered: u32, outbox: u32 },
     /// The message can never fit in this ring.
     #[error("a {len}-byte message does not fit in a ring of {capacity} bytes")]
     TooLarge { len: usize, capacity: usize },
@@ -126,18 +131,20 @@ pub struct Outbox {
     file: MappedFile,
     capacity: usize,
     source_id: u32,
+    stream_id: u32,
     window: u64,
     tail: u64,
     next_seq: u64,
 }
 
 impl Outbox {
-    /// Opens the outbox at `path`, or creates it for `source_id` with a ring of `capacity`
-    /// bytes (a power of two, at least 4 KiB) and at most `window` messages in flight. An
-    /// existing outbox keeps its capacity, window and numbering.
+    /// Opens the outbox at `path`, or creates it for `source_id` publishing to `stream_id`,
+    /// with a ring of `capacity` bytes (a power of two, at least 4 KiB) and at most `window`
+    /// messages in flight. An existing outbox keeps its capacity, window and numbering.
     pub fn open_or_create(
         path: &Path,
         source_id: u32,
+        stream_id: u32,
         capacity: usize,
         window: u64,
     ) -> Result<Outbox, OutboxError> {
@@ -147,14 +154,18 @@ impl Outbox {
             )));
         }
         if !path.exists() {
-            create(path, source_id, capacity, window)?;
+            create(path, source_id, stream_id, capacity, window)?;
         }
         let (file, capacity) = map(path)?;
-        let h = file.volatile_copy::<32>(0);
-        if get_u32(&h, 12) != source_id {
+        let h = file.volatile_copy::<36>(0);
+        if get_u32(&h, 12) != source_id || get_u32(&h, 32) != stream_id {
             return Err(OutboxError::Corrupt {
                 path: path.display().to_string(),
-                reason: format!("belongs to source {}", get_u32(&h, 12)),
+                reason: format!(
+                    "belongs to source {} on stream {}",
+                    get_u32(&h, 12),
+                    get_u32(&h, 32)
+                ),
             });
         }
         let window = get_u64(&h, 24);
@@ -164,6 +175,7 @@ impl Outbox {
             file,
             capacity,
             source_id,
+            stream_id,
             window,
             tail,
             next_seq,
@@ -194,6 +206,12 @@ impl Outbox {
         template_id: u16,
         payload: &[u8],
     ) -> Result<u64, OfferError> {
+        if stream_id != self.stream_id {
+            return Err(OfferError::WrongStream {
+                offered: stream_id,
+                outbox: self.stream_id,
+            });
+        }
         let need = span(payload.len());
         if need > self.capacity / 2 {
             return Err(OfferError::TooLarge {
@@ -246,7 +264,13 @@ impl Outbox {
     }
 }
 
-fn create(path: &Path, source_id: u32, capacity: usize, window: u64) -> Result<(), OutboxError> {
+fn create(
+    path: &Path,
+    source_id: u32,
+    stream_id: u32,
+    capacity: usize,
+    window: u64,
+) -> Result<(), OutboxError> {
     let tmp = path.with_extension("outbox.tmp");
     let io = |op: &'static str, e: std::io::Error| StoreError::Io {
         op,
@@ -264,12 +288,13 @@ fn create(path: &Path, source_id: u32, capacity: usize, window: u64) -> Result<(
         .map_err(|e| io("ftruncate", e))?;
     let file = MappedFile::map(f, tmp.clone(), HEADER + capacity, true)?;
     // SAFETY: a new file no one else has opened yet.
-    let h = unsafe { file.bytes_mut(0, 32) };
+    let h = unsafe { file.bytes_mut(0, 36) };
     h[..8].copy_from_slice(&MAGIC);
     put_u32(h, 8, VERSION);
     put_u32(h, 12, source_id);
     put_u64(h, 16, capacity as u64);
     put_u64(h, 24, window);
+    put_u32(h, 32, stream_id);
     file.atomic_u64(NEXT_SEQ).store(1, Ordering::Release);
     std::fs::rename(&tmp, path).map_err(|e| io("rename", e))?;
     Ok(())
@@ -289,25 +314,35 @@ pub struct Record<'a> {
 }
 
 /// The consumer side, held by the iodaemon.
+///
+/// Records stay in the ring until they are confirmed: [`poll`](Self::poll) hands out new
+/// records and moves a private read cursor; [`confirm`](Self::confirm) releases the ring space
+/// of confirmed records; [`unconfirmed`](Self::unconfirmed) visits what was handed out but not
+/// confirmed (to resend it). A restarted iodaemon starts reading at the first unconfirmed
+/// record, so nothing is lost with it.
 #[derive(Debug)]
 pub struct OutboxReader {
     file: MappedFile,
     capacity: usize,
     source_id: u32,
+    stream_id: u32,
     head: u64,
+    read: u64,
 }
 
 impl OutboxReader {
-    /// Opens an existing outbox for reading.
+    /// Opens an existing outbox for reading, at its first unconfirmed record.
     pub fn open(path: &Path) -> Result<OutboxReader, OutboxError> {
         let (file, capacity) = map(path)?;
-        let source_id = get_u32(&file.volatile_copy::<16>(0), 12);
+        let h = file.volatile_copy::<36>(0);
         let head = file.atomic_u64(HEAD).load(Ordering::Acquire);
         Ok(OutboxReader {
+            source_id: get_u32(&h, 12),
+            stream_id: get_u32(&h, 32),
             file,
             capacity,
-            source_id,
             head,
+            read: head,
         })
     }
 
@@ -316,59 +351,95 @@ impl OutboxReader {
         self.source_id
     }
 
+    /// The stream its messages are for.
+    pub fn stream_id(&self) -> u32 {
+        self.stream_id
+    }
+
+    /// Visits the records in `[from, to)` of the ring in order, at most `max`; returns the
+    /// position after the last visited record and how many were visited.
+    fn walk(
+        &self,
+        from: u64,
+        to: u64,
+        max: usize,
+        mut each: impl FnMut(Record<'_>) -> bool,
+    ) -> Result<(u64, usize), OutboxError> {
+        if to < from || to - from > self.capacity as u64 {
+            return Err(self.corrupt(format!("tail {to} and cursor {from} are inconsistent")));
+        }
+        let (mut at_pos, mut n) = (from, 0);
+        while at_pos < to && n < max {
+            let at = (at_pos as usize) & (self.capacity - 1);
+            if self.capacity - at < RECORD_HEADER {
+                at_pos += (self.capacity - at) as u64; // implicit padding
+                continue;
+            }
+            let h = self.file.bytes(HEADER + at, RECORD_HEADER);
+            let len = get_u32(h, 0) as usize;
+            let need = span(len);
+            if at + need > self.capacity || at_pos + need as u64 > to {
+                return Err(self.corrupt(format!("record of {len} bytes at ring offset {at}")));
+            }
+            if get_u16(h, 18) & PADDING == 0 {
+                let keep_going = each(Record {
+                    stream_id: get_u32(h, 4),
+                    source_seq: get_u64(h, 8),
+                    template_id: get_u16(h, 16),
+                    payload: self.file.bytes(HEADER + at + RECORD_HEADER, len),
+                });
+                if !keep_going {
+                    break;
+                }
+                n += 1;
+            }
+            at_pos += need as u64;
+        }
+        Ok((at_pos, n))
+    }
+
+    fn corrupt(&self, reason: String) -> OutboxError {
+        OutboxError::Corrupt {
+            path: self.file.path().display().to_string(),
+            reason,
+        }
+    }
+
     /// Hands every record written since the last poll to `each`, in order, at most `max`;
-    /// returns how many. Frees their ring space. A record whose header is inconsistent
-    /// (a corrupted ring) is a `Corrupt` error and nothing past it is read.
+    /// returns how many. A record whose header is inconsistent (a corrupted ring) is a
+    /// `Corrupt` error and nothing past it is read.
     pub fn poll(
         &mut self,
         max: usize,
         mut each: impl FnMut(Record<'_>),
     ) -> Result<usize, OutboxError> {
         let tail = self.file.atomic_u64(TAIL).load(Ordering::Acquire);
-        if tail < self.head || tail - self.head > self.capacity as u64 {
-            return Err(OutboxError::Corrupt {
-                path: self.file.path().display().to_string(),
-                reason: format!("tail {tail} and head {} are inconsistent", self.head),
-            });
-        }
-        let mut n = 0;
-        while self.head < tail && n < max {
-            let at = (self.head as usize) & (self.capacity - 1);
-            if self.capacity - at < RECORD_HEADER {
-                self.head += (self.capacity - at) as u64; // implicit padding
-                continue;
-            }
-            let h = self.file.bytes(HEADER + at, RECORD_HEADER);
-            let len = get_u32(h, 0) as usize;
-            let need = span(len);
-            if at + need > self.capacity || self.head + need as u64 > tail {
-                return Err(OutboxError::Corrupt {
-                    path: self.file.path().display().to_string(),
-                    reason: format!("record of {len} bytes at ring offset {at}"),
-                });
-            }
-            if get_u16(h, 18) & PADDING == 0 {
-                each(Record {
-                    stream_id: get_u32(h, 4),
-                    source_seq: get_u64(h, 8),
-                    template_id: get_u16(h, 16),
-                    payload: self.file.bytes(HEADER + at + RECORD_HEADER, len),
-                });
-                n += 1;
-            }
-            self.head += need as u64;
-        }
-        self.file
-            .atomic_u64(HEAD)
-            .store(self.head, Ordering::Release);
+        let (read, n) = self.walk(self.read, tail, max, |r| {
+            each(r);
+            true
+        })?;
+        self.read = read;
         Ok(n)
     }
 
-    /// Records that every message up to `source_seq` appeared in the sequenced stream,
-    /// reopening the producer's window.
-    pub fn confirm(&self, source_seq: u64) {
+    /// Visits the records handed out by `poll` and not yet confirmed, in order.
+    pub fn unconfirmed(&self, each: impl FnMut(Record<'_>) -> bool) -> Result<(), OutboxError> {
+        self.walk(self.head, self.read, usize::MAX, each)
+            .map(|_| ())
+    }
+
+    /// Records that every message up to `source_seq` appeared in the sequenced stream:
+    /// releases their ring space and reopens the producer's window.
+    pub fn confirm(&mut self, source_seq: u64) -> Result<(), OutboxError> {
+        // `walk` stops at the first record past `source_seq`, without passing it.
+        let (end, _) = self.walk(self.head, self.read, usize::MAX, |r| {
+            r.source_seq <= source_seq
+        })?;
+        self.head = end;
+        self.file.atomic_u64(HEAD).store(end, Ordering::Release);
         self.file
             .atomic_u64(CONFIRMED)
             .fetch_max(source_seq, Ordering::AcqRel);
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@ use seqstream_store::pattern;
 fn a_producer_and_a_consumer_thread_exchange_every_message_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.outbox");
-    let mut out = Outbox::open_or_create(&path, 7, 1 << 16, 256).unwrap();
+    let mut out = Outbox::open_or_create(&path, 7, 3, 1 << 16, 256).unwrap();
     let mut reader = OutboxReader::open(&path).unwrap();
     const N: u64 = 200_000;
     let consumer = std::thread::spawn(move || {
@@ -27,7 +27,7 @@ fn a_producer_and_a_consumer_thread_exchange_every_message_in_order() {
                 })
                 .unwrap();
             // The sequenced stream "confirms" what was read.
-            reader.confirm(expected - 1);
+            reader.confirm(expected - 1).unwrap();
             std::thread::yield_now();
         }
     });
@@ -60,7 +60,7 @@ fn a_producer_and_a_consumer_thread_exchange_every_message_in_order() {
 fn the_window_bounds_messages_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.outbox");
-    let mut out = Outbox::open_or_create(&path, 1, 1 << 16, 10).unwrap();
+    let mut out = Outbox::open_or_create(&path, 1, 1, 1 << 16, 10).unwrap();
     let mut reader = OutboxReader::open(&path).unwrap();
     for seq in 1..=10 {
         assert_eq!(out.offer(1, 0, b"x").unwrap(), seq);
@@ -75,7 +75,7 @@ fn the_window_bounds_messages_in_flight() {
     // Drained but not confirmed: still in flight.
     assert_eq!(reader.poll(100, |_| {}).unwrap(), 10);
     assert!(out.offer(1, 0, b"x").is_err());
-    reader.confirm(4);
+    reader.confirm(4).unwrap();
     for seq in 11..=14 {
         assert_eq!(out.offer(1, 0, b"x").unwrap(), seq);
     }
@@ -87,7 +87,7 @@ fn the_window_bounds_messages_in_flight() {
 fn a_full_ring_pushes_back_and_wraps_around_with_padding() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.outbox");
-    let mut out = Outbox::open_or_create(&path, 1, 4096, u64::MAX).unwrap();
+    let mut out = Outbox::open_or_create(&path, 1, 2, 4096, u64::MAX).unwrap();
     let mut reader = OutboxReader::open(&path).unwrap();
     let mut next_read = 1u64;
     for round in 0..50u64 {
@@ -114,6 +114,7 @@ fn a_full_ring_pushes_back_and_wraps_around_with_padding() {
             })
             .unwrap();
         assert_eq!(n, offered);
+        reader.confirm(next_read - 1).unwrap();
     }
     assert!(matches!(
         out.offer(2, 0, &[0u8; 3000]),
@@ -125,14 +126,21 @@ fn a_full_ring_pushes_back_and_wraps_around_with_padding() {
 fn a_restarted_application_continues_its_numbering_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.outbox");
-    let mut out = Outbox::open_or_create(&path, 5, 1 << 14, 100).unwrap();
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
     for _ in 0..3 {
         out.offer(1, 0, b"before").unwrap();
     }
     drop(out); // the application dies
-    let mut out = Outbox::open_or_create(&path, 5, 1 << 14, 100).unwrap();
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
     assert_eq!(out.next_source_seq(), 4);
     assert_eq!(out.offer(1, 0, b"after").unwrap(), 4);
+    assert_eq!(
+        out.offer(2, 0, b"other stream"),
+        Err(OfferError::WrongStream {
+            offered: 2,
+            outbox: 1
+        })
+    );
     let mut reader = OutboxReader::open(&path).unwrap();
     let mut got = Vec::new();
     reader
@@ -140,9 +148,24 @@ fn a_restarted_application_continues_its_numbering_and_nothing_is_lost() {
         .unwrap();
     assert_eq!(got.len(), 4);
     assert_eq!(got[3], (4, b"after".to_vec()));
+    // The iodaemon dies before confirming: a new one reads the unconfirmed records again.
+    reader.confirm(2).unwrap();
+    drop(reader);
+    let mut reader = OutboxReader::open(&path).unwrap();
+    let mut again = Vec::new();
+    reader.poll(10, |r| again.push(r.source_seq)).unwrap();
+    assert_eq!(again, vec![3, 4]);
+    let mut unconfirmed = Vec::new();
+    reader
+        .unconfirmed(|r| {
+            unconfirmed.push(r.source_seq);
+            true
+        })
+        .unwrap();
+    assert_eq!(unconfirmed, vec![3, 4]);
     // Another source may not take over this outbox.
     assert!(matches!(
-        Outbox::open_or_create(&path, 6, 1 << 14, 100),
+        Outbox::open_or_create(&path, 6, 1, 1 << 14, 100),
         Err(OutboxError::Corrupt { .. })
     ));
 }
@@ -163,11 +186,11 @@ fn bad_files_and_configurations_are_errors() {
     ));
     let p2 = dir.path().join("x.outbox");
     assert!(matches!(
-        Outbox::open_or_create(&p2, 1, 5000, 1),
+        Outbox::open_or_create(&p2, 1, 1, 5000, 1),
         Err(OutboxError::Config(_))
     ));
     assert!(matches!(
-        Outbox::open_or_create(&p2, 1, 4096, 0),
+        Outbox::open_or_create(&p2, 1, 1, 4096, 0),
         Err(OutboxError::Config(_))
     ));
     assert!(matches!(

@@ -1,0 +1,358 @@
+//! The iodaemon's forwarding duty cycle: drains the host's outboxes, batches their messages
+//! into datagrams no larger than the MTU and sends them to each stream's sequencer; watches
+//! the host's local copy of the stream for its own `(source_id, source_seq)` and confirms
+//! them in the outbox; resends what stays unconfirmed past the resend timeout, and at once
+//! from the `source_seq` a NAK names. UDP loss therefore costs latency, never data: a message
+//! leaves the outbox only once it is in the sequenced stream.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use seqstream_schemas::wire;
+use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::{StoreError, Tailer, TailerOptions};
+
+use crate::outbox::{OutboxError, OutboxReader};
+
+/// Where a stream's messages go and where its sequenced copy is read.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The stream.
+    pub stream_id: u32,
+    /// Its sequencer's UDP address.
+    pub sequencer: SocketAddr,
+    /// This host's copy of the stream (the sequencer's store, or a replica of it).
+    pub local_store: PathBuf,
+}
+
+/// Configuration of the forwarder.
+#[derive(Debug, Clone)]
+pub struct ForwarderConfig {
+    /// The outbox files to drain (one per application and stream).
+    pub outboxes: Vec<PathBuf>,
+    /// One route per stream the outboxes publish to.
+    pub routes: Vec<Route>,
+    /// Local UDP address to send from (and receive NAKs on).
+    pub bind: SocketAddr,
+    /// Largest datagram, bytes.
+    pub mtu: usize,
+    /// Resend what is unconfirmed this long after it was last sent (default 500 ms).
+    pub resend_timeout: Duration,
+    /// Session epoch put in every datagram.
+    pub epoch: u32,
+}
+
+/// Errors that stop the forwarder.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An outbox is unusable.
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    /// A local store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A socket call failed.
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration value that cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Bytes of a datagram before its messages: SBE header, block, group header.
+const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
+
+struct Link {
+    reader: OutboxReader,
+    route: usize,
+    /// Highest source seq seen in the sequenced stream.
+    confirmed: u64,
+    /// Highest source seq sent at least once.
+    sent: u64,
+    last_sent: Instant,
+}
+
+struct RouteState {
+    route: Route,
+    tailer: Option<Tailer>,
+}
+
+struct Counters {
+    sent: Counter,
+    resent: Counter,
+    confirmed: Counter,
+    naks: Counter,
+    datagrams: Counter,
+    in_flight: Counter,
+    bad_naks: Counter,
+}
+
+/// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
+pub struct Forwarder {
+    cfg: ForwarderConfig,
+    socket: UdpSocket,
+    links: Vec<Link>,
+    routes: Vec<RouteState>,
+    counters: Counters,
+    batch: Vec<(u64, Vec<u8>)>,
+    out: Vec<u8>,
+    nak: Vec<u8>,
+}
+
+impl Forwarder {
+    /// Opens the outboxes and binds the socket.
+    pub fn open(cfg: ForwarderConfig, counters: &CountersWriter) -> Result<Forwarder, Error> {
+        if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > 65_507 {
+            return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
+        }
+        let mut links = Vec::new();
+        for path in &cfg.outboxes {
+            let reader = OutboxReader::open(path)?;
+            let route = cfg
+                .routes
+                .iter()
+                .position(|r| r.stream_id == reader.stream_id())
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "{}: no route for stream {}",
+                        path.display(),
+                        reader.stream_id()
+                    ))
+                })?;
+            links.push(Link {
+                reader,
+                route,
+                confirmed: 0,
+                sent: 0,
+                last_sent: Instant::now(),
+            });
+        }
+        let socket = UdpSocket::bind(cfg.bind).map_err(|e| Error::Io {
+            op: "bind",
+            source: e,
+        })?;
+        socket.set_nonblocking(true).map_err(|e| Error::Io {
+            op: "set_nonblocking",
+            source: e,
+        })?;
+        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let counters = Counters {
+            sent: c("messages sent")?,
+            resent: c("messages resent")?,
+            confirmed: c("messages confirmed")?,
+            naks: c("naks received")?,
+            datagrams: c("datagrams sent")?,
+            in_flight: c("in flight")?,
+            bad_naks: c("bad naks")?,
+        };
+        let routes = cfg
+            .routes
+            .iter()
+            .map(|r| RouteState {
+                route: r.clone(),
+                tailer: None,
+            })
+            .collect();
+        Ok(Forwarder {
+            socket,
+            links,
+            routes,
+            counters,
+            batch: Vec::new(),
+            out: vec![0; cfg.mtu],
+            nak: vec![0; 256],
+            cfg,
+        })
+    }
+
+    /// The local address datagrams leave from.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket
+            .local_addr()
+            .expect("a bound socket has an address")
+    }
+
+    /// One duty cycle: confirm, send new messages, handle NAKs, resend on timeout. Returns the
+    /// work done (0 = idle).
+    pub fn do_work(&mut self) -> Result<usize, Error> {
+        let mut work = self.confirm()?;
+        for i in 0..self.links.len() {
+            work += self.send_new(i)?;
+        }
+        work += self.naks()?;
+        let now = Instant::now();
+        for i in 0..self.links.len() {
+            let l = &self.links[i];
+            if l.sent > l.confirmed && now.duration_since(l.last_sent) >= self.cfg.resend_timeout {
+                let from = l.confirmed + 1;
+                work += self.resend(i, from)?;
+            }
+        }
+        let in_flight: u64 = self
+            .links
+            .iter()
+            .map(|l| l.sent.saturating_sub(l.confirmed))
+            .sum();
+        self.counters.in_flight.set(in_flight);
+        Ok(work)
+    }
+
+    /// Reads the local copies of the streams for our own messages.
+    fn confirm(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for (ri, r) in self.routes.iter_mut().enumerate() {
+            if r.tailer.is_none() {
+                match Tailer::open_with(&r.route.local_store, TailerOptions::default()) {
+                    Ok(t) => r.tailer = Some(t),
+                    Err(StoreError::NoStore { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let t = r.tailer.as_mut().expect("opened");
+            for _ in 0..4096 {
+                let Some(f) = t.poll()? else { break };
+                work += 1;
+                let (source, seq) = (f.source_id(), f.source_seq());
+                if let Some(l) = self
+                    .links
+                    .iter_mut()
+                    .find(|l| l.route == ri && l.reader.source_id() == source)
+                {
+                    l.confirmed = l.confirmed.max(seq);
+                }
+            }
+        }
+        for l in &mut self.links {
+            if l.confirmed > 0 {
+                l.reader.confirm(l.confirmed)?;
+                if l.sent < l.confirmed {
+                    // Confirmed before we (re)sent it: an earlier iodaemon sent it.
+                    l.sent = l.confirmed;
+                }
+            }
+        }
+        self.counters
+            .confirmed
+            .set(self.links.iter().map(|l| l.confirmed).sum());
+        Ok(work)
+    }
+
+    /// Polls a link's outbox and sends what is new.
+    fn send_new(&mut self, i: usize) -> Result<usize, Error> {
+        self.batch.clear();
+        let batch = &mut self.batch;
+        self.links[i]
+            .reader
+            .poll(1024, |r| batch.push((r.source_seq, r.payload.to_vec())))?;
+        let n = self.batch.len();
+        if n > 0 {
+            let last = self.batch[n - 1].0;
+            self.flush_batch(i)?;
+            self.counters.sent.add(n as u64);
+            let l = &mut self.links[i];
+            l.sent = l.sent.max(last);
+            l.last_sent = Instant::now();
+        }
+        Ok(n)
+    }
+
+    /// Resends every unconfirmed message of link `i` from `from`.
+    fn resend(&mut self, i: usize, from: u64) -> Result<usize, Error> {
+        self.batch.clear();
+        let batch = &mut self.batch;
+        self.links[i].reader.unconfirmed(|r| {
+            if r.source_seq >= from {
+                batch.push((r.source_seq, r.payload.to_vec()));
+            }
+            true
+        })?;
+        let n = self.batch.len();
+        if n > 0 {
+            self.flush_batch(i)?;
+            self.counters.resent.add(n as u64);
+        }
+        self.links[i].last_sent = Instant::now();
+        Ok(n)
+    }
+
+    /// Sends `self.batch` (consecutive source seqs) in datagrams of at most `mtu` bytes.
+    fn flush_batch(&mut self, i: usize) -> Result<(), Error> {
+        let route = &self.routes[self.links[i].route].route;
+        let (stream_id, to) = (route.stream_id, route.sequencer);
+        let source_id = self.links[i].reader.source_id();
+        let mut start = 0;
+        while start < self.batch.len() {
+            // Take messages while they fit (each costs its 2-byte length prefix).
+            let mut size = DATAGRAM_OVERHEAD;
+            let mut end = start;
+            while end < self.batch.len()
+                && (end == start || size + 2 + self.batch[end].1.len() <= self.cfg.mtu)
+            {
+                size += 2 + self.batch[end].1.len();
+                end += 1;
+            }
+            if size > self.out.len() {
+                self.out.resize(size, 0);
+            }
+            let mut e = wire::DatagramHeaderEncoder::new(&mut self.out).expect("sized");
+            e.set_protocol_version(1)
+                .set_stream_id(stream_id)
+                .set_source_id(source_id)
+                .set_session_epoch(self.cfg.epoch)
+                .set_first_source_seq(self.batch[start].0);
+            {
+                let mut g = e.messages().expect("sized");
+                for (_, p) in &self.batch[start..end] {
+                    g.next_entry()
+                        .and_then(|mut m| m.set_payload(p).map(|_| ()))
+                        .map_err(|err| {
+                            Error::Config(format!("message too large for a datagram: {err}"))
+                        })?;
+                }
+            }
+            let len = e.encoded_length();
+            // UDP may drop it; the resend timeout and NAKs cover that.
+            match self.socket.send_to(&self.out[..len], to) {
+                Ok(_) => self.counters.datagrams.incr(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => tracing::warn!(%to, "send: {e}"),
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Handles NAKs from the sequencers.
+    fn naks(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for _ in 0..64 {
+            let (len, _) = match self.socket.recv_from(&mut self.nak) {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            work += 1;
+            let Ok(nak) = wire::NakDecoder::decode(&self.nak[..len]) else {
+                self.counters.bad_naks.incr();
+                continue;
+            };
+            let (stream, source, from) = (nak.stream_id(), nak.source_id(), nak.from_source_seq());
+            let Some(i) = self.links.iter().position(|l| {
+                l.reader.source_id() == source && self.routes[l.route].route.stream_id == stream
+            }) else {
+                self.counters.bad_naks.incr();
+                continue;
+            };
+            self.counters.naks.incr();
+            let from = from.max(self.links[i].confirmed + 1);
+            self.resend(i, from)?;
+        }
+        Ok(work)
+    }
+}
