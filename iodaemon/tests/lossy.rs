@@ -49,7 +49,7 @@ fn lossy_relay(stop: &Arc<AtomicBool>, to: SocketAddr, seed: u64) -> (SocketAddr
     let mut buf = vec![0u8; 65_536];
     let t = spawn_loop(stop, move || {
         let mut work = 0;
-        for dir in 0..2 {
+        for (dir, held) in held.iter_mut().enumerate() {
             let (rx, tx) = if dir == 0 {
                 (&front, &back)
             } else {
@@ -75,14 +75,14 @@ fn lossy_relay(stop: &Arc<AtomicBool>, to: SocketAddr, seed: u64) -> (SocketAddr
                     continue; // dropped
                 }
                 let copies = if roll < 0.15 { 2 } else { 1 };
-                if roll > 0.95 && held[dir].is_none() {
-                    held[dir] = Some(d); // sent after the next one: reordered
+                if roll > 0.95 && held.is_none() {
+                    *held = Some(d); // sent after the next one: reordered
                     continue;
                 }
                 for _ in 0..copies {
                     let _ = tx.send_to(&d, dest);
                 }
-                if let Some(h) = held[dir].take() {
+                if let Some(h) = held.take() {
                     let _ = tx.send_to(&h, dest);
                 }
             }
