@@ -1,0 +1,204 @@
+//! `kill -9` of the sequencer and, separately, of the iodaemon, as processes, while
+//! applications keep offering: after restarts every message is in the stream exactly once,
+//! in per-source order.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{pattern, StoreConfig, Tailer};
+
+const STREAM: u32 = 2;
+const PER_SOURCE: u64 = 20_000;
+const ROLE: &str = "SEQSTREAM_TEST_SEQUENCER_ROLE";
+
+/// Not a test of its own: the body of the sequencer child process `kill_9_…` spawns (this test
+/// binary run again with `ROLE` set to `store_dir|port`). Without `ROLE` it does nothing.
+#[test]
+fn sequencer_child_role() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let (store, port) = role.split_once('|').expect("store|port");
+    let counters =
+        CountersWriter::create(&Path::new(store).with_extension("counters"), 64).unwrap();
+    let mut s = Sequencer::open(
+        SequencerConfig {
+            store: store.into(),
+            store_config: StoreConfig::new(STREAM)
+                .segment_size(4 << 20)
+                .pretouch(false),
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            sources: (1..=2)
+                .map(|i| format!("{i}@127.0.0.1").parse().unwrap())
+                .collect(),
+            recv_buffer: Some(4 << 20),
+            heartbeat: None,
+            nak_interval: Duration::from_millis(1),
+        },
+        &counters,
+    )
+    .unwrap();
+    loop {
+        if s.do_work().unwrap() == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Kills and reaps the child when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn kill_9_of_sequencer_and_iodaemon_mid_run_loses_and_duplicates_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let store: PathBuf = d.path().join("stream");
+    let port = free_port();
+    let outboxes: Vec<PathBuf> = (1..=2)
+        .map(|s| d.path().join(format!("app{s}.outbox")))
+        .collect();
+    for (i, p) in outboxes.iter().enumerate() {
+        drop(Outbox::open_or_create(p, i as u32 + 1, STREAM, 1 << 20, 2048).unwrap());
+    }
+    let sequencer = || {
+        Proc(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["sequencer_child_role", "--exact", "--nocapture"])
+                .env(ROLE, format!("{}|{port}", store.display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let iodaemon = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_iodaemon"));
+        for o in &outboxes {
+            c.arg("--outbox").arg(o);
+        }
+        Proc(
+            c.arg("--route")
+                .arg(format!("{STREAM}=127.0.0.1:{port}={}", store.display()))
+                .args([
+                    "--resend-timeout-ms",
+                    "20",
+                    "--idle",
+                    "sleep:50us",
+                    "--counters",
+                ])
+                .arg(d.path().join("io.counters"))
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut seq_proc = sequencer();
+    let mut io_proc = iodaemon();
+    let producers: Vec<_> = outboxes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let p = p.clone();
+            let source = i as u64 + 1;
+            std::thread::spawn(move || {
+                let mut out =
+                    Outbox::open_or_create(&p, source as u32, STREAM, 1 << 20, 2048).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(240);
+                for seq in 1..=PER_SOURCE {
+                    let key = seq * 31 + source;
+                    let mut b = vec![0u8; pattern::payload_len(key, 1, 100)];
+                    pattern::fill(key, &mut b);
+                    loop {
+                        match out.offer(STREAM, 0, &b) {
+                            Ok(s) => {
+                                assert_eq!(s, seq);
+                                break;
+                            }
+                            Err(OfferError::BackPressured { .. }) => {
+                                assert!(
+                                    Instant::now() < deadline,
+                                    "source {source} stuck at {seq}"
+                                );
+                                std::thread::sleep(Duration::from_micros(100));
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut kills = (0, 0);
+    for round in 0..12 {
+        std::thread::sleep(Duration::from_millis(rng.random_range(20..120)));
+        if round % 2 == 0 {
+            drop(seq_proc); // SIGKILL
+            seq_proc = sequencer();
+            kills.0 += 1;
+        } else {
+            drop(io_proc);
+            io_proc = iodaemon();
+            kills.1 += 1;
+        }
+    }
+    for p in producers {
+        p.join().unwrap();
+    }
+    let total = 2 * PER_SOURCE;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let count = || {
+        Tailer::open(&store).map_or(0, |mut t| {
+            let mut n = 0u64;
+            while let Ok(Some(_)) = t.poll() {
+                n += 1;
+            }
+            n
+        })
+    };
+    loop {
+        let n = count();
+        if n == total {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} of {total} sequenced");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(io_proc);
+    drop(seq_proc);
+    eprintln!(
+        "{} sequencer kills, {} iodaemon kills, {total} messages",
+        kills.0, kills.1
+    );
+    let mut next = [1u64; 3];
+    let mut t = Tailer::open(&store).unwrap();
+    while let Some(f) = t.poll().unwrap() {
+        let s = f.source_id() as usize;
+        assert_eq!(f.source_seq(), next[s], "source {s}");
+        assert!(pattern::check(f.source_seq() * 31 + s as u64, f.payload()));
+        next[s] += 1;
+    }
+    assert_eq!(&next[1..], &[PER_SOURCE + 1; 2]);
+}
