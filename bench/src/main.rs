@@ -2,6 +2,7 @@
 //! same run (see [`report`]), because absolute times drift on shared machines and ratios hold.
 
 mod composite;
+mod inbound;
 mod oneway;
 mod replication;
 mod report;
@@ -30,6 +31,8 @@ enum Bench {
     Sbe(sbe::Args),
     /// The latency the compositor adds, and its merge throughput.
     Composite(composite::Args),
+    /// Application offer() → frame committed by the sequencer, over loopback UDP.
+    Inbound(inbound::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +43,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Replication(args) => replication::run(&args, &reporter),
         Bench::Sbe(args) => sbe::run(&args, &reporter),
         Bench::Composite(args) => composite::run(&args, &reporter),
+        Bench::Inbound(args) => inbound::run(&args, &reporter),
     }
 }

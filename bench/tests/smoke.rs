@@ -135,3 +135,25 @@ fn composite_bench_prints_latency_and_merge_throughput() {
         assert!(cases.contains(&case.to_string()), "{cases:?}");
     }
 }
+
+#[test]
+fn inbound_bench_prints_latency_and_throughput_with_floors() {
+    let figures = run_json(&["inbound", "--quick"]);
+    check_shape(&figures, "inbound");
+    let cases: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for m in ["p50", "p99", "p99.9", "max", "throughput"] {
+        assert!(
+            cases.contains(&format!("offer_to_committed_64B/{m}")),
+            "{cases:?}"
+        );
+    }
+}

@@ -9,8 +9,7 @@
 //! version or stream, comes from an unknown source or from a known source's wrong address, is
 //! dropped and counted by reason, and the sequencer keeps serving the good sources.
 //!
-//! Not yet: batch receive with `recvmmsg` (one `recv_from` per datagram today); the iodaemon
-//! that resends on timeout and on NAK (issue 4).
+//! Datagrams are received in batches of up to [`BATCH`] per system call (`recvmmsg(2)`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -25,6 +24,97 @@ use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, Ta
 pub const PROTOCOL_VERSION: u8 = 1;
 /// The largest datagram read (UDP's limit).
 const MAX_DATAGRAM: usize = 65_536;
+/// Datagrams received per `recvmmsg` call.
+pub const BATCH: usize = 32;
+
+/// An all-zero value of a plain C struct.
+fn zeroed<T: CStruct>() -> T {
+    // SAFETY: `CStruct` is implemented only for C structs of integers and raw pointers, for
+    // which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The C structs [`zeroed`] may build.
+trait CStruct {}
+impl CStruct for libc::sockaddr_storage {}
+impl CStruct for libc::iovec {}
+impl CStruct for libc::mmsghdr {}
+
+/// Buffers for one `recvmmsg(2)` call: `BATCH` datagrams and their source addresses.
+#[derive(Default)]
+struct BatchReceiver {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovecs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovecs` and `msgs` point only into this struct's own heap
+// buffers, are rewritten before every `recvmmsg`, and are never dereferenced elsewhere; moving
+// the struct to another thread moves sole ownership of everything they point at.
+unsafe impl Send for BatchReceiver {}
+
+impl BatchReceiver {
+    fn new() -> Self {
+        BatchReceiver {
+            bufs: vec![0; BATCH * MAX_DATAGRAM],
+            addrs: (0..BATCH).map(|_| zeroed()).collect(),
+            iovecs: (0..BATCH).map(|_| zeroed()).collect(),
+            msgs: (0..BATCH).map(|_| zeroed()).collect(),
+        }
+    }
+
+    /// Receives up to `BATCH` datagrams without blocking; returns how many (0 when none).
+    fn recv(&mut self, socket: &UdpSocket) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        for i in 0..BATCH {
+            self.iovecs[i] = libc::iovec {
+                iov_base: self.bufs[i * MAX_DATAGRAM..].as_mut_ptr().cast(),
+                iov_len: MAX_DATAGRAM,
+            };
+            let h = &mut self.msgs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovecs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            self.msgs[i].msg_len = 0;
+        }
+        // SAFETY: every mmsghdr points at an iovec and a sockaddr_storage of this struct, and
+        // each iovec at its own MAX_DATAGRAM-byte slice of `bufs`; all live across the call,
+        // and nothing else borrows them (`&mut self`). The kernel writes at most those lengths.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(n as usize)
+    }
+
+    /// Datagram `i` of the last `recv` and the address it came from.
+    fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+        let len = (self.msgs[i].msg_len as usize).min(MAX_DATAGRAM);
+        let namelen = self.msgs[i].msg_hdr.msg_namelen;
+        // SAFETY: the kernel filled `addrs[i]` with `namelen` bytes of a socket address.
+        let addr = unsafe { socket2::SockAddr::new(self.addrs[i], namelen) };
+        (
+            &self.bufs[i * MAX_DATAGRAM..i * MAX_DATAGRAM + len],
+            addr.as_socket(),
+        )
+    }
+}
 
 /// A source allowed to publish: its id and the address its datagrams must come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +208,7 @@ pub struct Sequencer {
     appender: Appender,
     sources: HashMap<u32, Source>,
     counters: Counters,
-    buf: Vec<u8>,
+    rx: BatchReceiver,
     nak: Vec<u8>,
     last_append: Instant,
 }
@@ -212,7 +302,7 @@ impl Sequencer {
             appender,
             sources,
             counters,
-            buf: vec![0; MAX_DATAGRAM],
+            rx: BatchReceiver::new(),
             nak: vec![0; 64],
             last_append: Instant::now(),
         })
@@ -230,27 +320,36 @@ impl Sequencer {
         &self.appender
     }
 
-    /// One duty cycle: sequence up to 64 datagrams; append a heartbeat when idle past the
-    /// interval. Returns the work done (0 = idle).
+    /// One duty cycle: sequence up to 64 datagrams (two `recvmmsg` batches); append a
+    /// heartbeat when idle past the interval. Returns the work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
         let mut work = 0;
-        for _ in 0..64 {
-            match self.socket.recv_from(&mut self.buf) {
-                Ok((len, from)) => {
+        // The buffers leave `self` while their datagrams are handled, so `handle` can borrow
+        // the datagram and `&mut self` at once; they are put back before returning.
+        let mut rx = std::mem::take(&mut self.rx);
+        let result = (|| -> Result<(), Error> {
+            for _ in 0..2 {
+                let n = rx.recv(&self.socket).map_err(|e| Error::Io {
+                    op: "recvmmsg",
+                    source: e,
+                })?;
+                for i in 0..n {
+                    let (datagram, from) = rx.datagram(i);
                     work += 1;
                     self.counters.datagrams.incr();
-                    self.handle(len, from)?;
+                    match from {
+                        Some(from) => self.handle(datagram, from)?,
+                        None => self.counters.bad_decode.incr(),
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(Error::Io {
-                        op: "recv_from",
-                        source: e,
-                    })
+                if n < BATCH {
+                    break;
                 }
             }
-        }
+            Ok(())
+        })();
+        self.rx = rx;
+        result?;
         if work == 0 {
             if let Some(every) = self.cfg.heartbeat {
                 if self.last_append.elapsed() >= every {
@@ -264,8 +363,7 @@ impl Sequencer {
         Ok(work)
     }
 
-    fn handle(&mut self, len: usize, from: SocketAddr) -> Result<(), Error> {
-        let datagram = &self.buf[..len];
+    fn handle(&mut self, datagram: &[u8], from: SocketAddr) -> Result<(), Error> {
         let Ok(d) = wire::DatagramHeaderDecoder::decode(datagram) else {
             self.counters.bad_decode.incr();
             return Ok(());

@@ -1,0 +1,276 @@
+//! `bench inbound`: an application's `offer()` → the frame committed in the sequencer's
+//! store, through the iodaemon's forwarder and the sequencer over loopback UDP: latency (one
+//! message in flight) next to a raw UDP one-way hop over the same path, and throughput of
+//! 64-byte messages next to raw UDP carrying the same bytes in MTU-sized datagrams.
+//!
+//! Four busy threads (application, forwarder, sequencer, store reader) share the cores here,
+//! so all of them, and both ends of the floor, wait with `sched_yield`.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{StoreConfig, Tailer, TailerOptions};
+
+use crate::oneway::{ping, Pinning};
+use crate::report::{emit_percentiles, Better, Figure, Reporter};
+
+/// Options of the inbound benchmark.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Latency samples (after 10 % warm-up).
+    #[arg(long, default_value_t = 20_000)]
+    samples: u64,
+    /// Messages in the throughput case.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// A short run for smoke tests: 1,000 samples, 20,000 messages.
+    #[arg(long)]
+    quick: bool,
+}
+
+const BENCH: &str = "inbound";
+const STREAM: u32 = 1;
+const MTU: usize = 1400;
+const YIELDING: Pinning = Pinning {
+    writer: None,
+    reader: None,
+    yield_while_waiting: true,
+};
+
+struct Path3 {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Path3 {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A sequencer and a forwarder for one outbox, each on its own thread.
+fn start(dir: &Path, name: &str) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
+    let store = dir.join(format!("{name}-stream"));
+    let outbox = dir.join(format!("{name}.outbox"));
+    drop(Outbox::open_or_create(
+        &outbox,
+        1,
+        STREAM,
+        16 << 20,
+        1 << 20,
+    )?);
+    let counters = CountersWriter::create(&dir.join(format!("{name}-seq.counters")), 64)?;
+    let mut sequencer = Sequencer::open(
+        SequencerConfig {
+            store: store.clone(),
+            store_config: StoreConfig::new(STREAM).segment_size(512 << 20),
+            listen: "127.0.0.1:0".parse()?,
+            sources: vec!["1@127.0.0.1".parse().map_err(anyhow::Error::msg)?],
+            recv_buffer: Some(8 << 20),
+            heartbeat: None,
+            nak_interval: Duration::from_millis(1),
+        },
+        &counters,
+    )?;
+    let fcounters = CountersWriter::create(&dir.join(format!("{name}-io.counters")), 64)?;
+    let mut forwarder = Forwarder::open(
+        ForwarderConfig {
+            outboxes: vec![outbox.clone()],
+            routes: vec![Route {
+                stream_id: STREAM,
+                sequencer: sequencer.local_addr(),
+                local_store: store.clone(),
+            }],
+            bind: "127.0.0.1:0".parse()?,
+            mtu: MTU,
+            resend_timeout: Duration::from_millis(500),
+            epoch: 1,
+        },
+        &fcounters,
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let s = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            if sequencer.do_work().expect("sequencer") == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }));
+    let s = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            if forwarder.do_work().expect("forwarder") == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }));
+    Ok((Path3 { stop, threads }, store, outbox))
+}
+
+fn offer_until_accepted(out: &mut Outbox, payload: &[u8]) {
+    loop {
+        match out.offer(STREAM, 0, payload) {
+            Ok(_) => return,
+            Err(OfferError::BackPressured { .. }) => std::thread::yield_now(),
+            Err(e) => panic!("offer: {e}"),
+        }
+    }
+}
+
+pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    let (samples, messages) = if args.quick {
+        (1_000, 20_000)
+    } else {
+        (args.samples, args.messages)
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("seqstream-bench-inbound-")
+        .tempdir()
+        .context("creating a scratch dir")?;
+    let dir = scratch.path();
+
+    // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    rx.set_nonblocking(true)?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    let mut got = [0u8; 64];
+    let floor = ping(
+        samples,
+        YIELDING,
+        move |stamp| {
+            tx.send(&stamp.to_le_bytes()).expect("udp send");
+        },
+        move || match rx.recv(&mut got) {
+            Ok(8) => Some(u64::from_le_bytes(got[..8].try_into().expect("8 bytes"))),
+            _ => None,
+        },
+    )?;
+
+    let (running, store, outbox) = start(dir, "lat")?;
+    let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
+    offer_until_accepted(&mut out, &[0u8; 64]);
+    let mut tailer = Tailer::open_with(&store, TailerOptions::default());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tailer.is_err() {
+        ensure!(Instant::now() < deadline, "the sequencer created no store");
+        std::thread::sleep(Duration::from_millis(1));
+        tailer = Tailer::open_with(&store, TailerOptions::default());
+    }
+    let mut tailer = tailer?;
+    while tailer.poll()?.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "the first message was not sequenced"
+        );
+        std::thread::yield_now();
+    }
+    let mut payload = [0u8; 64];
+    let h = ping(
+        samples,
+        YIELDING,
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            offer_until_accepted(&mut out, &payload);
+        },
+        move || {
+            tailer
+                .poll()
+                .expect("store tailer")
+                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )?;
+    drop(running);
+    emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &h, &floor);
+
+    // Throughput: the application offers as fast as it can; timed until all are committed.
+    let udp_floor = udp_msgs_per_s(messages)?;
+    let (running, store, outbox) = start(dir, "tput")?;
+    let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
+    let committed = Arc::new(AtomicU64::new(0));
+    let payload = [7u8; 64];
+    let t0 = Instant::now();
+    let counter = {
+        let committed = committed.clone();
+        let store = store.clone();
+        std::thread::spawn(move || -> Result<()> {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            let mut t = loop {
+                if let Ok(t) = Tailer::open_with(&store, TailerOptions::default()) {
+                    break t;
+                }
+                ensure!(Instant::now() < deadline, "no store");
+                std::thread::yield_now();
+            };
+            let mut n = 0;
+            while n < messages {
+                ensure!(Instant::now() < deadline, "{n} of {messages} committed");
+                match t.poll()? {
+                    Some(_) => n += 1,
+                    None => std::thread::yield_now(),
+                }
+            }
+            committed.store(n, Ordering::Release);
+            Ok(())
+        })
+    };
+    for _ in 0..messages {
+        offer_until_accepted(&mut out, &payload);
+    }
+    counter.join().expect("counter thread")?;
+    let rate = messages as f64 / t0.elapsed().as_secs_f64();
+    drop(running);
+    reporter.emit(&Figure::new(
+        BENCH,
+        "offer_to_committed_64B",
+        "throughput",
+        "msgs/s",
+        rate,
+        udp_floor,
+        Better::Higher,
+    ));
+    Ok(())
+}
+
+/// Raw UDP over loopback carrying 64-byte messages packed into MTU-sized datagrams, as the
+/// forwarder packs them: messages/s received.
+fn udp_msgs_per_s(messages: u64) -> Result<f64> {
+    let per_datagram = ((MTU - 36) / 66) as u64;
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    socket2::SockRef::from(&rx).set_recv_buffer_size(8 << 20)?;
+    rx.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    let datagrams = messages.div_ceil(per_datagram);
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; MTU];
+        let mut n = 0u64;
+        while rx.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    let d = vec![1u8; MTU];
+    let t0 = Instant::now();
+    for _ in 0..datagrams {
+        tx.send(&d)?;
+    }
+    let received = reader.join().expect("reader thread");
+    // The reader stops 200 ms after the last datagram: leave that wait out.
+    let secs = (t0.elapsed().as_secs_f64() - 0.2).max(1e-6);
+    Ok((received * per_datagram) as f64 / secs)
+}
