@@ -2,16 +2,18 @@
 //! applications keep offering: after restarts every message is in the stream exactly once,
 //! in per-source order.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::counters::CountersWriter;
-use seqstream_store::{pattern, StoreConfig, Tailer};
+use seqstream_store::StoreConfig;
 
 const STREAM: u32 = 2;
 const PER_SOURCE: u64 = 20_000;
@@ -119,36 +121,7 @@ fn kill_9_of_sequencer_and_iodaemon_mid_run_loses_and_duplicates_nothing() {
     let producers: Vec<_> = outboxes
         .iter()
         .enumerate()
-        .map(|(i, p)| {
-            let p = p.clone();
-            let source = i as u64 + 1;
-            std::thread::spawn(move || {
-                let mut out =
-                    Outbox::open_or_create(&p, source as u32, STREAM, 1 << 20, 2048).unwrap();
-                let deadline = Instant::now() + Duration::from_secs(240);
-                for seq in 1..=PER_SOURCE {
-                    let key = seq * 31 + source;
-                    let mut b = vec![0u8; pattern::payload_len(key, 1, 100)];
-                    pattern::fill(key, &mut b);
-                    loop {
-                        match out.offer(STREAM, 0, &b) {
-                            Ok(s) => {
-                                assert_eq!(s, seq);
-                                break;
-                            }
-                            Err(OfferError::BackPressured { .. }) => {
-                                assert!(
-                                    Instant::now() < deadline,
-                                    "source {source} stuck at {seq}"
-                                );
-                                std::thread::sleep(Duration::from_micros(100));
-                            }
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
-                }
-            })
-        })
+        .map(|(i, p)| common::producer(p.clone(), i as u64 + 1, STREAM, 2048, PER_SOURCE))
         .collect();
     let mut rng = StdRng::seed_from_u64(9);
     let mut kills = (0, 0);
@@ -167,38 +140,9 @@ fn kill_9_of_sequencer_and_iodaemon_mid_run_loses_and_duplicates_nothing() {
     for p in producers {
         p.join().unwrap();
     }
-    let total = 2 * PER_SOURCE;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let count = || {
-        Tailer::open(&store).map_or(0, |mut t| {
-            let mut n = 0u64;
-            while let Ok(Some(_)) = t.poll() {
-                n += 1;
-            }
-            n
-        })
-    };
-    loop {
-        let n = count();
-        if n == total {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{n} of {total} sequenced");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_messages(&store, 2 * PER_SOURCE);
     drop(io_proc);
     drop(seq_proc);
-    eprintln!(
-        "{} sequencer kills, {} iodaemon kills, {total} messages",
-        kills.0, kills.1
-    );
-    let mut next = [1u64; 3];
-    let mut t = Tailer::open(&store).unwrap();
-    while let Some(f) = t.poll().unwrap() {
-        let s = f.source_id() as usize;
-        assert_eq!(f.source_seq(), next[s], "source {s}");
-        assert!(pattern::check(f.source_seq() * 31 + s as u64, f.payload()));
-        next[s] += 1;
-    }
-    assert_eq!(&next[1..], &[PER_SOURCE + 1; 2]);
+    eprintln!("{} sequencer kills, {} iodaemon kills", kills.0, kills.1);
+    common::assert_exactly_once_in_order(&store, 2, PER_SOURCE);
 }

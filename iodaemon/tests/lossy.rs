@@ -3,20 +3,22 @@
 //! duplicates 5 % and reorders datagrams in both directions (NAKs included); the sequencer
 //! writes the stream. Every message must end in the store exactly once, in per-source order.
 
+mod common;
+
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
-use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::counters::CountersWriter;
-use seqstream_store::{pattern, StoreConfig, Tailer};
+use seqstream_store::StoreConfig;
 
 const STREAM: u32 = 1;
 const PER_SOURCE: u64 = 66_667;
@@ -92,19 +94,6 @@ fn lossy_relay(stop: &Arc<AtomicBool>, to: SocketAddr, seed: u64) -> (SocketAddr
     (addr, t)
 }
 
-fn count_frames(store: &Path) -> u64 {
-    let Ok(mut t) = Tailer::open(store) else {
-        return 0;
-    };
-    let mut n = 0;
-    while let Ok(Some(f)) = t.poll() {
-        if !f.is_heartbeat() {
-            n += 1;
-        }
-    }
-    n
-}
-
 #[test]
 fn every_message_exactly_once_in_order_through_a_lossy_link() {
     let d = tempfile::tempdir().unwrap();
@@ -161,67 +150,17 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
     let producers: Vec<_> = outboxes
         .iter()
         .enumerate()
-        .map(|(i, p)| {
-            let p = p.clone();
-            let source = i as u64 + 1;
-            std::thread::spawn(move || {
-                let mut out =
-                    Outbox::open_or_create(&p, source as u32, STREAM, 1 << 20, 4096).unwrap();
-                let deadline = Instant::now() + Duration::from_secs(240);
-                for seq in 1..=PER_SOURCE {
-                    let key = seq * 31 + source;
-                    let mut b = vec![0u8; pattern::payload_len(key, 1, 120)];
-                    pattern::fill(key, &mut b);
-                    loop {
-                        match out.offer(STREAM, 0, &b) {
-                            Ok(s) => {
-                                assert_eq!(s, seq);
-                                break;
-                            }
-                            Err(OfferError::BackPressured { .. }) => {
-                                assert!(
-                                    Instant::now() < deadline,
-                                    "source {source} stuck at {seq}"
-                                );
-                                std::thread::yield_now();
-                            }
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
-                }
-            })
-        })
+        .map(|(i, p)| common::producer(p.clone(), i as u64 + 1, STREAM, 4096, PER_SOURCE))
         .collect();
     for p in producers {
         p.join().unwrap();
     }
-    let total = 3 * PER_SOURCE;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let n = count_frames(&store);
-        if n == total {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{n} of {total} messages sequenced"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_messages(&store, 3 * PER_SOURCE);
     stop.store(true, Ordering::Relaxed);
     for t in [seq_thread, relay, fwd_thread] {
         t.join().unwrap();
     }
-    // Exactly once, in per-source order, with the right bytes.
-    let mut next = [1u64; 4];
-    let mut t = Tailer::open(&store).unwrap();
-    while let Some(f) = t.poll().unwrap() {
-        let s = f.source_id() as usize;
-        assert_eq!(f.source_seq(), next[s], "source {s}");
-        assert!(pattern::check(f.source_seq() * 31 + s as u64, f.payload()));
-        next[s] += 1;
-    }
-    assert_eq!(&next[1..], &[PER_SOURCE + 1; 3]);
+    common::assert_exactly_once_in_order(&store, 3, PER_SOURCE);
     let snap = seqstream_store::counters::read(&d.path().join("seq.counters")).unwrap();
     let get = |l: &str| snap.counters.iter().find(|(k, _)| k == l).unwrap().1;
     assert!(

@@ -92,6 +92,19 @@ pub fn counters_path(name: &str, explicit: Option<PathBuf>) -> (PathBuf, bool) {
     }
 }
 
+/// Creates daemon `name`'s counters file (see [`counters_path`]) with room for `capacity`
+/// counters, and the guard that removes a default one at exit.
+pub fn counters(
+    name: &str,
+    explicit: Option<PathBuf>,
+    capacity: usize,
+) -> Result<(crate::counters::CountersWriter, RemoveOnExit)> {
+    let (path, temporary) = counters_path(name, explicit);
+    let w = crate::counters::CountersWriter::create(&path, capacity)
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok((w, RemoveOnExit(temporary.then_some(path))))
+}
+
 /// Removes a file (a default counters file) when dropped: at the end of `main`, on success,
 /// on error and on a panic that unwinds.
 #[derive(Debug)]

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{daemon, Idle, IdleStrategy};
 
 #[derive(Parser)]
@@ -69,10 +68,7 @@ fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
-    let (counters_path, temporary) = daemon::counters_path("iodaemon", cli.counters.clone());
-    let counters = CountersWriter::create(&counters_path, 64)
-        .with_context(|| format!("creating {}", counters_path.display()))?;
-    let _cleanup = daemon::RemoveOnExit(temporary.then(|| counters_path.clone()));
+    let (counters, _cleanup) = daemon::counters("iodaemon", cli.counters.clone(), 64)?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = ForwarderConfig {
         outboxes: cli.outboxes.clone(),
@@ -83,7 +79,7 @@ fn main() -> Result<()> {
         epoch: cli.epoch,
     };
     let mut forwarder = Forwarder::open(cfg, &counters).context("opening the outboxes")?;
-    tracing::info!(bind = %forwarder.local_addr(), outboxes = cli.outboxes.len(), counters = %counters_path.display(), "forwarding");
+    tracing::info!(bind = %forwarder.local_addr(), outboxes = cli.outboxes.len(), counters = %counters.path().display(), "forwarding");
     let mut idle = cli.idle.build();
     while !stop.load(Ordering::Relaxed) {
         let work = forwarder.do_work()?;

@@ -10,7 +10,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::daemon;
 use seqstream_store::{FlushPolicy, Idle};
 
@@ -118,14 +117,6 @@ fn secret(path: &PathBuf) -> Result<Vec<u8>> {
     Ok(s)
 }
 
-/// The counters file (see `daemon::counters_path`) and its clean-up guard.
-fn counters(common: &Common) -> Result<(CountersWriter, daemon::RemoveOnExit)> {
-    let (path, temporary) = daemon::counters_path("replicator", common.counters.clone());
-    let w = CountersWriter::create(&path, 512)
-        .with_context(|| format!("creating {}", path.display()))?;
-    Ok((w, daemon::RemoveOnExit(temporary.then_some(path))))
-}
-
 fn check_cores(cores: &[usize]) -> Result<()> {
     let available = seqstream_store::affinity::available_cores();
     if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
@@ -167,7 +158,7 @@ fn main() -> Result<()> {
             }
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
-            let (counters, _cleanup) = counters(c)?;
+            let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
             let mut server = Server::bind(cfg, &counters)?;
             tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
             server.run(&stop)?;
@@ -183,7 +174,7 @@ fn main() -> Result<()> {
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
             check_cores(&a.core.into_iter().collect::<Vec<_>>())?;
-            let (counters, _cleanup) = counters(c)?;
+            let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
             tracing::info!(upstream = %a.upstream, store = %c.store.display(), counters = %counters.path().display(), "following");
             let relay = match a.serve_listen {
                 Some(listen) => {

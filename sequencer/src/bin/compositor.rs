@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result};
 use clap::Parser;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{daemon, Idle, IdleStrategy, StoreConfig};
 
 #[derive(Parser)]
@@ -50,10 +49,7 @@ fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
-    let (counters_path, temporary) = daemon::counters_path("compositor", cli.counters.clone());
-    let counters = CountersWriter::create(&counters_path, 256)
-        .with_context(|| format!("creating {}", counters_path.display()))?;
-    let _cleanup = daemon::RemoveOnExit(temporary.then(|| counters_path.clone()));
+    let (counters, _cleanup) = daemon::counters("compositor", cli.counters.clone(), 256)?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = CompositorConfig {
         components: cli.components.clone(),
@@ -64,7 +60,7 @@ fn main() -> Result<()> {
     let mut compositor = Compositor::open(cfg, &counters)
         .with_context(|| format!("opening the composite {}", cli.output.display()))?;
     let out = compositor.output();
-    tracing::info!(output = %cli.output.display(), policy = ?cli.policy, next_seq = out.next_seq(), counters = %counters_path.display(), "merging");
+    tracing::info!(output = %cli.output.display(), policy = ?cli.policy, next_seq = out.next_seq(), counters = %counters.path().display(), "merging");
     let position = counters.counter("composite position")?;
     let mut idle = cli.idle.build();
     while !stop.load(Ordering::Relaxed) {

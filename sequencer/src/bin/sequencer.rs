@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy, StoreConfig};
 
 #[derive(Parser)]
@@ -62,10 +61,7 @@ fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
-    let (counters_path, temporary) = daemon::counters_path("sequencer", cli.counters.clone());
-    let counters = CountersWriter::create(&counters_path, 64)
-        .with_context(|| format!("creating {}", counters_path.display()))?;
-    let _cleanup = daemon::RemoveOnExit(temporary.then(|| counters_path.clone()));
+    let (counters, _cleanup) = daemon::counters("sequencer", cli.counters.clone(), 64)?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = SequencerConfig {
         store: cli.store.clone(),
@@ -80,7 +76,7 @@ fn main() -> Result<()> {
     };
     let mut sequencer = Sequencer::open(cfg, &counters)
         .with_context(|| format!("opening {}", cli.store.display()))?;
-    tracing::info!(listen = %sequencer.local_addr(), store = %cli.store.display(), next_seq = sequencer.appender().next_seq(), counters = %counters_path.display(), "sequencing");
+    tracing::info!(listen = %sequencer.local_addr(), store = %cli.store.display(), next_seq = sequencer.appender().next_seq(), counters = %counters.path().display(), "sequencing");
     let mut idle = cli.idle.build();
     while !stop.load(Ordering::Relaxed) {
         let work = sequencer.do_work()?;
