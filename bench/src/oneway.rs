@@ -123,3 +123,29 @@ pub fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
         },
     )
 }
+
+/// Append → tailer latency, the method of every store-path figure: the writer appends a
+/// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
+/// copy of it) until the frame arrives.
+pub fn append_to_tailer(
+    samples: u64,
+    pins: Pinning,
+    mut appender: seqstream_store::Appender,
+    mut tailer: seqstream_store::Tailer,
+) -> Result<Histogram<u64>> {
+    let mut payload = [0u8; 64];
+    ping(
+        samples,
+        pins,
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            appender.append(&payload).expect("append");
+        },
+        move || {
+            tailer
+                .poll()
+                .expect("tailer")
+                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )
+}

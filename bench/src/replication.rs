@@ -25,7 +25,7 @@ use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::counters::{self, CountersWriter};
 use seqstream_store::{Appender, Idle, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{ping, Pinning};
+use crate::oneway::{append_to_tailer, ping, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
@@ -292,21 +292,7 @@ fn latency(
     })?;
     let mut tailer = Tailer::open_with(&topo.replicas[0], TailerOptions::default())?;
     tailer.seek_position(target)?;
-    let mut payload = [0u8; 64];
-    let h = ping(
-        samples,
-        YIELDING,
-        move |stamp| {
-            payload[..8].copy_from_slice(&stamp.to_le_bytes());
-            appender.append(&payload).expect("append");
-        },
-        move || {
-            tailer
-                .poll()
-                .expect("replica tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
-        },
-    )?;
+    let h = append_to_tailer(samples, YIELDING, appender, tailer)?;
     let case = if with_slow_peer {
         "append_to_replica_64B_beside_slow_peer".to_string()
     } else {

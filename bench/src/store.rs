@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{cache_line_floor, ping, Pinning};
+use crate::oneway::{append_to_tailer, cache_line_floor, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the store benchmark.
@@ -157,29 +157,14 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
 
     // The store: append a 64-byte frame carrying the stamp; the tailer polls the store.
     let sdir = dir.join("latency-store");
-    let mut appender =
-        Appender::open_or_create(&sdir, StoreConfig::new(1).segment_size(256 << 20))?;
-    let mut tailer = Tailer::open_with(
+    let appender = Appender::open_or_create(&sdir, StoreConfig::new(1).segment_size(256 << 20))?;
+    let tailer = Tailer::open_with(
         &sdir,
         TailerOptions {
             verify_checksums: true,
         },
     )?;
-    let mut payload = [0u8; 64];
-    let store = ping(
-        samples,
-        pins,
-        move |stamp| {
-            payload[..8].copy_from_slice(&stamp.to_le_bytes());
-            appender.append(&payload).expect("append");
-        },
-        move || {
-            tailer
-                .poll()
-                .expect("tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
-        },
-    )?;
+    let store = append_to_tailer(samples, pins, appender, tailer)?;
     emit_percentiles(reporter, BENCH, "append_to_tailer_64B", &store, &floor);
     Ok(())
 }

@@ -225,21 +225,7 @@ impl Tailer {
         let avail = self
             .segment
             .bytes(off, (committed - self.position) as usize);
-        let checked = if self.options.verify_checksums {
-            format::validate_frame(avail, self.next_seq)
-        } else {
-            format::decode_header(avail).and_then(|h| {
-                if h.seq == self.next_seq {
-                    Ok(h)
-                } else {
-                    Err(FrameFault::Seq {
-                        expected: self.next_seq,
-                        found: h.seq,
-                    })
-                }
-            })
-        };
-        let h = match checked {
+        let h = match self.check_next(avail) {
             Ok(h) => h,
             Err(fault) => {
                 return Err(StoreError::CorruptFrame {
@@ -256,6 +242,23 @@ impl Tailer {
         self.position += format::align_frame(h.length as usize) as u64;
         self.next_seq += 1;
         Ok(Some(frame))
+    }
+
+    /// Checks that `bytes` start with the frame that must come next: bounds and seq always,
+    /// the checksum when the options ask for it.
+    #[inline]
+    fn check_next(&self, bytes: &[u8]) -> std::result::Result<format::FrameHeader, FrameFault> {
+        if self.options.verify_checksums {
+            return format::validate_frame(bytes, self.next_seq);
+        }
+        let h = format::decode_header(bytes)?;
+        if h.seq != self.next_seq {
+            return Err(FrameFault::Seq {
+                expected: self.next_seq,
+                found: h.seq,
+            });
+        }
+        Ok(h)
     }
 
     /// The committed position when a committed frame is waiting at the tailer's position,
@@ -332,21 +335,7 @@ impl Tailer {
         let mut frames = 0u64;
         while used < avail {
             let bytes = self.segment.bytes(off + used, avail - used);
-            let checked = if self.options.verify_checksums {
-                format::validate_frame(bytes, self.next_seq)
-            } else {
-                format::decode_header(bytes).and_then(|h| {
-                    if h.seq == self.next_seq {
-                        Ok(h)
-                    } else {
-                        Err(FrameFault::Seq {
-                            expected: self.next_seq,
-                            found: h.seq,
-                        })
-                    }
-                })
-            };
-            let h = match checked {
+            let h = match self.check_next(bytes) {
                 Ok(h) => h,
                 Err(fault) if frames == 0 => {
                     return Err(StoreError::CorruptFrame {
