@@ -43,6 +43,9 @@ pub struct FollowerConfig {
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
+    /// Prepended to every counter label, so that several followers can share one counters
+    /// file (the iodaemon uses `"stream N "`); empty by default.
+    pub counter_prefix: String,
 }
 
 impl FollowerConfig {
@@ -59,6 +62,7 @@ impl FollowerConfig {
             peer_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
+            counter_prefix: String::new(),
         }
     }
 }
@@ -98,7 +102,11 @@ impl Follower {
     /// Opens the local replica if it exists (recovering it like any store) and registers the
     /// counters.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
-        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let c = |l: &str| {
+            counters
+                .counter(&format!("{}{l}", cfg.counter_prefix))
+                .map_err(Error::Store)
+        };
         let counters = Counters {
             position: c("replica position")?,
             next_seq: c("replica next seq")?,

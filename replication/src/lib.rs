@@ -59,3 +59,21 @@ impl Error {
 
 /// Result alias of the replication crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Reads a shared-secret file: its bytes with trailing newlines removed.
+///
+/// Errors: `Io` if the file cannot be read; `Config` if the secret is empty or longer than
+/// 65,535 bytes (the hello message carries its length in a `u16`).
+pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>> {
+    let mut s = std::fs::read(path).map_err(|e| Error::io("reading the secret file", e))?;
+    while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        s.pop();
+    }
+    if s.is_empty() || s.len() > u16::MAX as usize {
+        return Err(Error::Config(format!(
+            "{}: the secret must be 1 to 65535 bytes",
+            path.display()
+        )));
+    }
+    Ok(s)
+}

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 /// The process's arguments with the keys of the TOML file named by `--config FILE` inserted
-/// as flags (`stream_id = 7` → `--stream-id 7`; arrays joined with commas; `true` → a bare
-/// flag) before the other arguments, for a `clap` parser. Flags given on the command line
+/// as flags (`stream_id = 7` → `--stream-id 7`; an array → the flag once per item, so
+/// `route = ["a", "b"]` → `--route a --route b`; `true` → a bare flag) before the other
+/// arguments, for a `clap` parser. Flags given on the command line
 /// win: a key whose flag is present is skipped.
 pub fn args_with_config() -> Result<Vec<String>> {
     let args: Vec<String> = std::env::args().collect();
@@ -29,9 +30,10 @@ pub fn args_with_config() -> Result<Vec<String>> {
             toml::Value::Boolean(true) => from_file.push(flag),
             toml::Value::Boolean(false) => {}
             toml::Value::Array(items) => {
-                let items: Vec<String> = items.iter().map(plain).collect::<Result<_>>()?;
-                from_file.push(flag);
-                from_file.push(items.join(","));
+                for item in &items {
+                    from_file.push(flag.clone());
+                    from_file.push(plain(item)?);
+                }
             }
             other => {
                 from_file.push(flag);

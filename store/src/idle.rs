@@ -71,7 +71,7 @@ impl std::fmt::Display for Idle {
         match self {
             Idle::BusySpin => write!(f, "busy-spin"),
             Idle::Yield => write!(f, "yield"),
-            Idle::Backoff { .. } => write!(f, "backoff"),
+            Idle::Backoff { max_park, .. } => write!(f, "backoff:{}us", max_park.as_micros()),
             Idle::Sleep(d) => write!(f, "sleep:{}us", d.as_micros()),
         }
     }
@@ -80,25 +80,52 @@ impl std::fmt::Display for Idle {
 impl std::str::FromStr for Idle {
     type Err = String;
 
-    /// Parses `busy-spin`, `yield`, `backoff` or `sleep:<N>us` / `sleep:<N>ms`.
+    /// Parses `busy-spin`, `yield`, `backoff`, `backoff:<max park>` (the default backoff with
+    /// another longest park, e.g. `backoff:100us`) or `sleep:<N>us` / `sleep:<N>ms`.
     fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("idle strategy {s:?}: use busy-spin, yield, backoff, backoff:<N>us, sleep:<N>us or sleep:<N>ms")
+        };
+        let duration = |t: &str| {
+            let d = if let Some(us) = t.strip_suffix("us") {
+                Duration::from_micros(us.parse().map_err(|_| bad())?)
+            } else if let Some(ms) = t.strip_suffix("ms") {
+                Duration::from_millis(ms.parse().map_err(|_| bad())?)
+            } else {
+                return Err(bad());
+            };
+            Ok(d)
+        };
         match s {
             "busy-spin" | "spin" => Ok(Idle::BusySpin),
             "yield" => Ok(Idle::Yield),
             "backoff" => Ok(Idle::backoff()),
             _ => {
-                let bad = || {
-                    format!("idle strategy {s:?}: use busy-spin, yield, backoff, sleep:<N>us or sleep:<N>ms")
-                };
+                if let Some(t) = s.strip_prefix("backoff:") {
+                    let max = duration(t)?;
+                    let Idle::Backoff {
+                        max_spins,
+                        max_yields,
+                        min_park,
+                        ..
+                    } = Idle::backoff()
+                    else {
+                        unreachable!("Idle::backoff is a Backoff")
+                    };
+                    if max < min_park {
+                        return Err(format!(
+                            "{s:?}: the longest park must be at least {min_park:?}"
+                        ));
+                    }
+                    return Ok(Idle::Backoff {
+                        max_spins,
+                        max_yields,
+                        min_park,
+                        max_park: max,
+                    });
+                }
                 let t = s.strip_prefix("sleep:").ok_or_else(bad)?;
-                let d = if let Some(us) = t.strip_suffix("us") {
-                    Duration::from_micros(us.parse().map_err(|_| bad())?)
-                } else if let Some(ms) = t.strip_suffix("ms") {
-                    Duration::from_millis(ms.parse().map_err(|_| bad())?)
-                } else {
-                    return Err(bad());
-                };
-                Ok(Idle::Sleep(d))
+                Ok(Idle::Sleep(duration(t)?))
             }
         }
     }
@@ -172,6 +199,13 @@ mod tests {
         );
         assert!("sleep:2".parse::<Idle>().is_err());
         assert!("nap".parse::<Idle>().is_err());
+        let Idle::Backoff { max_park, .. } = "backoff:50us".parse::<Idle>().unwrap() else {
+            panic!("not a backoff");
+        };
+        assert_eq!(max_park, Duration::from_micros(50));
+        assert!("backoff:0us".parse::<Idle>().is_err());
+        assert_eq!(Idle::backoff().to_string(), "backoff:1000us");
+        assert_eq!("backoff:1000us".parse::<Idle>().unwrap(), Idle::backoff());
         assert_eq!(
             Idle::Sleep(Duration::from_micros(7)).to_string(),
             "sleep:7us"

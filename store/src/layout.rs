@@ -16,11 +16,16 @@ pub struct Listing {
     pub leftovers: Vec<PathBuf>,
 }
 
-/// Lists `dir`. Fails with `BadSegmentSequence` when segment indices are not contiguous
-/// (a segment file is missing in the middle).
+/// Lists `dir`; a directory that does not exist lists as empty (no store yet: what a
+/// replica's directory is until its first segment arrives). Fails with `BadSegmentSequence`
+/// when segment indices are not contiguous (a segment file is missing in the middle).
 pub fn list(dir: &Path) -> Result<Listing> {
     let mut listing = Listing::default();
-    let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("read_dir", dir, e))?;
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(listing),
+        Err(e) => return Err(StoreError::io("read_dir", dir, e)),
+    };
     for entry in rd {
         let entry = entry.map_err(|e| StoreError::io("read_dir", dir, e))?;
         let name = entry.file_name();

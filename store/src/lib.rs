@@ -42,6 +42,7 @@ pub mod config;
 pub mod counters;
 #[cfg(feature = "daemon")]
 pub mod daemon;
+pub mod digest;
 pub mod error;
 pub mod format;
 pub mod idle;

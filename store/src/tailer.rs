@@ -164,7 +164,8 @@ impl Tailer {
 
     /// Opens the store in `dir` at its first frame.
     ///
-    /// Errors: `NoStore` when `dir` holds no segment; the segment open errors of
+    /// Errors: `NoStore` when `dir` holds no segment, or only a first segment that is still
+    /// prepared (the store is being created: retry); the segment open errors of
     /// [`StoreError`] for a file that is not a valid segment.
     pub fn open_with(dir: impl AsRef<Path>, options: TailerOptions) -> Result<Tailer> {
         let dir = dir.as_ref().to_path_buf();
@@ -172,6 +173,9 @@ impl Tailer {
         let Some((_, path)) = listing.segments.first() else {
             return Err(StoreError::NoStore { path: dir });
         };
+        if Segment::open(path)?.state() == Some(SegmentState::Prepared) {
+            return Err(StoreError::NoStore { path: dir });
+        }
         let (segment, info) = open_live(path, None)?;
         Ok(Tailer {
             dir,

@@ -1,21 +1,27 @@
-//! `iodaemon`: forwards this host's outboxes to the streams' sequencers over UDP, and resends
-//! until each message appears in the host's copy of its stream.
+//! `iodaemon`: the host daemon. It keeps this host's replicas of the streams it follows
+//! (`--follow`, one replication client thread each), forwards the host's outboxes to the
+//! streams' sequencers over UDP (`--route`), and resends until each message appears in the
+//! host's copy of its stream.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
-use seqstream_store::{daemon, Idle, IdleStrategy};
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_store::counters::CountersWriter;
+use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy};
 
 #[derive(Parser)]
 #[command(
     name = "iodaemon",
     version,
-    about = "Forward outboxes to sequencers over UDP; resend until each message is sequenced"
+    about = "Keep this host's stream replicas; forward outboxes to sequencers over UDP and resend until each message is sequenced"
 )]
 struct Cli {
     /// TOML file of options (keys = long flag names); command-line flags override it.
@@ -24,9 +30,27 @@ struct Cli {
     /// An outbox file to drain (repeat, or comma-separate).
     #[arg(long = "outbox", value_delimiter = ',', required = true)]
     outboxes: Vec<PathBuf>,
-    /// A route, STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR (repeat).
+    /// A route, STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR (repeat): where the stream's
+    /// messages go, and the local copy in which they are confirmed.
     #[arg(long = "route", required = true, value_parser = parse_route)]
     routes: Vec<Route>,
+    /// A stream to replicate to this host, STREAM_ID=UPSTREAM_ADDR=LOCAL_STORE_DIR (repeat):
+    /// a replication client thread keeps LOCAL_STORE_DIR a byte-identical copy of the
+    /// upstream's store. A route's local store is normally one of these.
+    #[arg(long = "follow", value_parser = parse_follow, requires = "secret_file")]
+    follows: Vec<Follow>,
+    /// File holding the replication shared secret (its bytes, trailing newline removed).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Idle strategy of the replication client threads.
+    #[arg(long, default_value = "backoff")]
+    follow_idle: Idle,
+    /// Cores for the replication client threads, in --follow order (none: unpinned).
+    #[arg(long, value_delimiter = ',')]
+    follow_cores: Vec<usize>,
+    /// Flush policy of the replicas: none, frames:N, ms:T.
+    #[arg(long, default_value = "none")]
+    follow_flush: FlushPolicy,
     /// Local UDP address to send from and receive NAKs on.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
@@ -64,11 +88,80 @@ fn parse_route(s: &str) -> Result<Route, String> {
     })
 }
 
+/// One `--follow`: a stream replicated into a local store.
+#[derive(Debug, Clone)]
+struct Follow {
+    stream_id: u32,
+    upstream: SocketAddr,
+    store: PathBuf,
+}
+
+fn parse_follow(s: &str) -> Result<Follow, String> {
+    let r = parse_route(s)
+        .map_err(|_| format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR=LOCAL_STORE_DIR"))?;
+    Ok(Follow {
+        stream_id: r.stream_id,
+        upstream: r.sequencer,
+        store: r.local_store,
+    })
+}
+
+/// Starts one replication client thread per `--follow`. A thread that ends while the daemon
+/// runs (a store it cannot write, a bad configuration) sets `stop`, so the daemon exits
+/// with its error.
+fn start_followers(
+    cli: &Cli,
+    counters: &CountersWriter,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<(u32, JoinHandle<Result<()>>)>> {
+    let secret = match &cli.secret_file {
+        Some(p) => {
+            seqstream_replication::read_secret(p).with_context(|| p.display().to_string())?
+        }
+        None => Vec::new(),
+    };
+    if !cli.follow_cores.is_empty() && cli.follow_cores.len() != cli.follows.len() {
+        bail!(
+            "--follow-cores names {} cores for {} --follow streams",
+            cli.follow_cores.len(),
+            cli.follows.len()
+        );
+    }
+    let mut threads = Vec::new();
+    for (i, f) in cli.follows.iter().enumerate() {
+        let mut cfg = FollowerConfig::new(f.store.clone(), f.stream_id, f.upstream, secret.clone());
+        cfg.idle = cli.follow_idle.clone();
+        cfg.core = cli.follow_cores.get(i).copied();
+        cfg.store_config = cfg.store_config.flush(cli.follow_flush);
+        cfg.counter_prefix = format!("stream {} ", f.stream_id);
+        let mut follower = Follower::new(cfg, counters)
+            .with_context(|| format!("opening the replica {}", f.store.display()))?;
+        tracing::info!(stream_id = f.stream_id, upstream = %f.upstream, store = %f.store.display(), "following");
+        let stop = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("follow-{}", f.stream_id))
+            .spawn(move || {
+                let r = follower.run(&stop).context("replication client");
+                stop.store(true, Ordering::Relaxed);
+                r
+            })
+            .context("spawning a replication client thread")?;
+        threads.push((f.stream_id, handle));
+    }
+    Ok(threads)
+}
+
 fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
-    let (counters, _cleanup) = daemon::counters("iodaemon", cli.counters.clone(), 64)?;
+    let (counters, _cleanup) = daemon::counters("iodaemon", cli.counters.clone(), 128)?;
+    for r in &cli.routes {
+        if !cli.follows.iter().any(|f| f.store == r.local_store) {
+            tracing::warn!(stream_id = r.stream_id, store = %r.local_store.display(), "no --follow keeps this route's local store: another process must replicate it");
+        }
+    }
+    let followers = start_followers(&cli, &counters, &stop)?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = ForwarderConfig {
         outboxes: cli.outboxes.clone(),
@@ -81,10 +174,21 @@ fn main() -> Result<()> {
     let mut forwarder = Forwarder::open(cfg, &counters).context("opening the outboxes")?;
     tracing::info!(bind = %forwarder.local_addr(), outboxes = cli.outboxes.len(), counters = %counters.path().display(), "forwarding");
     let mut idle = cli.idle.build();
-    while !stop.load(Ordering::Relaxed) {
-        let work = forwarder.do_work()?;
-        idle.idle(work);
+    let forwarded = (|| {
+        while !stop.load(Ordering::Relaxed) {
+            let work = forwarder.do_work()?;
+            idle.idle(work);
+        }
+        Ok::<_, anyhow::Error>(())
+    })();
+    stop.store(true, Ordering::Relaxed);
+    for (stream_id, t) in followers {
+        match t.join() {
+            Ok(r) => r.with_context(|| format!("stream {stream_id}"))?,
+            Err(_) => bail!("the replication client of stream {stream_id} panicked"),
+        }
     }
+    forwarded?;
     tracing::info!("stopped");
     Ok(())
 }

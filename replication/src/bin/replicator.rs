@@ -106,15 +106,8 @@ struct FollowArgs {
     serve_allow: Vec<IpAddr>,
 }
 
-fn secret(path: &PathBuf) -> Result<Vec<u8>> {
-    let mut s = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        s.pop();
-    }
-    if s.is_empty() || s.len() > u16::MAX as usize {
-        bail!("{}: the secret must be 1 to 65535 bytes", path.display());
-    }
-    Ok(s)
+fn secret(path: &std::path::Path) -> Result<Vec<u8>> {
+    seqstream_replication::read_secret(path).with_context(|| path.display().to_string())
 }
 
 fn check_cores(cores: &[usize]) -> Result<()> {

@@ -62,6 +62,15 @@ enum Cmd {
         /// Store directory.
         dir: PathBuf,
     },
+    /// Digest of every committed frame as stored (count, last seq, end position, CRC32C):
+    /// equal digests on two hosts mean a byte-identical replica.
+    Checksum {
+        /// Store directory.
+        dir: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Open the store as an appender with repair on: recovery may cut committed frames that
     /// fail validation (their seqs will be reused: replicas must be rebuilt). Prints what it did.
     Repair {
@@ -160,6 +169,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             opts,
         } => dump(&dir, &opts, follow, Some(lines)),
         Cmd::Verify { dir } => verify(&dir),
+        Cmd::Checksum { dir, json } => {
+            let d = seqstream_store::digest::digest(&dir)
+                .with_context(|| format!("{}", dir.display()))?;
+            if json {
+                println!("{}", serde_json::to_string(&d)?);
+            } else {
+                println!("{d}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Repair { dir, stream_id } => {
             let cfg = StoreConfig::new(stream_id)
                 .repair(true)
