@@ -135,7 +135,7 @@ fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     )?;
     stop.store(true, Ordering::Relaxed);
     merger.join().expect("merger thread")?;
-    emit_percentiles(reporter, BENCH, "component_to_composite_64B", &h, &floor);
+    emit_percentiles(reporter, BENCH, "component_to_composite_64B", &h, &floor)?;
     Ok(())
 }
 

@@ -195,7 +195,7 @@ pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         },
     )?;
     drop(running);
-    emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &h, &floor);
+    emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &h, &floor)?;
 
     // Throughput: the application offers as fast as it can; timed until all are committed.
     let udp_floor = udp_msgs_per_s(messages)?;

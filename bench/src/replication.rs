@@ -298,7 +298,7 @@ fn latency(
     } else {
         format!("append_to_replica_64B_{n}f")
     };
-    emit_percentiles(reporter, BENCH, &case, &h, floor);
+    emit_percentiles(reporter, BENCH, &case, &h, floor)?;
     drop(topo);
     if let Some(t) = slow {
         let _ = t.join();

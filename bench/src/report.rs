@@ -4,7 +4,14 @@
 //! Human output is one aligned line per figure; `--json` prints one JSON object per line with
 //! the keys `bench`, `case`, `metric`, `unit`, `value`, `floor`, `ratio` (value / floor) and
 //! `better` (`"higher"` or `"lower"`).
+//!
+//! With an `.hgrm` directory set, every latency distribution reported with its floor is also
+//! written there in full, as `<bench>_<case>.hgrm` and `<bench>_<case>.floor.hgrm` (see
+//! [`crate::hgrm`]), for `bench plot`.
 
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 /// Which direction of a figure is an improvement.
@@ -68,15 +75,27 @@ impl Figure {
 }
 
 /// Prints figures as they are measured, in human or JSON-lines form.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Reporter {
     json: bool,
+    hgrm_dir: Option<PathBuf>,
 }
 
 impl Reporter {
     /// `json == true` prints one JSON object per line; otherwise an aligned table row.
-    pub fn new(json: bool) -> Self {
-        Reporter { json }
+    /// `hgrm_dir`: where [`emit_percentiles`] also writes whole distributions (created if
+    /// missing).
+    pub fn new(json: bool, hgrm_dir: Option<PathBuf>) -> Result<Self> {
+        if let Some(dir) = &hgrm_dir {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the .hgrm directory {}", dir.display()))?;
+        }
+        Ok(Reporter { json, hgrm_dir })
+    }
+
+    /// Where distributions are written, if anywhere.
+    pub fn hgrm_dir(&self) -> Option<&Path> {
+        self.hgrm_dir.as_deref()
     }
 
     /// Prints one figure immediately (so a long run shows progress).
@@ -105,15 +124,36 @@ impl Reporter {
     }
 }
 
+/// File name stem of a case's distributions: `<bench>_<case>`, anything but ASCII letters,
+/// digits, `.`, `-` and `_` replaced by `_`.
+pub fn hgrm_stem(bench: &str, case: &str) -> String {
+    format!("{bench}_{case}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// Emits p50, p99, p99.9 and max of a latency histogram (ns) next to the same percentiles of
-/// its floor's.
+/// its floor's, and writes both distributions as `.hgrm` files if the reporter has a
+/// directory for them.
 pub fn emit_percentiles(
     reporter: &Reporter,
     bench: &'static str,
     case: &str,
     value: &hdrhistogram::Histogram<u64>,
     floor: &hdrhistogram::Histogram<u64>,
-) {
+) -> Result<()> {
+    if let Some(dir) = reporter.hgrm_dir() {
+        let stem = hgrm_stem(bench, case);
+        crate::hgrm::write_file(&dir.join(format!("{stem}.hgrm")), value)?;
+        crate::hgrm::write_file(&dir.join(format!("{stem}.floor.hgrm")), floor)?;
+    }
     for (metric, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0)] {
         reporter.emit(&Figure::new(
             bench,
@@ -125,4 +165,5 @@ pub fn emit_percentiles(
             Better::Lower,
         ));
     }
+    Ok(())
 }

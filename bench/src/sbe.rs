@@ -23,6 +23,9 @@ pub struct Args {
     /// Timed runs per figure and per floor; the fastest counts.
     #[arg(long, default_value_t = 5)]
     runs: u32,
+    /// A short run for smoke tests and quick reports: 200,000 iterations, 2 runs.
+    #[arg(long)]
+    quick: bool,
 }
 
 /// CME MDP3 MDIncrementalRefreshBook32, schema version 6: message 250 (packet 118) of
@@ -43,6 +46,12 @@ const MDP3_BOOK: [u8; 150] = [
 
 /// Runs the benchmark and prints six figures (encode and decode of three messages).
 pub fn run(args: &Args, reporter: &Reporter) -> anyhow::Result<()> {
+    let quick = Args {
+        iterations: 200_000,
+        runs: 2,
+        quick: true,
+    };
+    let args = if args.quick { &quick } else { args };
     let mut buf = [0u8; 256];
     let nos_len = encode_new_order(&mut buf, 1)?;
     let nos = buf[..nos_len].to_vec();

@@ -165,6 +165,6 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
         },
     )?;
     let store = append_to_tailer(samples, pins, appender, tailer)?;
-    emit_percentiles(reporter, BENCH, "append_to_tailer_64B", &store, &floor);
+    emit_percentiles(reporter, BENCH, "append_to_tailer_64B", &store, &floor)?;
     Ok(())
 }

@@ -157,3 +157,112 @@ fn inbound_bench_prints_latency_and_throughput_with_floors() {
         );
     }
 }
+
+/// `--hgrm-dir`, `bench plot` and `bench table` end to end on the quickest latency bench.
+#[test]
+fn hgrm_plot_and_table_report_a_latency_bench() {
+    let dir = tempfile::tempdir().unwrap();
+    let hgrm = dir.path().join("hgrm");
+    let plots = dir.path().join("plots");
+    let bench = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+            .args(args)
+            .output()
+            .expect("running bench");
+        assert!(
+            out.status.success(),
+            "bench {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    let figures = bench(&[
+        "store".as_ref(),
+        "--quick".as_ref(),
+        "--payloads".as_ref(),
+        "32".as_ref(),
+        "--json".as_ref(),
+        "--hgrm-dir".as_ref(),
+        hgrm.as_os_str(),
+    ]);
+    let n = figures.lines().count();
+    assert!(n >= 4, "{figures}");
+    let jsonl = dir.path().join("figures.jsonl");
+    std::fs::write(&jsonl, &figures).unwrap();
+
+    // The distribution and its floor, in HdrHistogram's percentile-distribution format.
+    for name in [
+        "store_append_to_tailer_64B.hgrm",
+        "store_append_to_tailer_64B.floor.hgrm",
+    ] {
+        let text = std::fs::read_to_string(hgrm.join(name)).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+            ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]
+        );
+        let mut rows = 0;
+        let mut last_total = 0u64;
+        let mut footer_total = None;
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            if let Some(rest) = line.strip_prefix("#[Max") {
+                let total = rest.split("Total count").nth(1).unwrap();
+                footer_total = Some(
+                    total
+                        .trim_matches(|c: char| c == '=' || c == ']' || c.is_whitespace())
+                        .parse::<u64>()
+                        .unwrap(),
+                );
+            } else if !line.starts_with("#[") {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                assert!(cols.len() == 3 || cols.len() == 4, "{name}: {line}");
+                let value: f64 = cols[0].parse().unwrap();
+                let percentile: f64 = cols[1].parse().unwrap();
+                let total: u64 = cols[2].parse().unwrap();
+                assert!(value >= 0.0 && (0.0..=1.0).contains(&percentile), "{line}");
+                assert!(total >= last_total, "{line}");
+                last_total = total;
+                rows += 1;
+            }
+        }
+        assert!(rows > 20, "{name}: {rows} rows");
+        assert_eq!(footer_total, Some(last_total), "{name}");
+        assert!(last_total > 0);
+    }
+
+    // One SVG per pair, with both series.
+    bench(&[
+        "plot".as_ref(),
+        "--hgrm-dir".as_ref(),
+        hgrm.as_os_str(),
+        "--out".as_ref(),
+        plots.as_os_str(),
+    ]);
+    let svgs: Vec<_> = std::fs::read_dir(&plots).unwrap().collect();
+    assert_eq!(svgs.len(), 1, "{svgs:?}");
+    let svg = std::fs::read_to_string(plots.join("store_append_to_tailer_64B.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let series = svg
+        .split("<polyline")
+        .skip(1)
+        .map(|p| p.split('"').skip_while(|a| !a.ends_with("points=")).nth(1))
+        .filter(|points| points.unwrap().split_whitespace().count() > 10)
+        .count();
+    assert_eq!(series, 2, "the figure and its floor");
+    assert!(svg.contains("floor") && svg.contains("99.9%"));
+
+    // A header, its separator, then one row per figure.
+    let table = bench(&["table".as_ref(), "--json".as_ref(), jsonl.as_os_str()]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("| bench | case | metric | value |"),
+        "{table}"
+    );
+    assert!(lines[1].starts_with("|---"), "{table}");
+    assert_eq!(lines.len(), 2 + n, "{table}");
+    assert!(
+        lines[2..].iter().all(|l| l.starts_with("| store | ")),
+        "{table}"
+    );
+}

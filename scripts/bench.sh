@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Benchmark report: runs every bench (store, sbe, replication, composite, inbound) and writes
+#   OUT_DIR/figures.jsonl   every figure, one JSON object a line (bench --json)
+#   OUT_DIR/figures.md      the same as a Markdown table (bench table), also printed
+#   OUT_DIR/hgrm/           each latency distribution and its floor, HdrHistogram text format
+#   OUT_DIR/plots/          one SVG per distribution: latency by percentile, figure and floor
+#
+# Usage: scripts/bench.sh [--quick] [OUT_DIR]
+#   --quick   the short form of every bench (seconds, for smoke runs and shared machines)
+#   OUT_DIR   default target/bench-report (in the repository); a relative path is taken from
+#             the current directory
+# Builds `bench` in release into ${CARGO_TARGET_DIR:-target}. Works from any directory.
+set -euo pipefail
+
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+
+quick=()
+out=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick) ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *)
+      [ -z "$out" ] || { echo "bench.sh: one OUT_DIR only" >&2; exit 2; }
+      out=$1
+      ;;
+  esac
+  shift
+done
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -z "$out" ]; then
+  out=$root/target/bench-report
+elif [[ $out != /* ]]; then
+  out=$PWD/$out
+fi
+cd "$root"
+
+echo "== building bench (release)" >&2
+cargo build --release --quiet -p bench
+target=${CARGO_TARGET_DIR:-target}
+[[ $target == /* ]] || target=$root/$target
+bench=$target/release/bench
+
+mkdir -p "$out"
+rm -rf "$out/hgrm" "$out/plots"
+: >"$out/figures.jsonl"
+for b in store sbe replication composite inbound; do
+  echo "== bench $b ${quick[*]}" >&2
+  "$bench" "$b" "${quick[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
+done
+
+echo "== plots" >&2
+"$bench" plot --hgrm-dir "$out/hgrm" --out "$out/plots" >/dev/null
+"$bench" table --json "$out/figures.jsonl" >"$out/figures.md"
+
+echo
+cat "$out/figures.md"
+echo
+echo "figures:  $out/figures.jsonl ($(wc -l <"$out/figures.jsonl") figures)"
+echo "table:    $out/figures.md"
+echo "hgrm:     $out/hgrm/ ($(find "$out/hgrm" -name '*.hgrm' | wc -l) files)"
+echo "plots:    $out/plots/ ($(find "$out/plots" -name '*.svg' | wc -l) SVGs)"
