@@ -1,0 +1,914 @@
+//! `demo`: seqstream's main job, end to end on one machine (see `scripts/demo.sh`).
+//!
+//! It starts, on three simulated hosts (network namespaces as root, loopback addresses
+//! otherwise):
+//!
+//! ```text
+//!  seq host : sequencer md (stream 1), sequencer orders (stream 2), compositor (stream 3 =
+//!             1 + 2), replicator serve × 3, netfloor serve
+//!  host 1   : iodaemon (replicas of 2 and 3; routes 2), algo
+//!  host 2   : iodaemon (replicas of 1 and 2; routes 1 and 2), oms, feedhandler
+//! ```
+//!
+//! measures the network floor (netfloor), replays the CME capture through the feed handler,
+//! waits until the algo has seen all the market data and every order has its report, stops
+//! everything in an order that lets the replicas catch up, and then audits the stores: each
+//! source's messages present exactly once, every order answered by exactly one report, the
+//! composite holding each component message once, every store passing `storetool verify`,
+//! every replica's digest equal to its primary's. The last line printed is one JSON object;
+//! the exit status is 0 only if every check passed.
+
+mod net;
+mod procs;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use seqstream_apps::audit;
+use seqstream_apps::streams::{COMPOSITE, MARKET_DATA, ORDERS};
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_store::digest::{digest, StoreDigest};
+use serde_json::{json, Value};
+
+use net::{Host, Network};
+use procs::Procs;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum NetworkKind {
+    /// Namespaces when run as root and `ip netns` works, loopback otherwise.
+    Auto,
+    /// Network namespaces joined by veth links (root).
+    Netns,
+    /// Loopback addresses 127.0.0.1-3.
+    Loopback,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "demo",
+    version,
+    about = "Run the whole seqstream topology on the CME capture and audit the result"
+)]
+struct Cli {
+    /// The MDP3 capture to replay.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/cme-mdp3/cme_mdp3_v6_channel340_incremental.pcapng"))]
+    capture: PathBuf,
+    /// Replay only the first N frames of the capture.
+    #[arg(long)]
+    max_frames: Option<usize>,
+    /// Replay pace: max (as fast as possible) or recorded (the capture's spacing / --speed).
+    #[arg(long, default_value = "recorded")]
+    pace: String,
+    /// Speed-up of the recorded pace (the capture spans 304 s).
+    #[arg(long, default_value_t = 20.0)]
+    speed: f64,
+    /// How the hosts are simulated.
+    #[arg(long, value_enum, default_value = "auto")]
+    network: NetworkKind,
+    /// Where the binaries are (default: this program's directory).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Working directory for stores, outboxes and logs (default: a new temporary one,
+    /// removed at the end unless --keep).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Keep the working directory.
+    #[arg(long)]
+    keep: bool,
+    /// First of the ports used (about 25 above it).
+    #[arg(long, default_value_t = 47100)]
+    port_base: u16,
+    /// Segment size of every store, bytes (small segments exercise rolls).
+    #[arg(long, default_value_t = 4 << 20)]
+    segment_size: u64,
+    /// Round trips timed by netfloor.
+    #[arg(long, default_value_t = 5000)]
+    floor_count: u64,
+    /// Idle strategy of every daemon and application. Thirteen processes share the cores:
+    /// on a small machine they must park when idle; a short longest park keeps hops short.
+    #[arg(long, default_value = "backoff:20us")]
+    idle: String,
+    /// Give up (and fail) after this many seconds.
+    #[arg(long, default_value_t = 110)]
+    timeout_s: u64,
+}
+
+/// Where everything of one run lives.
+struct Layout {
+    work: PathBuf,
+    bin: PathBuf,
+}
+
+impl Layout {
+    fn store(&self, host: &str, stream: &str) -> PathBuf {
+        self.work.join(host).join(stream)
+    }
+    fn file(&self, host: &str, name: &str) -> PathBuf {
+        self.work.join(host).join(name)
+    }
+    fn bin(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+    fn counters(&self, name: &str) -> PathBuf {
+        self.work.join("counters").join(format!("{name}.counters"))
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The value of counter `label` in the counters file `path` (0 if absent or unreadable yet).
+fn counter(path: &Path, label: &str) -> u64 {
+    seqstream_store::counters::read(path)
+        .ok()
+        .and_then(|snap| snap.counters.into_iter().find(|(l, _)| l == label))
+        .map_or(0, |(_, v)| v)
+}
+
+/// Polls `done` every 20 ms until it holds; fails on timeout, on a stop request, or when a
+/// process has died.
+fn wait_until(
+    what: &str,
+    timeout: Duration,
+    procs: &mut Procs,
+    stop: &AtomicBool,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        procs.check_running()?;
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted while waiting for {what}");
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn store_exists(dir: &Path) -> Result<bool> {
+    Ok(seqstream_store::layout::list(dir).is_ok_and(|l| !l.segments.is_empty()))
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| s(path))?;
+    serde_json::from_str(text.trim()).with_context(|| format!("{}: not JSON", path.display()))
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+struct Run<'a> {
+    cli: &'a Cli,
+    l: Layout,
+    net: Network,
+    procs: Procs,
+    stop: std::sync::Arc<AtomicBool>,
+    deadline: Instant,
+}
+
+impl Run<'_> {
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    fn spawn(&mut self, name: &str, host: &Host, bin: &str, args: Vec<String>) -> Result<()> {
+        let program = self.l.bin(bin);
+        self.procs
+            .spawn(name, host.netns.as_deref(), &program, &args)
+    }
+
+    fn wait_store(&mut self, dir: &Path) -> Result<()> {
+        let left = self.left();
+        wait_until(
+            &format!("the store {}", dir.display()),
+            left,
+            &mut self.procs,
+            &self.stop,
+            || store_exists(dir),
+        )
+    }
+
+    /// Starts every daemon and application; returns once the feed handler may start.
+    fn start(&mut self) -> Result<()> {
+        let (net, cli) = (&self.net, self.cli);
+        let seq = net.seq.clone();
+        let (h1, h2) = (net.h1.clone(), net.h2.clone());
+        let pb = cli.port_base;
+        let bind = net.seq_bind();
+        let seg = cli.segment_size.to_string();
+        let idle = cli.idle.clone();
+        let secret = self.l.work.join("secret");
+        std::fs::write(&secret, "seqstream-demo-secret\n")?;
+        let secret = s(&secret);
+        let (c1, c2) = (net.client_ip(&h1), net.client_ip(&h2));
+        let (seq1, seq2) = (net.seq_from_h1, net.seq_from_h2);
+
+        // Sequencer host: the two sequencers, then the compositor on their stores, then a
+        // replication server per store.
+        for (name, stream, port, sources) in [
+            ("sequencer-md", MARKET_DATA, pb + 1, format!("1@{}", h2.ip)),
+            (
+                "sequencer-orders",
+                ORDERS,
+                pb + 2,
+                format!("11@{},21@{}", h1.ip, h2.ip),
+            ),
+        ] {
+            let store = self.l.store(
+                "seq",
+                if stream == MARKET_DATA {
+                    "md"
+                } else {
+                    "orders"
+                },
+            );
+            let args = vec![
+                "--store".into(),
+                s(&store),
+                "--stream-id".into(),
+                stream.to_string(),
+                "--listen".into(),
+                format!("{bind}:{port}"),
+                "--source".into(),
+                sources,
+                "--segment-size".into(),
+                seg.clone(),
+                "--idle".into(),
+                idle.clone(),
+                "--counters".into(),
+                s(&self.l.counters(name)),
+            ];
+            self.spawn(name, &seq, "sequencer", args)?;
+        }
+        let (md, orders, composite) = (
+            self.l.store("seq", "md"),
+            self.l.store("seq", "orders"),
+            self.l.store("seq", "composite"),
+        );
+        self.wait_store(&md)?;
+        self.wait_store(&orders)?;
+        let args = vec![
+            "--component".into(),
+            format!("{},{}", s(&md), s(&orders)),
+            "--output".into(),
+            s(&composite),
+            "--stream-id".into(),
+            COMPOSITE.to_string(),
+            "--segment-size".into(),
+            seg.clone(),
+            "--idle".into(),
+            idle.clone(),
+            "--counters".into(),
+            s(&self.l.counters("compositor")),
+        ];
+        self.spawn("compositor", &seq, "compositor", args)?;
+        self.wait_store(&composite)?;
+        for (name, stream, store, port, allow) in [
+            ("replicator-md", MARKET_DATA, &md, pb + 11, c2.to_string()),
+            (
+                "replicator-orders",
+                ORDERS,
+                &orders,
+                pb + 12,
+                format!("{c1},{c2}"),
+            ),
+            (
+                "replicator-composite",
+                COMPOSITE,
+                &composite,
+                pb + 13,
+                c1.to_string(),
+            ),
+        ] {
+            let args = vec![
+                "serve".into(),
+                "--store".into(),
+                s(store),
+                "--stream-id".into(),
+                stream.to_string(),
+                "--secret-file".into(),
+                secret.clone(),
+                "--listen".into(),
+                format!("{bind}:{port}"),
+                "--allow".into(),
+                allow,
+                "--idle".into(),
+                idle.clone(),
+                "--counters".into(),
+                s(&self.l.counters(name)),
+            ];
+            self.spawn(name, &seq, "replicator", args)?;
+        }
+
+        // Application hosts: outboxes first (the iodaemon opens them at start), then the
+        // iodaemons, then the applications.
+        for (host, name, source, stream) in [
+            ("h1", "algo.outbox", 11, ORDERS),
+            ("h2", "oms.outbox", 21, ORDERS),
+            ("h2", "feed.outbox", 1, MARKET_DATA),
+        ] {
+            let path = self.l.file(host, name);
+            Outbox::open_or_create(&path, source, stream, 8 << 20, 4096)
+                .with_context(|| s(&path))?;
+        }
+        let iod = |l: &Layout,
+                   host: &Host,
+                   seq_ip,
+                   outboxes: &[&str],
+                   streams: &[(u32, &str, u16, u16)]| {
+            let mut args = vec![
+                "--outbox".to_string(),
+                outboxes
+                    .iter()
+                    .map(|o| s(&l.file(host.name, o)))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                "--bind".into(),
+                format!("{}:0", host.ip),
+                "--secret-file".into(),
+                secret.clone(),
+                "--idle".into(),
+                idle.clone(),
+                "--follow-idle".into(),
+                idle.clone(),
+                "--counters".into(),
+                s(&l.counters(&format!("iodaemon-{}", host.name))),
+            ];
+            for (stream, dir, seq_port, repl_port) in streams {
+                let store = s(&l.store(host.name, dir));
+                args.extend([
+                    "--route".into(),
+                    format!("{stream}={seq_ip}:{seq_port}={store}"),
+                    "--follow".into(),
+                    format!("{stream}={seq_ip}:{repl_port}={store}"),
+                ]);
+            }
+            args
+        };
+        let a1 = iod(
+            &self.l,
+            &h1,
+            seq1,
+            &["algo.outbox"],
+            &[(ORDERS, "orders", pb + 2, pb + 12)],
+        );
+        let mut a1 = a1;
+        a1.extend([
+            "--follow".into(),
+            format!(
+                "{COMPOSITE}={seq1}:{}={}",
+                pb + 13,
+                s(&self.l.store("h1", "composite"))
+            ),
+        ]);
+        self.spawn("iodaemon-h1", &h1, "iodaemon", a1)?;
+        let a2 = iod(
+            &self.l,
+            &h2,
+            seq2,
+            &["oms.outbox", "feed.outbox"],
+            &[
+                (ORDERS, "orders", pb + 2, pb + 12),
+                (MARKET_DATA, "md", pb + 1, pb + 11),
+            ],
+        );
+        self.spawn("iodaemon-h2", &h2, "iodaemon", a2)?;
+
+        let args = vec![
+            "--orders".into(),
+            s(&self.l.store("h2", "orders")),
+            "--outbox".into(),
+            s(&self.l.file("h2", "oms.outbox")),
+            "--source-id".into(),
+            "21".into(),
+            "--idle".into(),
+            idle.clone(),
+            "--summary".into(),
+            s(&self.l.file("h2", "oms.json")),
+            "--counters".into(),
+            s(&self.l.counters("oms")),
+        ];
+        self.spawn("oms", &h2, "oms", args)?;
+        let args = vec![
+            "--composite".into(),
+            s(&self.l.store("h1", "composite")),
+            "--orders".into(),
+            s(&self.l.store("h1", "orders")),
+            "--outbox".into(),
+            s(&self.l.file("h1", "algo.outbox")),
+            "--source-id".into(),
+            "11".into(),
+            "--idle".into(),
+            idle.clone(),
+            "--summary".into(),
+            s(&self.l.file("h1", "algo.json")),
+            "--counters".into(),
+            s(&self.l.counters("algo")),
+        ];
+        self.spawn("algo", &h1, "algo", args)?;
+        // Every replica exists once its first segment has arrived.
+        for (host, dir) in [
+            ("h1", "orders"),
+            ("h1", "composite"),
+            ("h2", "orders"),
+            ("h2", "md"),
+        ] {
+            let store = self.l.store(host, dir);
+            self.wait_store(&store)?;
+        }
+        Ok(())
+    }
+
+    /// netfloor: one UDP one-way h1 → seq plus one TCP one-way seq → h1, per round trip.
+    fn floor(&mut self) -> Result<Value> {
+        let (seq, h1) = (self.net.seq.clone(), self.net.h1.clone());
+        let port = self.cli.port_base + 21;
+        let serve = vec![
+            "serve".into(),
+            "--udp".into(),
+            format!("{}:{port}", self.net.seq_bind()),
+            "--tcp".into(),
+            format!("{}:{port}", self.net.seq_bind()),
+        ];
+        self.spawn("netfloor-serve", &seq, "netfloor", serve)?;
+        let target = self.net.seq_from_h1;
+        let ping = vec![
+            "ping".into(),
+            "--udp".into(),
+            format!("{target}:{port}"),
+            "--tcp".into(),
+            format!("{target}:{port}"),
+            "--bind".into(),
+            format!("{}:0", h1.ip),
+            "--count".into(),
+            self.cli.floor_count.to_string(),
+        ];
+        self.spawn("netfloor-ping", &h1, "netfloor", ping)?;
+        let left = self.left();
+        self.procs.wait("netfloor-ping", left)?;
+        self.procs.wait("netfloor-serve", Duration::from_secs(5))?;
+        let out = self.procs.output("netfloor-ping")?;
+        serde_json::from_str(out.trim()).context("netfloor's output")
+    }
+
+    /// Replays the capture and waits for the algo and the OMS to have answered everything.
+    fn replay(&mut self) -> Result<Value> {
+        let h2 = self.net.h2.clone();
+        let summary = self.l.file("h2", "feedhandler.json");
+        let mut args = vec![
+            "--capture".into(),
+            s(&self.cli.capture),
+            "--outbox".into(),
+            s(&self.l.file("h2", "feed.outbox")),
+            "--source-id".into(),
+            "1".into(),
+            "--pace".into(),
+            self.cli.pace.clone(),
+            "--speed".into(),
+            self.cli.speed.to_string(),
+            "--idle".into(),
+            self.cli.idle.clone(),
+            "--summary".into(),
+            s(&summary),
+            "--counters".into(),
+            s(&self.l.counters("feedhandler")),
+        ];
+        if let Some(n) = self.cli.max_frames {
+            args.extend(["--max-frames".into(), n.to_string()]);
+        }
+        self.spawn("feedhandler", &h2, "feedhandler", args)?;
+        let left = self.left();
+        self.procs.wait("feedhandler", left)?;
+        let feed = read_json(&summary)?;
+        let md = u(&feed, "messages");
+        let (algo, oms) = (self.l.counters("algo"), self.l.counters("oms"));
+        let left = self.left();
+        wait_until(
+            "the algo to read all market data and the OMS to answer every order",
+            left,
+            &mut self.procs,
+            &self.stop,
+            || {
+                let sent = counter(&algo, "orders sent");
+                Ok(counter(&algo, "market data messages") == md
+                    && counter(&algo, "execution reports") == sent
+                    && counter(&algo, "orders seen in the replica") == sent
+                    && counter(&oms, "execution reports sent") == sent)
+            },
+        )?;
+        Ok(feed)
+    }
+
+    /// Stops everything so that every store ends complete: applications, then sequencers,
+    /// then the compositor once it has merged all, then — once every replica equals its
+    /// primary — the replication servers and iodaemons.
+    fn shut_down(&mut self) -> Result<(Value, Value)> {
+        self.procs.stop("algo")?;
+        self.procs.stop("oms")?;
+        self.procs.stop("sequencer-md")?;
+        self.procs.stop("sequencer-orders")?;
+        let (md, orders, composite) = (
+            self.l.store("seq", "md"),
+            self.l.store("seq", "orders"),
+            self.l.store("seq", "composite"),
+        );
+        let left = self.left();
+        wait_until(
+            "the compositor to merge everything",
+            left,
+            &mut self.procs,
+            &self.stop,
+            || {
+                let a = audit::composite(&composite, &[(MARKET_DATA, &md), (ORDERS, &orders)])?;
+                Ok(a.missing == 0)
+            },
+        )?;
+        self.procs.stop("compositor")?;
+        let pairs = self.replica_pairs();
+        let left = self.left();
+        wait_until(
+            "every replica to catch up",
+            left,
+            &mut self.procs,
+            &self.stop,
+            || {
+                for (primary, replica) in &pairs {
+                    if digest(primary)?.end_position
+                        != digest(replica).map_or(0, |d| d.end_position)
+                    {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )?;
+        for name in [
+            "iodaemon-h1",
+            "iodaemon-h2",
+            "replicator-md",
+            "replicator-orders",
+            "replicator-composite",
+        ] {
+            self.procs.stop(name)?;
+        }
+        Ok((
+            read_json(&self.l.file("h1", "algo.json"))?,
+            read_json(&self.l.file("h2", "oms.json"))?,
+        ))
+    }
+
+    fn replica_pairs(&self) -> Vec<(PathBuf, PathBuf)> {
+        [
+            ("md", "h2"),
+            ("orders", "h1"),
+            ("orders", "h2"),
+            ("composite", "h1"),
+        ]
+        .into_iter()
+        .map(|(stream, host)| (self.l.store("seq", stream), self.l.store(host, stream)))
+        .collect()
+    }
+}
+
+/// Whether two stores' live files (active and sealed segments, their indexes) have the same
+/// names and the same bytes.
+fn same_live_files(a: &Path, b: &Path) -> Result<bool> {
+    let (fa, fb) = (
+        seqstream_store::layout::live_files(a)?,
+        seqstream_store::layout::live_files(b)?,
+    );
+    if fa.len() != fb.len()
+        || fa
+            .iter()
+            .zip(&fb)
+            .any(|(x, y)| x.file_name() != y.file_name())
+    {
+        return Ok(false);
+    }
+    for (x, y) in fa.iter().zip(&fb) {
+        if std::fs::read(x)? != std::fs::read(y)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The audit of the stopped run, printed as text and as the final JSON line.
+fn audit_run(
+    run: &Run<'_>,
+    feed: &Value,
+    algo: &Value,
+    oms: &Value,
+    floor: &Value,
+    started: Instant,
+) -> Result<bool> {
+    let l = &run.l;
+    let (md_dir, orders_dir, composite_dir) = (
+        l.store("seq", "md"),
+        l.store("seq", "orders"),
+        l.store("seq", "composite"),
+    );
+    let md = audit::stream(&md_dir)?;
+    let orders = audit::stream(&orders_dir)?;
+    let composite = audit::stream(&composite_dir)?;
+    let merged = audit::composite(
+        &composite_dir,
+        &[(MARKET_DATA, &md_dir), (ORDERS, &orders_dir)],
+    )?;
+    let flow = audit::orders(&orders_dir)?;
+
+    // Per source: what it says it offered against what the stream holds.
+    let sources = [
+        ("feedhandler", &md, 1u32, u(feed, "last_source_seq")),
+        ("algo", &orders, 11, u(algo, "last_source_seq")),
+        ("oms", &orders, 21, u(oms, "last_source_seq")),
+    ];
+    let (mut lost, mut duplicated, mut gaps) = (0u64, 0u64, 0u64);
+    println!("\n== sources (offered → sequenced)");
+    for (name, stream, id, offered) in sources {
+        let a = stream.sources.get(&id).copied().unwrap_or_default();
+        let missing =
+            offered.saturating_sub(a.messages) + a.last_source_seq.saturating_sub(offered);
+        lost += missing;
+        duplicated += a.duplicates;
+        gaps += a.missing;
+        println!("  {name:<12} source {id:>2}: offered {offered:>6}, sequenced {:>6}, duplicates dropped in stream {:>3}, missing {missing}", a.messages, a.duplicates);
+    }
+    lost += merged.missing;
+    duplicated += merged.duplicates;
+    println!(
+        "  composite: {} component messages merged, {} missing, {} duplicated, {} altered",
+        merged.merged, merged.missing, merged.duplicates, merged.mismatched
+    );
+
+    println!("\n== stores (storetool verify, digest)");
+    let mut verified = true;
+    let mut digests: BTreeMap<String, StoreDigest> = BTreeMap::new();
+    for host in ["seq", "h1", "h2"] {
+        for stream in ["md", "orders", "composite"] {
+            let dir = l.store(host, stream);
+            if !dir.exists() {
+                continue;
+            }
+            let out = std::process::Command::new(l.bin("storetool"))
+                .arg("verify")
+                .arg(&dir)
+                .output()?;
+            let ok = out.status.success();
+            verified &= ok;
+            let d = digest(&dir)?;
+            println!(
+                "  {host}/{stream:<10} verify {:<4} {d}",
+                if ok { "ok" } else { "FAIL" }
+            );
+            if !ok {
+                println!("{}", String::from_utf8_lossy(&out.stdout));
+            }
+            digests.insert(format!("{host}/{stream}"), d);
+        }
+    }
+    let mut identical = true;
+    for (primary, replica) in run.replica_pairs() {
+        let key = |p: &Path| {
+            format!(
+                "{}/{}",
+                p.parent()
+                    .and_then(|h| h.file_name())
+                    .unwrap_or_default()
+                    .to_string_lossy(),
+                p.file_name().unwrap_or_default().to_string_lossy()
+            )
+        };
+        let same_digest = digests.get(&key(&primary)) == digests.get(&key(&replica));
+        let same_files = same_live_files(&primary, &replica)?;
+        identical &= same_digest && same_files;
+        println!(
+            "  replica {} vs primary {}: digest {}, live segment and index files {}",
+            key(&replica),
+            key(&primary),
+            if same_digest { "equal" } else { "DIFFERENT" },
+            if same_files {
+                "byte-identical"
+            } else {
+                "DIFFERENT"
+            }
+        );
+    }
+
+    println!("\n== order flow");
+    println!("  orders {} (algo sent {}), execution reports {}; answered once {}, unanswered {}, answered twice or more {}, unmatched reports {}",
+        flow.orders, u(algo, "orders_sent"), flow.reports, flow.answered_once, flow.unanswered, flow.answered_more_than_once, flow.unmatched_reports);
+    let flow_ok = flow.orders > 0
+        && flow.orders == u(algo, "orders_sent")
+        && flow.answered_once == flow.orders
+        && flow.unmatched_reports == 0
+        && flow.repeated_cl_ord_ids == 0
+        && flow.undecodable == 0;
+
+    let e2e = &algo["e2e_ns"];
+    let fl = &floor["udp_plus_tcp_oneway_ns"];
+    println!(
+        "\n== latency, ns (offer() on h1 → seen in h1's replica of the order stream, {} orders)",
+        u(e2e, "count")
+    );
+    for (name, v) in [
+        ("e2e", e2e),
+        ("  inbound (offer → sequenced)", &algo["inbound_ns"]),
+        ("  outbound (sequenced → h1 replica)", &algo["outbound_ns"]),
+        ("floor (raw UDP + TCP one-way)", fl),
+    ] {
+        println!(
+            "  {name:<36} p50 {:>9} p99 {:>9} p99.9 {:>9} max {:>9}",
+            u(v, "p50"),
+            u(v, "p99"),
+            u(v, "p999"),
+            u(v, "max")
+        );
+    }
+    let ratio = |k: &str| {
+        if u(fl, k) > 0 {
+            u(e2e, k) as f64 / u(fl, k) as f64
+        } else {
+            f64::NAN
+        }
+    };
+    println!(
+        "  e2e / floor: p50 {:.1}×, p99 {:.1}×",
+        ratio("p50"),
+        ratio("p99")
+    );
+
+    let ok = lost == 0
+        && duplicated == 0
+        && gaps == 0
+        && identical
+        && verified
+        && flow_ok
+        && merged.mismatched == 0;
+    let pick = |v: &Value| json!({"p50": u(v, "p50"), "p99": u(v, "p99"), "p999": u(v, "p999"), "max": u(v, "max")});
+    let out = json!({
+        "demo": if ok { "ok" } else { "failed" },
+        "network": if run.net.is_netns() { "netns" } else { "loopback" },
+        "streams": {"market_data": md.messages, "orders": orders.messages, "composite": composite.messages},
+        "capture": {"frames": u(feed, "frames"), "packets": u(feed, "packets"), "duplicate_packets": u(feed, "duplicate_packets"), "missed_packets": u(feed, "missed_packets")},
+        "orders": flow.orders,
+        "execution_reports": flow.reports,
+        "orders_answered_once": flow.answered_once,
+        "lost": lost,
+        "duplicated": duplicated,
+        "gaps": gaps,
+        "stores_verified": verified,
+        "replicas_identical": identical,
+        "e2e_ns": pick(e2e),
+        "floor_ns": pick(fl),
+        "elapsed_s": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+    });
+    println!("{out}");
+    Ok(ok)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let started = Instant::now();
+    let stop = seqstream_store::daemon::stop_flag()?;
+    let bin = match &cli.bin_dir {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("no binary directory")?
+            .to_path_buf(),
+    };
+    for b in [
+        "sequencer",
+        "compositor",
+        "replicator",
+        "iodaemon",
+        "storetool",
+        "feedhandler",
+        "algo",
+        "oms",
+        "netfloor",
+    ] {
+        if !bin.join(b).exists() {
+            bail!("{} is missing: build the workspace first (cargo build --release --workspace --bins)", bin.join(b).display());
+        }
+    }
+    // A temporary work dir is removed at the end unless --keep or the run failed.
+    let mut temp = None;
+    let work = match &cli.work_dir {
+        Some(w) => {
+            std::fs::create_dir_all(w)?;
+            w.clone()
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("seqstream-demo.")
+                .tempdir()?;
+            let path = t.path().to_path_buf();
+            if cli.keep {
+                let _ = t.keep();
+            } else {
+                temp = Some(t);
+            }
+            path
+        }
+    };
+    for d in ["seq", "h1", "h2", "counters"] {
+        std::fs::create_dir_all(work.join(d))?;
+    }
+    let root = is_root();
+    let net = match cli.network {
+        NetworkKind::Loopback => Network::loopback(),
+        NetworkKind::Netns => Network::namespaces(&format!("ss{}", std::process::id() % 100_000))?,
+        NetworkKind::Auto if root => {
+            match Network::namespaces(&format!("ss{}", std::process::id() % 100_000)) {
+                Ok(n) => n,
+                Err(e) => {
+                    println!("network namespaces unavailable ({e:#}); using loopback");
+                    Network::loopback()
+                }
+            }
+        }
+        NetworkKind::Auto => Network::loopback(),
+    };
+    println!(
+        "== seqstream demo: {} hosts, work dir {}",
+        if net.is_netns() {
+            "network-namespace"
+        } else {
+            "loopback"
+        },
+        work.display()
+    );
+    let mut run = Run {
+        cli: &cli,
+        l: Layout {
+            work: work.clone(),
+            bin,
+        },
+        net,
+        procs: Procs::new(&work.join("logs"))?,
+        stop,
+        deadline: started + Duration::from_secs(cli.timeout_s),
+    };
+    let result = (|| {
+        run.start()?;
+        println!("== started: 2 sequencers, compositor, 3 replication servers, 2 iodaemons, algo, oms ({:.1} s)", started.elapsed().as_secs_f64());
+        let floor = run.floor()?;
+        println!("== floor measured: {}", floor["udp_plus_tcp_oneway_ns"]);
+        let feed = run.replay()?;
+        println!("== capture replayed: {} messages from {} packets ({} duplicate packets of the other feed dropped) in {} ms; all orders answered ({:.1} s)",
+            u(&feed, "messages"), u(&feed, "packets"), u(&feed, "duplicate_packets"), u(&feed, "confirmed_ms"), started.elapsed().as_secs_f64());
+        let (algo, oms) = run.shut_down()?;
+        println!(
+            "== stopped cleanly ({:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+        audit_run(&run, &feed, &algo, &oms, &floor, started)
+    })();
+    drop(run);
+    let failed = !matches!(result, Ok(true));
+    if failed {
+        if let Some(t) = temp.take() {
+            let _ = t.keep();
+            println!(
+                "work dir kept for inspection (logs in {}/logs)",
+                work.display()
+            );
+        }
+    }
+    drop(temp);
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            let out = json!({"demo": "failed", "error": format!("{e:#}"), "work_dir": work.display().to_string()});
+            eprintln!("demo failed: {e:#}");
+            println!("{out}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Whether this process runs as root (namespaces need it).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,188 @@
+//! The demo's child processes: started with their output in log files, stopped with SIGTERM
+//! (then SIGKILL), and killed when the demo ends in any way — by `Drop` on an error or a
+//! panic, and by the kernel (`PR_SET_PDEATHSIG`) if the demo itself is killed.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// One started process.
+pub struct Proc {
+    /// Short name, also the log file's.
+    pub name: String,
+    child: Child,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+    /// Where its stdout goes.
+    pub out: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+/// Every process the demo started, in start order.
+pub struct Procs {
+    logs: PathBuf,
+    procs: Vec<Proc>,
+}
+
+impl Procs {
+    /// A set whose logs go to `logs/`.
+    pub fn new(logs: &Path) -> Result<Self> {
+        std::fs::create_dir_all(logs)?;
+        Ok(Procs {
+            logs: logs.to_path_buf(),
+            procs: Vec::new(),
+        })
+    }
+
+    /// Starts `program args…`, inside network namespace `netns` when given.
+    pub fn spawn(
+        &mut self,
+        name: &str,
+        netns: Option<&str>,
+        program: &Path,
+        args: &[String],
+    ) -> Result<()> {
+        let log = self.logs.join(format!("{name}.log"));
+        let out = self.logs.join(format!("{name}.out"));
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(File::create(&out)?)
+            .stderr(File::create(&log)?)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        // SAFETY: `pre_exec` runs in the forked child before exec; prctl is async-signal-safe
+        // and touches no memory of the parent. PR_SET_PDEATHSIG survives the exec (neither
+        // `ip` nor our binaries are set-uid), so the child dies if the demo dies.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        self.procs.push(Proc {
+            name: name.to_string(),
+            child,
+            log,
+            out,
+            exit: None,
+        });
+        Ok(())
+    }
+
+    fn get(&mut self, name: &str) -> Result<&mut Proc> {
+        self.procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process {name}"))
+    }
+
+    /// Fails, naming it and showing its log, if a process that should still run has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        for p in &mut self.procs {
+            if p.exit.is_none() {
+                if let Some(status) = p.child.try_wait()? {
+                    p.exit = Some(status);
+                    bail!("{} exited early ({status}):\n{}", p.name, tail(&p.log));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, or if it
+    /// exits with an error.
+    pub fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        let p = self.get(name)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = p.child.try_wait()? {
+                p.exit = Some(status);
+                if !status.success() {
+                    bail!("{name} failed ({status}):\n{}", tail(&p.log));
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{name} did not finish within {timeout:?}:\n{}",
+                    tail(&p.log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM to `name` and waits for it (SIGKILL after 10 s); fails unless it exits 0.
+    pub fn stop(&mut self, name: &str) -> Result<()> {
+        let p = self.get(name)?;
+        if p.exit.is_none() {
+            // SAFETY: kill(2) on the pid of our own child, which `wait` has not reaped yet
+            // (exit is None), so the pid cannot have been reused.
+            unsafe {
+                libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.exit.is_none() {
+            if let Some(status) = p.child.try_wait()? {
+                p.exit = Some(status);
+            } else if Instant::now() > deadline {
+                let _ = p.child.kill();
+                p.exit = Some(p.child.wait()?);
+                bail!("{name} ignored SIGTERM for 10 s:\n{}", tail(&p.log));
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        match p.exit {
+            Some(s) if s.success() => Ok(()),
+            Some(s) => bail!("{name} exited with {s}:\n{}", tail(&p.log)),
+            None => unreachable!("set above"),
+        }
+    }
+
+    /// The stdout of `name`.
+    pub fn output(&mut self, name: &str) -> Result<String> {
+        let p = self.get(name)?;
+        std::fs::read_to_string(&p.out).with_context(|| p.out.display().to_string())
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            if p.exit.is_none() {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+        }
+    }
+}
+
+/// The last lines of a log file (without a backtrace), indented, for error messages.
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = text.split("\nStack backtrace:").next().unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(15);
+    lines[from..].iter().map(|l| format!("    {l}\n")).collect()
+}

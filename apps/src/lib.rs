@@ -1,0 +1,33 @@
+//! Example applications built on seqstream's public API, and what the end-to-end demo needs
+//! to check them:
+//!
+//! - [`capture`]: reads the CME MDP 3.0 packet capture and arbitrates its A and B feeds;
+//! - [`book`]: a price-level book per instrument, kept from MDP3 incremental refreshes;
+//! - [`strategy`]: the example algo's rule, a pure function of the market data it reads;
+//! - [`audit`]: what a finished run's stores prove (nothing lost, nothing duplicated, every
+//!   order answered once);
+//! - [`latency`]: percentiles of a latency histogram, as the summaries print them;
+//! - [`publish`]: offering through an outbox without dropping, and draining it;
+//! - [`stores`]: opening a store that a replication client has not created yet.
+//!
+//! The binaries are `feedhandler`, `algo`, `oms`, `netfloor` and `demo` (which starts the
+//! whole topology: see `scripts/demo.sh`). This crate never touches a store's files except
+//! through `Tailer` and an `Outbox`: it is written the way an application author would.
+
+pub mod audit;
+pub mod book;
+pub mod capture;
+pub mod latency;
+pub mod publish;
+pub mod stores;
+pub mod strategy;
+
+/// Stream ids of the demo topology.
+pub mod streams {
+    /// Market data: one frame per CME MDP3 message, in its SBE encoding.
+    pub const MARKET_DATA: u32 = 1;
+    /// Order flow: NewOrderSingle from the algo, ExecutionReport from the OMS.
+    pub const ORDERS: u32 = 2;
+    /// The composite of market data and order flow, merged by arrival.
+    pub const COMPOSITE: u32 = 3;
+}

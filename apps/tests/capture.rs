@@ -1,0 +1,34 @@
+//! The vendored CME capture through the feed handler's arbitration and the algo's rule.
+
+use std::path::PathBuf;
+
+use seqstream_apps::capture::{self, Arbiter, Arbitration};
+use seqstream_apps::strategy::Strategy;
+
+fn capture_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/cme-mdp3/cme_mdp3_v6_channel340_incremental.pcapng")
+}
+
+#[test]
+fn capture_arbitrates_to_one_copy_of_each_packet_and_the_rule_sends_hundreds_of_orders() {
+    let packets = capture::read(&capture_path(), None).unwrap();
+    assert_eq!(packets.len(), 10_000);
+    let all: usize = packets.iter().map(|p| p.messages().count()).sum();
+    assert_eq!(all, 20_546);
+    let mut arbiter = Arbiter::default();
+    let mut strategy = Strategy::new(1);
+    let (mut kept, mut orders) = (0, 0);
+    for p in &packets {
+        if arbiter.accept(p.msg_seq_num) == Arbitration::Duplicate {
+            continue;
+        }
+        for m in p.messages() {
+            kept += 1;
+            orders += strategy.on_market_data(m).unwrap().len();
+        }
+    }
+    assert_eq!((arbiter.duplicates, arbiter.missed), (5_000, 0));
+    assert_eq!(kept, 10_273);
+    assert_eq!(orders, 448, "the rule is deterministic on the capture");
+}
