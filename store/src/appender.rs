@@ -596,7 +596,11 @@ impl Appender {
         self.preparing = Some(
             std::thread::Builder::new()
                 .name("seg-prepare".into())
-                .spawn(move || prepare(&dir, &cfg, next))
+                .spawn(move || {
+                    // Not on the core of the (possibly pinned, busy-spinning) appender.
+                    crate::affinity::unpin_current_thread();
+                    prepare(&dir, &cfg, next)
+                })
                 .expect("spawning the segment preparation thread"),
         );
     }

@@ -1,4 +1,5 @@
 //! Shared by the tests that run the workspace's binaries.
+#![allow(dead_code)] // each test crate uses a different part of this module
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,4 +49,84 @@ pub fn ensure_daemons() -> PathBuf {
         assert!(dir.join(b).exists(), "{b} is not in {}", dir.display());
     }
     dir
+}
+
+/// A sequencer and an iodaemon forwarder for one stream on loopback, each a duty cycle on its
+/// own thread in this process, for tests that run applications against a real stream.
+pub struct LocalStream {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl LocalStream {
+    /// Sequences `stream` into `store` from `sources` (all on 127.0.0.1), forwarding
+    /// `outboxes` (which must exist).
+    pub fn start(store: &Path, stream: u32, sources: &[u32], outboxes: &[PathBuf]) -> LocalStream {
+        use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+        use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+        use seqstream_store::counters::CountersWriter;
+        use seqstream_store::{Idle, IdleStrategy, StoreConfig};
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+
+        let dir = store.parent().unwrap();
+        let mut sequencer = Sequencer::open(
+            SequencerConfig {
+                store: store.to_path_buf(),
+                store_config: StoreConfig::new(stream).segment_size(1 << 20),
+                listen: "127.0.0.1:0".parse().unwrap(),
+                sources: sources
+                    .iter()
+                    .map(|s| format!("{s}@127.0.0.1").parse().unwrap())
+                    .collect(),
+                recv_buffer: None,
+                heartbeat: Some(Duration::from_millis(100)),
+                nak_interval: Duration::from_millis(1),
+            },
+            &CountersWriter::create(&dir.join("sequencer.counters"), 64).unwrap(),
+        )
+        .unwrap();
+        let mut forwarder = Forwarder::open(
+            ForwarderConfig {
+                outboxes: outboxes.to_vec(),
+                routes: vec![Route {
+                    stream_id: stream,
+                    sequencer: sequencer.local_addr(),
+                    local_store: store.to_path_buf(),
+                }],
+                bind: "127.0.0.1:0".parse().unwrap(),
+                mtu: 1400,
+                resend_timeout: Duration::from_millis(100),
+                epoch: 1,
+            },
+            &CountersWriter::create(&dir.join("forwarder.counters"), 64).unwrap(),
+        )
+        .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s1, s2) = (stop.clone(), stop.clone());
+        let threads = vec![
+            std::thread::spawn(move || {
+                let mut idle = Idle::backoff().build();
+                while !s1.load(Ordering::Relaxed) {
+                    idle.idle(sequencer.do_work().unwrap());
+                }
+            }),
+            std::thread::spawn(move || {
+                let mut idle = Idle::backoff().build();
+                while !s2.load(Ordering::Relaxed) {
+                    idle.idle(forwarder.do_work().unwrap());
+                }
+            }),
+        ];
+        LocalStream { stop, threads }
+    }
+}
+
+impl Drop for LocalStream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
