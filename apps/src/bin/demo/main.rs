@@ -88,7 +88,7 @@ struct Cli {
     /// Round trips timed by netfloor.
     #[arg(long, default_value_t = 5000)]
     floor_count: u64,
-    /// Idle strategy of every daemon and application. Thirteen processes share the cores:
+    /// Idle strategy of every daemon and application. Eleven processes share the cores:
     /// on a small machine they must park when idle; a short longest park keeps hops short.
     #[arg(long, default_value = "backoff:20us")]
     idle: String,
@@ -858,7 +858,7 @@ fn main() -> Result<()> {
             bin,
         },
         net,
-        procs: Procs::new(&work.join("logs"))?,
+        procs: Procs::new(&work.join("logs"), stop.clone())?,
         stop,
         deadline: started + Duration::from_secs(cli.timeout_s),
     };

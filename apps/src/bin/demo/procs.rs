@@ -6,6 +6,8 @@ use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -26,15 +28,18 @@ pub struct Proc {
 pub struct Procs {
     logs: PathBuf,
     procs: Vec<Proc>,
+    /// Set by SIGINT/SIGTERM: waits give up at once.
+    interrupted: Arc<AtomicBool>,
 }
 
 impl Procs {
-    /// A set whose logs go to `logs/`.
-    pub fn new(logs: &Path) -> Result<Self> {
+    /// A set whose logs go to `logs/`, whose waits end when `interrupted` is set.
+    pub fn new(logs: &Path, interrupted: Arc<AtomicBool>) -> Result<Self> {
         std::fs::create_dir_all(logs)?;
         Ok(Procs {
             logs: logs.to_path_buf(),
             procs: Vec::new(),
+            interrupted,
         })
     }
 
@@ -64,12 +69,16 @@ impl Procs {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             );
-        // SAFETY: `pre_exec` runs in the forked child before exec; prctl is async-signal-safe
-        // and touches no memory of the parent. PR_SET_PDEATHSIG survives the exec (neither
-        // `ip` nor our binaries are set-uid), so the child dies if the demo dies.
+        // SAFETY: `pre_exec` runs in the forked child before exec; prctl and setpgid are
+        // async-signal-safe and touch no memory of the parent. PR_SET_PDEATHSIG survives the
+        // exec (neither `ip` nor our binaries are set-uid), so the child dies if the demo
+        // dies; its own process group keeps a terminal's Ctrl-C for the demo, which then
+        // stops the children itself.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                    || libc::setpgid(0, 0) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -111,6 +120,7 @@ impl Procs {
     /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, or if it
     /// exits with an error.
     pub fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        let interrupted = self.interrupted.clone();
         let p = self.get(name)?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -126,6 +136,9 @@ impl Procs {
                     "{name} did not finish within {timeout:?}:\n{}",
                     tail(&p.log)
                 );
+            }
+            if interrupted.load(Ordering::Relaxed) {
+                bail!("interrupted while waiting for {name}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
