@@ -20,15 +20,16 @@ pub const PACKET_HEADER_LEN: usize = 12;
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// The file could not be opened.
-    #[error("{path}: {source}")]
+    #[error("cannot open {path}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    /// The pcapng structure is broken (the `pcap-file` crate's message).
-    #[error("pcapng: {0}")]
-    Pcap(String),
+    /// The pcapng structure is broken after `frames` complete frames: a truncated file, or
+    /// not pcapng at all (`reason` is the `pcap-file` crate's message).
+    #[error("not a readable pcapng file after {frames} complete frames: {reason}")]
+    Pcap { frames: usize, reason: String },
     /// Frame `frame` (0-based) is not Ethernet/IPv4/UDP.
     #[error("frame {frame}: not an Ethernet/IPv4/UDP frame")]
     NotUdp { frame: usize },
@@ -120,14 +121,20 @@ pub fn read(path: &Path, max_frames: Option<usize>) -> Result<Vec<Packet>, Captu
         path: path.display().to_string(),
         source,
     })?;
-    let mut reader = PcapNgReader::new(file).map_err(|e| CaptureError::Pcap(e.to_string()))?;
+    let mut reader = PcapNgReader::new(file).map_err(|e| CaptureError::Pcap {
+        frames: 0,
+        reason: e.to_string(),
+    })?;
     let mut packets = Vec::new();
     while let Some(block) = reader.next_block() {
         if max_frames.is_some_and(|m| packets.len() >= m) {
             break;
         }
-        let Block::EnhancedPacket(epb) = block.map_err(|e| CaptureError::Pcap(e.to_string()))?
-        else {
+        let block = block.map_err(|e| CaptureError::Pcap {
+            frames: packets.len(),
+            reason: e.to_string(),
+        })?;
+        let Block::EnhancedPacket(epb) = block else {
             continue;
         };
         let frame = packets.len();
@@ -152,9 +159,15 @@ pub enum Arbitration {
     Duplicate,
     /// Newer than the next expected: `missed` packets were lost on both feeds. Process it.
     Gap { missed: u32 },
+    /// `MsgSeqNum` 1 after a higher number: the channel's numbering restarted (CME resets
+    /// sequence numbers at the start of a week and after a channel reset) where `from` was
+    /// expected. Process it.
+    Reset { from: u32 },
 }
 
-/// A/B feed arbitration by `MsgSeqNum`: the first copy of each packet wins.
+/// A/B feed arbitration by `MsgSeqNum`: the first copy of each packet wins. A packet
+/// numbered 1 while a higher number is expected starts a new numbering (a reset), not a
+/// duplicate; the B copy of packet 1 right after it is still a duplicate.
 #[derive(Debug, Default)]
 pub struct Arbiter {
     next: Option<u32>,
@@ -162,12 +175,18 @@ pub struct Arbiter {
     pub duplicates: u64,
     /// Packets lost on both feeds.
     pub missed: u64,
+    /// Sequence resets seen.
+    pub resets: u64,
 }
 
 impl Arbiter {
     /// Decides about the packet numbered `msg_seq_num`.
     pub fn accept(&mut self, msg_seq_num: u32) -> Arbitration {
         let verdict = match self.next {
+            Some(next) if msg_seq_num == 1 && next > 2 => {
+                self.resets += 1;
+                Arbitration::Reset { from: next }
+            }
             Some(next) if msg_seq_num < next => {
                 self.duplicates += 1;
                 return Arbitration::Duplicate;
@@ -198,6 +217,10 @@ mod tests {
         assert_eq!(a.accept(14), Arbitration::Gap { missed: 2 });
         assert_eq!(a.accept(12), Arbitration::Duplicate);
         assert_eq!((a.duplicates, a.missed), (2, 2));
+        assert_eq!(a.accept(1), Arbitration::Reset { from: 15 });
+        assert_eq!(a.accept(1), Arbitration::Duplicate);
+        assert_eq!(a.accept(2), Arbitration::Next);
+        assert_eq!(a.resets, 1);
     }
 
     #[test]

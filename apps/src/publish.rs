@@ -4,10 +4,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_store::counters::Counter;
 use seqstream_store::IdleStrategy;
 
-/// Offers `payload` until the outbox accepts it; returns its `source_seq` and how many times
-/// it was back-pressured first, or `Ok(None)` if `stop` was set while waiting.
+/// Offers `payload` until the outbox accepts it and returns its `source_seq`, or `Ok(None)`
+/// if `stop` was set while waiting. Each refusal for back-pressure adds one to `waits` as it
+/// happens, so a stalled publisher shows in its counters.
 ///
 /// Errors: the offer errors other than back-pressure (`WrongStream`, `TooLarge`), which
 /// retrying cannot fix.
@@ -18,16 +20,16 @@ pub fn offer(
     payload: &[u8],
     idle: &mut impl IdleStrategy,
     stop: &AtomicBool,
-) -> Result<Option<(u64, u64)>, OfferError> {
-    let mut waits = 0;
+    waits: &Counter,
+) -> Result<Option<u64>, OfferError> {
     loop {
         match outbox.offer(stream_id, template_id, payload) {
-            Ok(seq) => return Ok(Some((seq, waits))),
+            Ok(seq) => return Ok(Some(seq)),
             Err(OfferError::BackPressured { .. }) => {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(None);
                 }
-                waits += 1;
+                waits.incr();
                 idle.idle(0);
             }
             Err(e) => return Err(e),

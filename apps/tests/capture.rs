@@ -32,3 +32,25 @@ fn capture_arbitrates_to_one_copy_of_each_packet_and_the_rule_sends_hundreds_of_
     assert_eq!(kept, 10_273);
     assert_eq!(orders, 448, "the rule is deterministic on the capture");
 }
+
+#[test]
+fn a_truncated_or_missing_capture_is_a_clear_error() {
+    let bytes = std::fs::read(capture_path()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.pcapng");
+    std::fs::write(&cut, &bytes[..100_000]).unwrap();
+    match capture::read(&cut, None) {
+        Err(capture::CaptureError::Pcap { frames, .. }) => assert!(frames > 100, "{frames}"),
+        other => panic!("{other:?}"),
+    }
+    // Up to the cut, the frames are readable.
+    assert_eq!(capture::read(&cut, Some(100)).unwrap().len(), 100);
+    let missing = dir.path().join("missing.pcapng");
+    let e = capture::read(&missing, None).unwrap_err();
+    assert!(e.to_string().contains("missing.pcapng"), "{e}");
+    std::fs::write(&missing, b"not a capture at all").unwrap();
+    assert!(matches!(
+        capture::read(&missing, None),
+        Err(capture::CaptureError::Pcap { frames: 0, .. })
+    ));
+}

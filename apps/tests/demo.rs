@@ -89,3 +89,65 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
         "the composite store rolled ({segments} segments)"
     );
 }
+
+#[test]
+fn demo_fails_at_once_naming_a_component_that_dies() {
+    common::ensure_daemons();
+    let work = tempfile::tempdir().unwrap();
+    let port_base = 20_000 + ((std::process::id() + 5_000) % 20_000) as u16;
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .args(["--network", "loopback", "--max-frames", "3000"])
+        .args(["--pace", "recorded", "--speed", "4", "--floor-count", "100"])
+        .args(["--idle", "backoff:100us", "--timeout-s", "150"])
+        .arg("--port-base")
+        .arg(port_base.to_string())
+        .arg("--work-dir")
+        .arg(work.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the replay runs, kill -9 host 2's iodaemon (the feed handler's way out).
+    let feed = work.path().join("counters/feedhandler.counters");
+    while !feed.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the replay never started"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the demo ended before the replay"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pattern = format!("{}.*iodaemon-h2.counters", work.path().display());
+    let killed = Command::new("pkill")
+        .args(["-9", "-f", &pattern])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no iodaemon-h2 to kill");
+    let killed_at = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if killed_at.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the demo did not notice the dead iodaemon within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(!status.success(), "{out}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["demo"], "failed");
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .contains("iodaemon-h2 exited early"),
+        "{last}"
+    );
+}

@@ -170,7 +170,11 @@ impl Follower {
                     if matches!(e, Error::Store(StoreError::ReplicaMismatch { .. })) {
                         self.counters.rejected.incr();
                     }
-                    tracing::warn!(upstream = %self.cfg.upstream, "replication session ended: {e}");
+                    if matches!(e, Error::Closed) {
+                        tracing::warn!(upstream = %self.cfg.upstream, "replication session ended: connection closed by the upstream (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)");
+                    } else {
+                        tracing::warn!(upstream = %self.cfg.upstream, "replication session ended: {}", crate::error_chain(&e));
+                    }
                 }
             }
             if self.position() > before {

@@ -77,3 +77,15 @@ pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>> {
     }
     Ok(s)
 }
+
+/// An error and its sources, joined by `": "` (what `anyhow`'s `{:#}` prints), for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

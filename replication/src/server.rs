@@ -217,7 +217,7 @@ impl Server {
                 let resume = match hello {
                     Ok(resume) => resume,
                     Err(e) => {
-                        tracing::warn!(%peer, "refused: {e}");
+                        tracing::warn!(%peer, "handshake failed: {}", crate::error_chain(&e));
                         return;
                     }
                 };
@@ -237,7 +237,11 @@ impl Server {
                 let result = serve(&cfg, stream, peer, resume, core, &slot, &stop);
                 match &result {
                     Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),
-                    Err(e) => tracing::warn!(%peer, slot = index, "replica dropped: {e}"),
+                    // A replica closing its connection is how it stops, not a fault.
+                    Err(crate::Error::Closed) => {
+                        tracing::info!(%peer, slot = index, "replica disconnected (closed its connection)")
+                    }
+                    Err(e) => tracing::warn!(%peer, slot = index, "replica dropped: {}", crate::error_chain(e)),
                 }
                 counters.disconnects.incr();
                 counters.consumers.sub(1);

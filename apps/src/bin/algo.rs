@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_apps::latency::{self, Percentiles};
 use seqstream_apps::strategy::{OrderIntent, Strategy};
@@ -55,6 +55,9 @@ struct Cli {
     /// The order stream id.
     #[arg(long, default_value_t = streams::ORDERS)]
     orders_stream: u32,
+    /// The composite stream id.
+    #[arg(long, default_value_t = streams::COMPOSITE)]
+    composite_stream: u32,
     /// Contracts per order.
     #[arg(long, default_value_t = 1)]
     quantity: u64,
@@ -81,6 +84,7 @@ struct Cli {
 /// A tailer opened once its store exists.
 struct LazyTailer {
     dir: PathBuf,
+    stream_id: u32,
     tailer: Option<Tailer>,
 }
 
@@ -88,6 +92,12 @@ impl LazyTailer {
     fn get(&mut self) -> Result<Option<&mut Tailer>> {
         if self.tailer.is_none() {
             match Tailer::open(&self.dir) {
+                Ok(t) if t.stream_id() != self.stream_id => bail!(
+                    "{} holds stream {}, not stream {}",
+                    self.dir.display(),
+                    t.stream_id(),
+                    self.stream_id
+                ),
                 Ok(t) => self.tailer = Some(t),
                 Err(StoreError::NoStore { .. }) => return Ok(None),
                 Err(e) => return Err(e).with_context(|| self.dir.display().to_string()),
@@ -133,7 +143,7 @@ fn main() -> Result<()> {
     let c_reports = counters.counter("execution reports")?;
     let c_seen = counters.counter("orders seen in the replica")?;
     let c_waits = counters.counter("back-pressure waits")?;
-    let c_bad = counters.counter("undecodable messages")?;
+    let c_bad = counters.counter("undecodable or foreign messages")?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
 
     let mut outbox = Outbox::open_or_create(
@@ -149,8 +159,17 @@ fn main() -> Result<()> {
     else {
         return Ok(());
     };
+    if composite.stream_id() != cli.composite_stream {
+        bail!(
+            "{} holds stream {}, not the composite stream {}",
+            cli.composite.display(),
+            composite.stream_id(),
+            cli.composite_stream
+        );
+    }
     let mut order_replica = LazyTailer {
         dir: cli.orders.clone(),
+        stream_id: cli.orders_stream,
         tailer: None,
     };
     tracing::info!(composite = %cli.composite.display(), first_seq, "trading");
@@ -193,7 +212,11 @@ fn main() -> Result<()> {
         for _ in 0..256 {
             let Some(f) = composite.poll()? else { break };
             work += 1;
-            if f.is_heartbeat() || f.flags() & flags::COMPOSITE == 0 {
+            if f.is_heartbeat() {
+                continue;
+            }
+            if f.flags() & flags::COMPOSITE == 0 {
+                c_bad.incr();
                 continue;
             }
             let Some((origin, payload)) = Origin::read(f.payload()) else {
@@ -214,20 +237,20 @@ fn main() -> Result<()> {
                     let id = cl_ord_id(cli.source_id, outbox.next_source_seq());
                     let now = clock.now_ns();
                     let len = encode_order(&mut buf, &o, id.as_bytes(), cli.account, now)?;
-                    let Some((seq, waits)) = publish::offer(
+                    let Some(seq) = publish::offer(
                         &mut outbox,
                         cli.orders_stream,
                         orders::NewOrderSingleDecoder::TEMPLATE_ID,
                         &buf[..len],
                         &mut idle,
                         &stop,
+                        &c_waits,
                     )?
                     else {
                         break;
                     };
                     debug_assert_eq!(seq - first_seq, offered_at.len() as u64);
                     offered_at.push(now);
-                    c_waits.add(waits);
                     c_orders.incr();
                 }
             } else if origin.stream_id == cli.orders_stream

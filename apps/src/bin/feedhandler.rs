@@ -6,7 +6,8 @@
 //! `--speed` (`--pace recorded`).
 //!
 //! At the end it waits until every message is confirmed in the sequenced stream, prints a
-//! JSON summary (and writes it to `--summary`), and exits 0 only if all were confirmed.
+//! JSON summary (and writes it to `--summary`), and exits 0 only if the whole capture was
+//! replayed (not interrupted by SIGINT/SIGTERM) and every message was confirmed.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -89,6 +90,7 @@ fn main() -> Result<()> {
     let c_packets = counters.counter("packets replayed")?;
     let c_dups = counters.counter("duplicate packets (other feed)")?;
     let c_missed = counters.counter("packets missed on both feeds")?;
+    let c_resets = counters.counter("sequence resets")?;
     let c_msgs = counters.counter("messages offered")?;
     let c_waits = counters.counter("back-pressure waits")?;
 
@@ -110,6 +112,7 @@ fn main() -> Result<()> {
     let start = Instant::now();
     let first_sending = packets.first().map_or(0, |p| p.sending_time_ns);
     let mut messages = 0u64;
+    let mut interrupted = false;
     'replay: for p in &packets {
         match arbiter.accept(p.msg_seq_num) {
             Arbitration::Duplicate => {
@@ -124,6 +127,14 @@ fn main() -> Result<()> {
                 );
                 c_missed.add(u64::from(missed));
             }
+            Arbitration::Reset { from } => {
+                tracing::warn!(
+                    msg_seq_num = p.msg_seq_num,
+                    from,
+                    "sequence reset: numbering restarts"
+                );
+                c_resets.incr();
+            }
             Arbitration::Next => {}
         }
         if let Pace::Recorded = cli.pace {
@@ -132,6 +143,7 @@ fn main() -> Result<()> {
             );
             while start.elapsed() < due {
                 if stop.load(Ordering::Relaxed) {
+                    interrupted = true;
                     break 'replay;
                 }
                 std::thread::sleep(
@@ -142,17 +154,25 @@ fn main() -> Result<()> {
         }
         for m in p.messages() {
             let template = u16::from_le_bytes([m[2], m[3]]);
-            let Some((_, waits)) =
-                publish::offer(&mut outbox, cli.stream_id, template, m, &mut idle, &stop)?
-            else {
+            let offered = publish::offer(
+                &mut outbox,
+                cli.stream_id,
+                template,
+                m,
+                &mut idle,
+                &stop,
+                &c_waits,
+            )?;
+            if offered.is_none() {
+                interrupted = true;
                 break 'replay;
-            };
-            c_waits.add(waits);
+            }
             c_msgs.incr();
             messages += 1;
         }
         c_packets.incr();
     }
+    let complete = !interrupted;
     let offered_in = start.elapsed();
     let confirmed = publish::drain(&outbox, Duration::from_millis(cli.drain_timeout_ms), &stop);
     let summary = serde_json::json!({
@@ -163,12 +183,14 @@ fn main() -> Result<()> {
         "packets": c_packets.get(),
         "duplicate_packets": arbiter.duplicates,
         "missed_packets": arbiter.missed,
+        "sequence_resets": arbiter.resets,
         "messages": messages,
         "first_source_seq": first_source_seq,
         "last_source_seq": outbox.next_source_seq() - 1,
         "back_pressure_waits": c_waits.get(),
         "offer_ms": offered_in.as_millis() as u64,
         "confirmed_ms": start.elapsed().as_millis() as u64,
+        "complete": complete,
         "all_confirmed": confirmed,
     });
     println!("{summary}");
@@ -176,7 +198,14 @@ fn main() -> Result<()> {
         std::fs::write(path, format!("{summary}\n"))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    tracing::info!(messages, confirmed, "replayed");
+    tracing::info!(messages, complete, confirmed, "replayed");
+    if !complete {
+        bail!(
+            "interrupted after {} of {} frames",
+            c_packets.get() + arbiter.duplicates,
+            packets.len()
+        );
+    }
     if !confirmed {
         bail!(
             "{} messages not confirmed in the stream",

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_apps::{publish, streams};
 use seqstream_iodaemon::outbox::Outbox;
@@ -84,6 +84,7 @@ fn main() -> Result<()> {
     let c_orders = counters.counter("orders seen")?;
     let c_reports = counters.counter("execution reports sent")?;
     let c_bad = counters.counter("undecodable orders")?;
+    let c_foreign = counters.counter("messages of another schema")?;
     let c_waits = counters.counter("back-pressure waits")?;
     seqstream_store::affinity::pin_current_thread(cli.core)?;
 
@@ -104,6 +105,14 @@ fn main() -> Result<()> {
     let Some(mut tailer) = seqstream_apps::stores::wait_for_tailer(&cli.orders, &stop)? else {
         return Ok(());
     };
+    if tailer.stream_id() != cli.stream_id {
+        bail!(
+            "{} holds stream {}, not the order stream {}",
+            cli.orders.display(),
+            tailer.stream_id(),
+            cli.stream_id
+        );
+    }
     tracing::info!(orders = %cli.orders.display(), "answering");
 
     let mut clock = WallClock::new();
@@ -118,10 +127,11 @@ fn main() -> Result<()> {
         while let Some(f) = tailer.poll()? {
             work += 1;
             let p = f.payload();
-            if f.is_heartbeat()
-                || p.len() < 8
-                || u16::from_le_bytes([p[4], p[5]]) != orders::SCHEMA_ID
-            {
+            if f.is_heartbeat() {
+                continue;
+            }
+            if p.len() < 8 || u16::from_le_bytes([p[4], p[5]]) != orders::SCHEMA_ID {
+                c_foreign.incr();
                 continue;
             }
             match f.template_id() {
@@ -181,19 +191,19 @@ fn main() -> Result<()> {
                 e.set_cl_ord_id(&o.cl_ord_id)?;
                 e.set_text(b"")?;
                 let len = e.encoded_length();
-                let Some((_, waits)) = publish::offer(
+                let Some(_) = publish::offer(
                     &mut outbox,
                     cli.stream_id,
                     ExecutionReportDecoder::TEMPLATE_ID,
                     &buf[..len],
                     &mut idle,
                     &stop,
+                    &c_waits,
                 )?
                 else {
                     break;
                 };
                 next_order_id += 1;
-                c_waits.add(waits);
                 c_reports.incr();
             }
         }
@@ -205,6 +215,7 @@ fn main() -> Result<()> {
         "orders_seen": c_orders.get(),
         "execution_reports": c_reports.get(),
         "undecodable": c_bad.get(),
+        "foreign_messages": c_foreign.get(),
         "back_pressure_waits": c_waits.get(),
         "last_source_seq": outbox.next_source_seq() - 1,
     });

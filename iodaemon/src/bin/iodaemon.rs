@@ -80,7 +80,7 @@ fn parse_route(s: &str) -> Result<Route, String> {
     let bad = || format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR");
     let stream_id = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
     let sequencer = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let local_store = PathBuf::from(parts.next().ok_or_else(bad)?);
+    let local_store = PathBuf::from(parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?);
     Ok(Route {
         stream_id,
         sequencer,
@@ -106,9 +106,10 @@ fn parse_follow(s: &str) -> Result<Follow, String> {
     })
 }
 
-/// Starts one replication client thread per `--follow`. A thread that ends while the daemon
-/// runs (a store it cannot write, a bad configuration) sets `stop`, so the daemon exits
-/// with its error.
+/// Starts one replication client thread per `--follow`. Each retries every session fault
+/// (upstream down or refusing, a replica write that failed) with backoff, logging its cause
+/// and counting it; a thread that ends while the daemon runs (it could not pin to its core)
+/// sets `stop`, so the daemon exits with its error.
 fn start_followers(
     cli: &Cli,
     counters: &CountersWriter,
@@ -126,6 +127,14 @@ fn start_followers(
             cli.follow_cores.len(),
             cli.follows.len()
         );
+    }
+    for (i, f) in cli.follows.iter().enumerate() {
+        if cli.follows[..i].iter().any(|g| g.store == f.store) {
+            bail!(
+                "two --follow name the store {}: one replication client per store",
+                f.store.display()
+            );
+        }
     }
     let mut threads = Vec::new();
     for (i, f) in cli.follows.iter().enumerate() {
@@ -157,6 +166,18 @@ fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("iodaemon", cli.counters.clone(), 128)?;
     for r in &cli.routes {
+        if let Some(f) = cli
+            .follows
+            .iter()
+            .find(|f| f.store == r.local_store && f.stream_id != r.stream_id)
+        {
+            bail!(
+                "--route {}=… and --follow {}=… name the same store {}: one store holds one stream",
+                r.stream_id,
+                f.stream_id,
+                f.store.display()
+            );
+        }
         if !cli.follows.iter().any(|f| f.store == r.local_store) {
             tracing::warn!(stream_id = r.stream_id, store = %r.local_store.display(), "no --follow keeps this route's local store: another process must replicate it");
         }
@@ -176,7 +197,7 @@ fn main() -> Result<()> {
     let mut idle = cli.idle.build();
     let forwarded = (|| {
         while !stop.load(Ordering::Relaxed) {
-            let work = forwarder.do_work()?;
+            let work = forwarder.do_work().context("forwarder")?;
             idle.idle(work);
         }
         Ok::<_, anyhow::Error>(())

@@ -74,8 +74,13 @@ fn main() -> Result<()> {
         heartbeat: (cli.heartbeat_ms > 0).then(|| Duration::from_millis(cli.heartbeat_ms)),
         nak_interval: Duration::from_millis(1),
     };
-    let mut sequencer = Sequencer::open(cfg, &counters)
-        .with_context(|| format!("opening {}", cli.store.display()))?;
+    let mut sequencer = Sequencer::open(cfg, &counters).with_context(|| {
+        format!(
+            "opening the store {} and binding {}",
+            cli.store.display(),
+            cli.listen
+        )
+    })?;
     tracing::info!(listen = %sequencer.local_addr(), store = %cli.store.display(), next_seq = sequencer.appender().next_seq(), counters = %counters.path().display(), "sequencing");
     let mut idle = cli.idle.build();
     while !stop.load(Ordering::Relaxed) {

@@ -60,9 +60,9 @@ struct Cli {
     /// Replay only the first N frames of the capture.
     #[arg(long)]
     max_frames: Option<usize>,
-    /// Replay pace: max (as fast as possible) or recorded (the capture's spacing / --speed).
-    #[arg(long, default_value = "recorded")]
-    pace: String,
+    /// Replay pace.
+    #[arg(long, value_enum, default_value = "recorded")]
+    pace: Pace,
     /// Speed-up of the recorded pace (the capture spans 304 s).
     #[arg(long, default_value_t = 20.0)]
     speed: f64,
@@ -92,9 +92,17 @@ struct Cli {
     /// on a small machine they must park when idle; a short longest park keeps hops short.
     #[arg(long, default_value = "backoff:20us")]
     idle: String,
-    /// Give up (and fail) after this many seconds.
-    #[arg(long, default_value_t = 110)]
-    timeout_s: u64,
+    /// Give up (and fail) after this many seconds (default: 60 plus the replay's duration).
+    #[arg(long)]
+    timeout_s: Option<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Pace {
+    /// As fast as the feed handler's outbox accepts.
+    Max,
+    /// The capture's own spacing, divided by --speed.
+    Recorded,
 }
 
 /// Where everything of one run lives.
@@ -141,13 +149,13 @@ fn wait_until(
 ) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted while waiting for {what}");
+        }
         if done()? {
             return Ok(());
         }
         procs.check_running()?;
-        if stop.load(Ordering::Relaxed) {
-            bail!("interrupted while waiting for {what}");
-        }
         if Instant::now() > deadline {
             bail!("timed out after {timeout:?} waiting for {what}");
         }
@@ -474,7 +482,10 @@ impl Run<'_> {
             "--source-id".into(),
             "1".into(),
             "--pace".into(),
-            self.cli.pace.clone(),
+            match self.cli.pace {
+                Pace::Max => "max".into(),
+                Pace::Recorded => "recorded".into(),
+            },
             "--speed".into(),
             self.cli.speed.to_string(),
             "--idle".into(),
@@ -809,6 +820,9 @@ fn main() -> Result<()> {
     let work = match &cli.work_dir {
         Some(w) => {
             std::fs::create_dir_all(w)?;
+            if std::fs::read_dir(w)?.next().is_some() {
+                bail!("--work-dir {} is not empty: the stores of an earlier run would be read as part of this one", w.display());
+            }
             w.clone()
         }
         None => {
@@ -827,6 +841,21 @@ fn main() -> Result<()> {
     for d in ["seq", "h1", "h2", "counters"] {
         std::fs::create_dir_all(work.join(d))?;
     }
+    // Read the capture first: a bad file fails here, before anything starts, and its span
+    // sizes the default timeout.
+    let packets = seqstream_apps::capture::read(&cli.capture, cli.max_frames)
+        .with_context(|| format!("reading {}", cli.capture.display()))?;
+    let span_s = match (packets.first(), packets.last(), cli.pace) {
+        (Some(a), Some(b), Pace::Recorded) => {
+            b.sending_time_ns.saturating_sub(a.sending_time_ns) as f64 / 1e9 / cli.speed
+        }
+        _ => 0.0,
+    };
+    if !(cli.speed.is_finite() && cli.speed > 0.0) {
+        bail!("--speed must be a positive number");
+    }
+    let timeout = Duration::from_secs(cli.timeout_s.unwrap_or(60 + span_s.ceil() as u64));
+    drop(packets);
     let root = is_root();
     let net = match cli.network {
         NetworkKind::Loopback => Network::loopback(),
@@ -860,7 +889,7 @@ fn main() -> Result<()> {
         net,
         procs: Procs::new(&work.join("logs"), stop.clone())?,
         stop,
-        deadline: started + Duration::from_secs(cli.timeout_s),
+        deadline: started + timeout,
     };
     let result = (|| {
         run.start()?;

@@ -106,7 +106,11 @@ impl Procs {
 
     /// Fails, naming it and showing its log, if a process that should still run has exited.
     pub fn check_running(&mut self) -> Result<()> {
-        for p in &mut self.procs {
+        self.check_running_except("")
+    }
+
+    fn check_running_except(&mut self, except: &str) -> Result<()> {
+        for p in self.procs.iter_mut().filter(|p| p.name != except) {
             if p.exit.is_none() {
                 if let Some(status) = p.child.try_wait()? {
                     p.exit = Some(status);
@@ -117,13 +121,12 @@ impl Procs {
         Ok(())
     }
 
-    /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, or if it
-    /// exits with an error.
+    /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, if it exits
+    /// with an error, if another process dies meanwhile, or on SIGINT/SIGTERM.
     pub fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let interrupted = self.interrupted.clone();
-        let p = self.get(name)?;
         let deadline = Instant::now() + timeout;
         loop {
+            let p = self.get(name)?;
             if let Some(status) = p.child.try_wait()? {
                 p.exit = Some(status);
                 if !status.success() {
@@ -137,7 +140,8 @@ impl Procs {
                     tail(&p.log)
                 );
             }
-            if interrupted.load(Ordering::Relaxed) {
+            self.check_running_except(name)?;
+            if self.interrupted.load(Ordering::Relaxed) {
                 bail!("interrupted while waiting for {name}");
             }
             std::thread::sleep(Duration::from_millis(20));
