@@ -10,20 +10,35 @@ use anyhow::{bail, Context, Result};
 /// The process's arguments with the keys of the TOML file named by `--config FILE` inserted
 /// as flags (`stream_id = 7` → `--stream-id 7`; an array → the flag once per item, so
 /// `route = ["a", "b"]` → `--route a --route b`; `true` → a bare flag) before the other
-/// arguments, for a `clap` parser. Flags given on the command line
-/// win: a key whose flag is present is skipped.
+/// arguments, for a `clap` parser. `--config=FILE` works too. Flags given on the command
+/// line (`--flag v` or `--flag=v`) win: a key whose flag is present is skipped.
 pub fn args_with_config() -> Result<Vec<String>> {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(at) = args.iter().position(|a| a == "--config") else {
+    merge_config(std::env::args().collect())
+}
+
+/// [`args_with_config`] on `args`.
+fn merge_config(args: Vec<String>) -> Result<Vec<String>> {
+    let Some(at) = args
+        .iter()
+        .position(|a| a == "--config" || a.starts_with("--config="))
+    else {
         return Ok(args);
     };
-    let path = args.get(at + 1).context("--config needs a file")?;
+    // `--config FILE` or `--config=FILE`.
+    let (path, taken) = match args[at].strip_prefix("--config=") {
+        Some(p) => (p, 1),
+        None => (
+            args.get(at + 1).context("--config needs a file")?.as_str(),
+            2,
+        ),
+    };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let table: toml::Table = text.parse().with_context(|| format!("parsing {path}"))?;
     let mut from_file = Vec::new();
     for (key, value) in table {
         let flag = format!("--{}", key.replace('_', "-"));
-        if args.contains(&flag) {
+        let given = |a: &String| *a == flag || a.starts_with(&format!("{flag}="));
+        if args.iter().any(given) {
             continue;
         }
         match value {
@@ -43,7 +58,7 @@ pub fn args_with_config() -> Result<Vec<String>> {
     }
     let mut out = args[..at].to_vec();
     out.extend(from_file);
-    out.extend_from_slice(&args[at + 2..]);
+    out.extend_from_slice(&args[at + taken..]);
     Ok(out)
 }
 
@@ -117,5 +132,53 @@ impl Drop for RemoveOnExit {
         if let Some(p) = self.0.take() {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn config_keys_become_flags_arrays_repeat_and_the_command_line_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.toml");
+        std::fs::write(
+            &file,
+            "stream_id = 7\nfollow = [\"1=a=b\", \"2=c=d\"]\nidle = \"yield\"\nverbose = true\n",
+        )
+        .unwrap();
+        let f = file.display().to_string();
+        let merged = merge_config(args(&["d", "--config", &f, "--idle", "spin"])).unwrap();
+        assert_eq!(
+            merged,
+            args(&[
+                "d",
+                "--follow",
+                "1=a=b",
+                "--follow",
+                "2=c=d",
+                "--stream-id",
+                "7",
+                "--verbose",
+                "--idle",
+                "spin"
+            ])
+        );
+        let eq = merge_config(args(&["d", &format!("--config={f}"), "--idle=spin"])).unwrap();
+        assert!(eq.contains(&"--stream-id".to_string()));
+        assert!(
+            !eq.contains(&"yield".to_string()),
+            "--idle=spin overrides the file"
+        );
+        assert_eq!(
+            merge_config(args(&["d", "--x"])).unwrap(),
+            args(&["d", "--x"])
+        );
+        assert!(merge_config(args(&["d", "--config"])).is_err());
     }
 }
