@@ -41,7 +41,10 @@ pub struct ServerConfig {
     pub secret: Vec<u8>,
     /// Addresses replicas may connect from; anything else is refused.
     pub allow: Vec<IpAddr>,
-    /// Cores for the sender threads, given out round-robin (empty: unpinned).
+    /// Cores for the sender threads (empty: unpinned). The sender of consumer slot `i` (the
+    /// lowest slot free when its replica connected) runs on `cores[i % cores.len()]`, so
+    /// live senders never share a core while there are at least as many cores as replicas,
+    /// and a replica that reconnects takes back a free core.
     pub cores: Vec<usize>,
     /// Idle strategy of the sender threads.
     pub idle: Idle,
@@ -109,7 +112,6 @@ pub struct Server {
     counters: Counters,
     slots: Arc<Mutex<Vec<Option<SlotCounters>>>>,
     handshaking: Arc<AtomicUsize>,
-    next_core: usize,
 }
 
 impl Server {
@@ -144,7 +146,6 @@ impl Server {
             counters: server_counters,
             slots: Arc::new(Mutex::new(slots)),
             handshaking: Arc::new(AtomicUsize::new(0)),
-            next_core: 0,
         })
     }
 
@@ -196,12 +197,6 @@ impl Server {
             tracing::warn!(%peer, "refused: too many connections in their handshake");
             return None;
         }
-        let core = if self.cfg.cores.is_empty() {
-            None
-        } else {
-            self.next_core += 1;
-            Some(self.cfg.cores[(self.next_core - 1) % self.cfg.cores.len()])
-        };
         let cfg = self.cfg.clone();
         let counters = self.counters.clone();
         let slots = self.slots.clone();
@@ -234,6 +229,7 @@ impl Server {
                 };
                 counters.consumers.add(1);
                 slot.connections.incr();
+                let core = (!cfg.cores.is_empty()).then(|| cfg.cores[index % cfg.cores.len()]);
                 let result = serve(&cfg, stream, peer, resume, core, &slot, &stop);
                 match &result {
                     Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),

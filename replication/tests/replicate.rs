@@ -465,3 +465,76 @@ fn frames_larger_than_a_batch_are_replicated_in_pieces() {
     assert_identical(&d.path("primary"), &d.path("replica"));
     assert_complete(&d.path("replica"), 20);
 }
+
+/// The cores of this process's `repl-send` threads (from `/proc/self/task/*/status`).
+fn sender_cores() -> Vec<String> {
+    let mut cores = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "repl-send" {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        if let Some(l) = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")) {
+            cores.push(l["Cpus_allowed_list:".len()..].trim().to_string());
+        }
+    }
+    cores.sort();
+    cores
+}
+
+#[test]
+fn senders_keep_one_core_each_when_a_replica_reconnects() {
+    let available = seqstream_store::affinity::available_cores();
+    assert!(available.len() >= 2, "needs two cores: {available:?}");
+    let (a, b) = (available[0], available[1]);
+    let dir = tempfile::tempdir().unwrap();
+    let primary = dir.path().join("primary");
+    let mut app = Appender::open_or_create(&primary, store_cfg()).unwrap();
+    append_pattern(&mut app, 200);
+    let end = app.position();
+    let (addr, _server) = serve(&primary, &dir.path().join("s.counters"), |c| {
+        c.cores = vec![a, b];
+    });
+    let wait_senders = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sender_cores().len() != n {
+            assert!(Instant::now() < deadline, "senders: {:?}", sender_cores());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let r1 = dir.path().join("r1");
+    let _f1 = follow(&r1, &dir.path().join("f1.counters"), addr, SECRET);
+    wait_for(
+        &dir.path().join("f1.counters"),
+        end,
+        Duration::from_secs(30),
+    );
+    let r2 = dir.path().join("r2");
+    let f2 = follow(&r2, &dir.path().join("f2.counters"), addr, SECRET);
+    wait_for(
+        &dir.path().join("f2.counters"),
+        end,
+        Duration::from_secs(30),
+    );
+    wait_senders(2);
+    let expected = {
+        let mut e = vec![a.to_string(), b.to_string()];
+        e.sort();
+        e
+    };
+    assert_eq!(sender_cores(), expected);
+    // The second replica goes away and comes back: its sender must take the free core, not
+    // the next one in connection order (the first replica's).
+    drop(f2);
+    wait_senders(1);
+    let _f2 = follow(&r2, &dir.path().join("f2b.counters"), addr, SECRET);
+    wait_for(
+        &dir.path().join("f2b.counters"),
+        end,
+        Duration::from_secs(30),
+    );
+    wait_senders(2);
+    assert_eq!(sender_cores(), expected);
+}

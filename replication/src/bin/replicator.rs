@@ -71,7 +71,8 @@ struct ServeArgs {
     /// Addresses replicas may connect from (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', required = true)]
     allow: Vec<IpAddr>,
-    /// Cores for the per-replica sender threads, given out round-robin (none: unpinned).
+    /// Cores for the per-replica sender threads: consumer slot i runs on the i-th (modulo the
+    /// list), so live senders never share a core while replicas <= cores (none: unpinned).
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
     /// Most replicas at once (1 to 100).
