@@ -42,12 +42,8 @@ fn start_oms(dir: &Path) -> Oms {
 fn reports_sent(dir: &Path) -> u64 {
     seqstream_store::counters::read(&dir.join("oms.counters"))
         .ok()
-        .and_then(|s| {
-            s.counters
-                .into_iter()
-                .find(|(l, _)| l == "execution reports sent")
-        })
-        .map_or(0, |(_, v)| v)
+        .and_then(|s| s.get("execution reports sent"))
+        .unwrap_or(0)
 }
 
 fn offer_orders(outbox: &mut Outbox, from: u64, to: u64, pause: Duration) {

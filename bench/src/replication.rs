@@ -141,12 +141,7 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
 fn replica_position(counters_file: &Path) -> u64 {
     counters::read(counters_file)
         .ok()
-        .and_then(|s| {
-            s.counters
-                .into_iter()
-                .find(|(l, _)| l == "replica position")
-                .map(|(_, v)| v)
-        })
+        .and_then(|s| s.get("replica position"))
         .unwrap_or(0)
 }
 

@@ -97,11 +97,7 @@ fn follow_keeps_an_identical_replica_live_and_stops_cleanly() {
     append(&mut app, 1_000); // several segment rolls, followed live
     wait_identical(&primary, &replica);
     let snap = counters::read(&d.path().join("io.counters")).unwrap();
-    let position = snap
-        .counters
-        .iter()
-        .find(|(l, _)| l == &format!("stream {STREAM} replica position"))
-        .map(|(_, v)| *v);
+    let position = snap.get(&format!("stream {STREAM} replica position"));
     assert_eq!(position, Some(app.position()));
 
     // SAFETY: kill(2) on our own unreaped child.

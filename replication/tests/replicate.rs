@@ -97,10 +97,7 @@ fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) ->
 fn counter(path: &Path, label: &str) -> u64 {
     counters::read(path)
         .unwrap()
-        .counters
-        .into_iter()
-        .find(|(l, _)| l == label)
-        .map(|(_, v)| v)
+        .get(label)
         .unwrap_or_else(|| panic!("no counter {label}"))
 }
 

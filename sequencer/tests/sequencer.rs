@@ -85,11 +85,8 @@ fn frames(dir: &Path) -> Vec<(u32, u64)> {
 fn counter(dir: &Path, label: &str) -> u64 {
     counters::read(&dir.join("seq.counters"))
         .unwrap()
-        .counters
-        .into_iter()
-        .find(|(l, _)| l == label)
+        .get(label)
         .unwrap()
-        .1
 }
 
 #[test]

@@ -152,6 +152,16 @@ pub struct Snapshot {
     pub counters: Vec<(String, u64)>,
 }
 
+impl Snapshot {
+    /// The value of the first counter labelled `label`, if there is one.
+    pub fn get(&self, label: &str) -> Option<u64> {
+        self.counters
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|&(_, v)| v)
+    }
+}
+
 /// Reads every counter of the file at `path`. Errors: `Io` when it cannot be read,
 /// `CorruptHeader` when it is not a counters file.
 pub fn read(path: &Path) -> Result<Snapshot> {

@@ -134,8 +134,8 @@ fn s(p: &Path) -> String {
 fn counter(path: &Path, label: &str) -> u64 {
     seqstream_store::counters::read(path)
         .ok()
-        .and_then(|snap| snap.counters.into_iter().find(|(l, _)| l == label))
-        .map_or(0, |(_, v)| v)
+        .and_then(|snap| snap.get(label))
+        .unwrap_or(0)
 }
 
 /// Polls `done` every 20 ms until it holds; fails on timeout, on a stop request, or when a
