@@ -8,7 +8,8 @@
 //!   order answered once);
 //! - [`latency`]: percentiles of a latency histogram, as the summaries print them;
 //! - [`publish`]: offering through an outbox without dropping, and draining it;
-//! - [`stores`]: opening a store that a replication client has not created yet.
+//! - [`stores`]: opening a store that a replication client has not created yet;
+//! - [`summary`]: the JSON line each application prints at exit.
 //!
 //! The binaries are `feedhandler`, `algo`, `oms`, `netfloor` and `demo` (which starts the
 //! whole topology: see `scripts/demo.sh`). This crate never touches a store's files except
@@ -21,6 +22,7 @@ pub mod latency;
 pub mod publish;
 pub mod stores;
 pub mod strategy;
+pub mod summary;
 
 /// Stream ids of the demo topology.
 pub mod streams {

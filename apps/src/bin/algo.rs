@@ -281,11 +281,8 @@ fn main() -> Result<()> {
         "inbound_ns": Percentiles::of(&inbound),
         "outbound_ns": Percentiles::of(&outbound),
     });
-    println!("{summary}");
-    if let Some(path) = &cli.summary {
-        std::fs::write(path, format!("{summary}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
+        .context("writing the --summary file")?;
     tracing::info!(orders = c_orders.get(), reports = c_reports.get(), e2e = %Percentiles::of(&e2e), "stopped");
     Ok(())
 }

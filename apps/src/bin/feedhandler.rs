@@ -193,11 +193,8 @@ fn main() -> Result<()> {
         "complete": complete,
         "all_confirmed": confirmed,
     });
-    println!("{summary}");
-    if let Some(path) = &cli.summary {
-        std::fs::write(path, format!("{summary}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
+        .context("writing the --summary file")?;
     tracing::info!(messages, complete, confirmed, "replayed");
     if !complete {
         bail!(

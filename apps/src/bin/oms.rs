@@ -219,11 +219,8 @@ fn main() -> Result<()> {
         "back_pressure_waits": c_waits.get(),
         "last_source_seq": outbox.next_source_seq() - 1,
     });
-    println!("{summary}");
-    if let Some(path) = &cli.summary {
-        std::fs::write(path, format!("{summary}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
+        .context("writing the --summary file")?;
     tracing::info!(reports = c_reports.get(), "stopped");
     Ok(())
 }
