@@ -173,10 +173,11 @@ impl Tailer {
         let Some((_, path)) = listing.segments.first() else {
             return Err(StoreError::NoStore { path: dir });
         };
-        if Segment::open(path)?.state() == Some(SegmentState::Prepared) {
+        let segment = Segment::open(path)?;
+        if segment.state() == Some(SegmentState::Prepared) {
             return Err(StoreError::NoStore { path: dir });
         }
-        let (segment, info) = open_live(path, None)?;
+        let (segment, info) = check_live(segment, path, None)?;
         Ok(Tailer {
             dir,
             options,
@@ -502,7 +503,15 @@ impl Tailer {
 /// Opens a segment for reading and checks it is live (active or sealed), of `stream_id` when
 /// given, with a sound header.
 fn open_live(path: &Path, stream_id: Option<u32>) -> Result<(Segment, SegmentInfo)> {
-    let segment = Segment::open(path)?;
+    check_live(Segment::open(path)?, path, stream_id)
+}
+
+/// [`open_live`] on a segment already opened from `path`.
+fn check_live(
+    segment: Segment,
+    path: &Path,
+    stream_id: Option<u32>,
+) -> Result<(Segment, SegmentInfo)> {
     if segment.state() == Some(SegmentState::Prepared) {
         return Err(StoreError::CorruptHeader {
             path: path.into(),
