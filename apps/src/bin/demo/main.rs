@@ -546,7 +546,12 @@ impl Run<'_> {
             },
         )?;
         self.procs.stop("compositor")?;
-        let pairs = self.replica_pairs();
+        // Every writer of a primary has stopped: their ends are final.
+        let ends = self
+            .replica_pairs()
+            .into_iter()
+            .map(|(primary, replica)| Ok((digest(&primary)?.end_position, replica)))
+            .collect::<Result<Vec<_>>>()?;
         let left = self.left();
         wait_until(
             "every replica to catch up",
@@ -554,14 +559,9 @@ impl Run<'_> {
             &mut self.procs,
             &self.stop,
             || {
-                for (primary, replica) in &pairs {
-                    if digest(primary)?.end_position
-                        != digest(replica).map_or(0, |d| d.end_position)
-                    {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
+                Ok(ends
+                    .iter()
+                    .all(|(end, replica)| digest(replica).map_or(0, |d| d.end_position) == *end))
             },
         )?;
         for name in [
