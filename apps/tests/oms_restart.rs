@@ -1,6 +1,7 @@
 //! The OMS answers every order exactly once across a kill -9: orders keep coming while it is
 //! killed mid-run (some of its reports still in flight in its outbox), and the restarted OMS
-//! answers only what is unanswered.
+//! answers only what is unanswered. The stream ends with every message of both sources
+//! exactly once.
 
 mod common;
 
@@ -130,4 +131,14 @@ fn oms_answers_every_order_exactly_once_across_a_kill() {
     assert_eq!(a.answered_once, 300, "{a:?}");
     assert_eq!(a.answered_more_than_once, 0);
     assert_eq!(a.unmatched_reports, 0);
+    // And the stream itself: each source's messages exactly once, none missing.
+    let stream = audit::stream(&d.join("orders")).unwrap();
+    for source in [TRADER, OMS] {
+        let s = stream.sources[&source];
+        assert_eq!(
+            (s.messages, s.duplicates, s.missing),
+            (300, 0, 0),
+            "source {source}: {s:?}"
+        );
+    }
 }
