@@ -7,10 +7,30 @@
 //! Segments of 64 KiB make every store roll several times during the run. The demo kills its
 //! processes when it ends in any way; this test kills the demo if it overruns its time.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+
+/// Waits up to `limit` for the demo to exit and returns its status and stdout; kills it and
+/// panics with `overran` if it does not.
+fn finish(child: &mut Child, limit: Duration, overran: &str) -> (ExitStatus, String) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{overran}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    (status, out)
+}
 
 #[test]
 fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
@@ -35,20 +55,11 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(200);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the demo overran 200 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let (status, out) = finish(
+        &mut child,
+        Duration::from_secs(200),
+        "the demo overran 200 s",
+    );
     println!("{out}");
     let last = out.lines().last().expect("the demo printed nothing");
     let j: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
@@ -126,20 +137,11 @@ fn demo_fails_at_once_naming_a_component_that_dies() {
         .status()
         .unwrap();
     assert!(killed.success(), "no iodaemon-h2 to kill");
-    let killed_at = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if killed_at.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the demo did not notice the dead iodaemon within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let (status, out) = finish(
+        &mut child,
+        Duration::from_secs(60),
+        "the demo did not notice the dead iodaemon within 60 s",
+    );
     assert!(!status.success(), "{out}");
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(last["demo"], "failed");
