@@ -215,7 +215,18 @@ impl Forwarder {
             }
             let t = r.tailer.as_mut().expect("opened");
             for _ in 0..4096 {
-                let Some(f) = t.poll()? else { break };
+                let f = match t.poll() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    // A rebuilt replica: read the new one from its start (confirmations
+                    // only ever rise, so reading again is harmless).
+                    Err(e @ StoreError::Replaced { .. }) => {
+                        tracing::warn!(error = %e, "local store replaced: reopening it");
+                        r.tailer = None;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 work += 1;
                 let (source, seq) = (f.source_id(), f.source_seq());
                 if let Some(l) = self

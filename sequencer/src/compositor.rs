@@ -269,12 +269,7 @@ fn refill(c: &mut Component) -> Result<usize, Error> {
 /// the composite's frames (headers and origin prefixes only).
 fn last_seqs(dir: &std::path::Path) -> Result<Vec<(u32, u64)>, Error> {
     let mut last: Vec<(u32, u64)> = Vec::new();
-    let mut t = Tailer::open_with(
-        dir,
-        TailerOptions {
-            verify_checksums: false,
-        },
-    )?;
+    let mut t = Tailer::open_with(dir, TailerOptions::default())?;
     while let Some(f) = t.poll()? {
         let Some((origin, _)) = Origin::read(f.payload()) else {
             return Err(Error::Config(format!(

@@ -238,12 +238,10 @@ impl Sequencer {
                 )));
             }
         }
-        let mut t = Tailer::open_with(
-            &cfg.store,
-            TailerOptions {
-                verify_checksums: false,
-            },
-        )?;
+        // Every frame's checksum is checked: a source's position is never recovered from a
+        // frame that could be damaged (a wild source_seq would drop that source's new
+        // messages as duplicates).
+        let mut t = Tailer::open_with(&cfg.store, TailerOptions::default())?;
         while let Some(f) = t.poll()? {
             if let Some(s) = sources.get_mut(&f.source_id()) {
                 if !f.is_heartbeat() {

@@ -98,7 +98,7 @@ impl Appender {
         let created = if cfg.explicit_clock {
             0
         } else {
-            crate::clock::wall_clock_ns()
+            cfg.clock.clone().realtime_ns()
         };
         Self::open_impl(dir.as_ref(), cfg, Some(created))
     }
@@ -155,12 +155,12 @@ impl Appender {
             index: r.index,
             position: r.scan.end_position,
             next_seq: r.scan.next_seq,
-            stamp: MonotonicStamp::after(r.scan.last_timestamp_ns),
+            stamp: MonotonicStamp::with_clock(cfg.clock.clone(), r.scan.last_timestamp_ns),
             next_index_position: r.next_index_position,
             prepared,
             preparing: None,
             frames_since_flush: 0,
-            last_flush_ns: crate::clock::wall_clock_ns(),
+            last_flush_ns: cfg.clock.clone().monotonic_ns(),
             flushed_position: r.scan.end_position,
             stats: AppenderStats::default(),
             report: r.report,
@@ -395,11 +395,14 @@ impl Appender {
                 }
             }
             FlushPolicy::Interval(t) => {
-                if self.stamp.last().saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64 {
+                let now = self.stamp.clock().monotonic_ns();
+                if now.saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64 {
                     self.flush_written()?;
                 }
             }
         }
+        // A frame written into a page that vanished (the file shrank) reached no file.
+        self.segment.check_intact()?;
         self.segment.publish_committed(self.position);
         Ok(())
     }
@@ -416,7 +419,7 @@ impl Appender {
         self.segment.mapped().flush_range(0, 4096)?;
         self.flushed_position = self.position;
         self.frames_since_flush = 0;
-        self.last_flush_ns = self.stamp.last();
+        self.last_flush_ns = self.stamp.clock().monotonic_ns();
         self.stats.flushes += 1;
         Ok(())
     }
@@ -431,7 +434,7 @@ impl Appender {
     /// policy holds when appends stop. Returns whether it flushed.
     pub fn flush_if_due(&mut self) -> Result<bool> {
         if let FlushPolicy::Interval(t) = self.cfg.flush {
-            let now = crate::clock::wall_clock_ns();
+            let now = self.stamp.clock().monotonic_ns();
             if self.flushed_position != self.position
                 && now.saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64
             {
@@ -627,7 +630,7 @@ impl Appender {
         let created = if self.cfg.explicit_clock {
             self.stamp.last()
         } else {
-            crate::clock::wall_clock_ns()
+            self.stamp.clock().realtime_ns()
         };
         self.roll_at(created)
     }

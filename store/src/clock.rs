@@ -1,5 +1,13 @@
-//! The appender's time source: wall-clock ns since the Unix epoch, read from the TSC and
-//! never decreasing along a stream, even when the system clock steps back.
+//! Time, as an input: [`Clock`] gives the two readings a component needs, and tests drive a
+//! [`ManualClock`] instead of the machine's clocks.
+//!
+//! - **realtime** (ns since the Unix epoch, `CLOCK_REALTIME`): frame timestamps only. It can
+//!   step (NTP, an operator); [`MonotonicStamp`] keeps a stream's timestamps from going back.
+//! - **monotonic** (ns since an arbitrary origin, never stepping): every interval — flush,
+//!   heartbeat, resend, timeouts, backoff. An interval measured on the realtime clock stops
+//!   for as long as the clock is stepped back.
+//!
+//! The appender's realtime source is [`WallClock`]: wall-clock ns read from the TSC.
 //!
 //! `clock_gettime(CLOCK_REALTIME)` costs ~47 ns on the KVM guests we build on, as much as the
 //! rest of an append. [`WallClock`] reads the TSC through `quanta` (~10 ns where the TSC is
@@ -7,6 +15,8 @@
 //! from an anchor `(tsc, CLOCK_REALTIME)` that it refreshes every [`REANCHOR_NS`], so NTP
 //! adjustments reach the stamps within that interval.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// How often [`WallClock`] re-reads `CLOCK_REALTIME` to follow NTP: 100 ms.
@@ -24,6 +34,7 @@ pub fn wall_clock_ns() -> u64 {
 #[derive(Debug, Clone)]
 pub struct WallClock {
     clock: quanta::Clock,
+    origin_raw: u64,
     anchor_raw: u64,
     anchor_wall_ns: u64,
 }
@@ -41,9 +52,16 @@ impl WallClock {
         let anchor_raw = clock.raw();
         WallClock {
             clock,
+            origin_raw: anchor_raw,
             anchor_raw,
             anchor_wall_ns: wall_clock_ns(),
         }
+    }
+
+    /// ns since this clock was made, from the TSC: never steps, whatever the wall clock does.
+    #[inline]
+    pub fn monotonic_ns(&self) -> u64 {
+        self.clock.delta_as_nanos(self.origin_raw, self.clock.raw())
     }
 
     /// Wall-clock ns since the Unix epoch. May go backwards by the size of an NTP step at a
@@ -61,26 +79,131 @@ impl WallClock {
     }
 }
 
-/// Stamps timestamps that never go backwards: `max(wall clock, last stamp)`.
+/// The clocks a component reads: the machine's ([`Clock::system`]) or a [`ManualClock`]'s.
+///
+/// An enum rather than a trait object, so the appender's per-frame read stays an inlined TSC
+/// read. Two clocks are equal when both are the system's or both read the same manual clock.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    /// `realtime_ns` from [`WallClock`] (TSC), `monotonic_ns` from the TSC through `quanta`
+    /// (`CLOCK_MONOTONIC` where the TSC is not usable).
+    System(WallClock),
+    /// Readings set by the test that holds the [`ManualClock`].
+    Manual(ManualClock),
+}
+
+impl PartialEq for Clock {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Clock::System(_), Clock::System(_)) => true,
+            (Clock::Manual(a), Clock::Manual(b)) => Arc::ptr_eq(&a.0, &b.0),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Clock {}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::system()
+    }
+}
+
+impl Clock {
+    /// The machine's clocks.
+    pub fn system() -> Clock {
+        Clock::System(WallClock::new())
+    }
+
+    /// Wall-clock ns since the Unix epoch: for frame timestamps only.
+    #[inline]
+    pub fn realtime_ns(&mut self) -> u64 {
+        match self {
+            Clock::System(w) => w.now_ns(),
+            Clock::Manual(m) => m.realtime_ns(),
+        }
+    }
+
+    /// ns since an arbitrary origin, never stepping: for every interval.
+    #[inline]
+    pub fn monotonic_ns(&mut self) -> u64 {
+        match self {
+            Clock::System(w) => w.monotonic_ns(),
+            Clock::Manual(m) => m.monotonic_ns(),
+        }
+    }
+}
+
+/// A clock that moves only when told: its two readings are shared by every clone, so a test
+/// keeps one and hands [`Clock::Manual`] of another to the code under test.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(Arc<[AtomicU64; 2]>);
+
+impl ManualClock {
+    /// A clock reading `realtime_ns` and `monotonic_ns`.
+    pub fn new(realtime_ns: u64, monotonic_ns: u64) -> ManualClock {
+        ManualClock(Arc::new([
+            AtomicU64::new(realtime_ns),
+            AtomicU64::new(monotonic_ns),
+        ]))
+    }
+
+    /// A [`Clock`] that reads this one.
+    pub fn clock(&self) -> Clock {
+        Clock::Manual(self.clone())
+    }
+
+    /// The realtime reading.
+    pub fn realtime_ns(&self) -> u64 {
+        self.0[0].load(Ordering::Relaxed)
+    }
+
+    /// The monotonic reading.
+    pub fn monotonic_ns(&self) -> u64 {
+        self.0[1].load(Ordering::Relaxed)
+    }
+
+    /// Moves both readings forward by `ns`: time passes.
+    pub fn advance(&self, ns: u64) {
+        self.0[0].fetch_add(ns, Ordering::Relaxed);
+        self.0[1].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Sets the realtime reading alone, forward or back: someone stepped the wall clock.
+    pub fn set_realtime(&self, ns: u64) {
+        self.0[0].store(ns, Ordering::Relaxed);
+    }
+}
+
+/// Stamps timestamps that never go backwards: `max(realtime clock, last stamp)`.
 #[derive(Debug, Clone)]
 pub struct MonotonicStamp {
-    clock: WallClock,
+    clock: Clock,
     last: u64,
 }
 
 impl MonotonicStamp {
-    /// Starts after `last` (the last timestamp in the stream, 0 for an empty stream).
+    /// Starts after `last` (the last timestamp in the stream, 0 for an empty stream), reading
+    /// the system clock.
     pub fn after(last: u64) -> Self {
-        MonotonicStamp {
-            clock: WallClock::new(),
-            last,
-        }
+        Self::with_clock(Clock::system(), last)
+    }
+
+    /// Starts after `last`, reading `clock`.
+    pub fn with_clock(clock: Clock, last: u64) -> Self {
+        MonotonicStamp { clock, last }
+    }
+
+    /// The clock it reads (for the intervals of its owner).
+    pub fn clock(&mut self) -> &mut Clock {
+        &mut self.clock
     }
 
     /// The next timestamp: the wall clock, or the previous stamp if the clock went back.
     #[inline]
     pub fn stamp(&mut self) -> u64 {
-        let now = self.clock.now_ns();
+        let now = self.clock.realtime_ns();
         self.stamp_at(now)
     }
 
@@ -108,6 +231,31 @@ mod tests {
         assert_eq!(s.stamp_at(150), 150);
         assert_eq!(s.stamp_at(120), 150);
         assert!(s.stamp() >= 150);
+    }
+
+    #[test]
+    fn a_manual_clock_steps_realtime_alone() {
+        let m = ManualClock::new(1_000, 50);
+        let mut c = m.clock();
+        m.advance(10);
+        assert_eq!((c.realtime_ns(), c.monotonic_ns()), (1_010, 60));
+        m.set_realtime(5);
+        assert_eq!((c.realtime_ns(), c.monotonic_ns()), (5, 60));
+        let mut s = MonotonicStamp::with_clock(m.clock(), 1_010);
+        assert_eq!(s.stamp(), 1_010, "stamps never follow the step back");
+        assert_eq!(c, m.clock());
+        assert_ne!(c, Clock::system());
+    }
+
+    #[test]
+    fn system_monotonic_never_goes_back() {
+        let mut c = Clock::system();
+        let mut last = c.monotonic_ns();
+        for _ in 0..10_000 {
+            let now = c.monotonic_ns();
+            assert!(now >= last);
+            last = now;
+        }
     }
 
     #[test]

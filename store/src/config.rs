@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 
@@ -86,6 +87,9 @@ pub struct StoreConfig {
     /// first) as their creation time. Two stores built from the same appends are then byte
     /// for byte the same (the composite stream in timestamp mode).
     pub explicit_clock: bool,
+    /// Where timestamps (realtime) and the flush interval (monotonic) are read: the system's
+    /// clocks, or a [`ManualClock`](crate::clock::ManualClock) in tests.
+    pub clock: Clock,
 }
 
 impl StoreConfig {
@@ -101,6 +105,7 @@ impl StoreConfig {
             prepare_ahead: true,
             repair: false,
             explicit_clock: false,
+            clock: Clock::system(),
         }
     }
 
@@ -113,6 +118,12 @@ impl StoreConfig {
     /// Sets the index stride.
     pub fn index_stride(mut self, bytes: u64) -> Self {
         self.index_stride = bytes;
+        self
+    }
+
+    /// Sets the clock (see [`Clock`]).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 

@@ -75,6 +75,28 @@ pub enum StoreError {
     /// `seek_seq` asked for a seq beyond the next one to be written.
     #[error("seq {requested} is beyond the end of the stream (next seq is {next})")]
     SeqBeyondEnd { requested: u64, next: u64 },
+    /// The file shrank under this process's mapping of it (it was truncated, or a bad copy
+    /// or a full disk left it short): `mapped` bytes were mapped, the file now has `now`
+    /// (`None` when it cannot be read). What was read from the vanished part was not
+    /// trusted; reopen the store once the file is restored.
+    #[error("{path}: the file shrank under its mapping ({mapped} bytes mapped, now {}): a store file was truncated", now.map_or("unknown".to_string(), |n| format!("{n} bytes")))]
+    Shrunk {
+        path: PathBuf,
+        mapped: u64,
+        now: Option<u64>,
+    },
+    /// The segment file a reader was following is no longer the file at its path (`reason`:
+    /// deleted, or another file now has its name): the store was deleted or rebuilt under
+    /// the reader. Its frames may differ from what was read: reopen the store and seek to
+    /// the seq to continue from.
+    #[error("{path}: the store was replaced under this reader ({reason}); reopen it")]
+    Replaced { path: PathBuf, reason: &'static str },
+    /// A seq that no frame can have was asked for (seq 0: seqs are 1-based).
+    #[error("seq {requested}: {reason}")]
+    BadSeq {
+        requested: u64,
+        reason: &'static str,
+    },
     /// Bytes offered as replicated frames or a replicated segment header do not continue this
     /// store (`reason` says how); nothing of them was written.
     #[error("replicated data at position {position} rejected: {reason}")]

@@ -27,6 +27,7 @@
 //! |---|---|
 //! | [`format`] | byte layouts, frame encode/validate (pure) |
 //! | [`mapped`] | mapped files and every `unsafe` access to mapped bytes |
+//! | [`sigbus`] | the `SIGBUS` handler that lets a mapped file shrink without killing its reader |
 //! | [`segment`] | one segment file: prepare, open, activate, seal, shared header words |
 //! | [`index`] | the sparse seq/time index of a segment |
 //! | [`appender`] | the single writer |
@@ -54,6 +55,7 @@ pub mod pattern;
 pub mod recovery;
 pub mod scan;
 pub mod segment;
+pub mod sigbus;
 pub mod tailer;
 
 pub use appender::{Appender, AppenderStats, Claim, SEGMENT_HEADER_PREFIX};

@@ -4,6 +4,11 @@
 //! store's single-writer protocol) are: only the appender maps writable; it writes only bytes
 //! no reader may look at yet (above a committed position, or in a file no reader has opened);
 //! words that readers poll are accessed only through the atomic accessors.
+//!
+//! Every mapping is registered with [`sigbus`](crate::sigbus) for its whole life, so a file
+//! that shrinks under it costs the process no signal: the vanished pages read as zeros and
+//! [`MappedFile::check_intact`] reports `StoreError::Shrunk`. Users call it after reading
+//! mapped bytes and before trusting what they read.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -12,14 +17,17 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Result, StoreError};
+use crate::sigbus;
 
 /// A whole file mapped `MAP_SHARED`.
 ///
 /// Invariant: `map` covers `len` bytes and lives as long as `self`, so every pointer derived
 /// from it is valid for `len` bytes; its base is page-aligned, so any 8-aligned offset is
-/// naturally aligned for atomics.
+/// naturally aligned for atomics. `guard` registers exactly that range and is dropped before
+/// `map` (field order), so the range is never registered while unmapped.
 pub struct MappedFile {
     path: PathBuf,
+    guard: sigbus::Guard,
     map: MmapRaw,
     len: usize,
     writable: bool,
@@ -53,16 +61,24 @@ impl MappedFile {
         }
         let mut opts = MmapOptions::new();
         opts.len(len);
-        // SAFETY: mapping a file is unsafe because another process could truncate it under us
-        // (SIGBUS). Store files are never shrunk by this crate; the format forbids it.
+        // Mapping a file is unsafe because another process could truncate it under us
+        // (SIGBUS): the guard registered right after absorbs that (module docs).
         let map = if writable {
             opts.map_raw(&file)
         } else {
             opts.map_raw_read_only(&file)
         }
         .map_err(|e| StoreError::io("mmap", &path, e))?;
+        let guard = sigbus::Guard::register(map.as_ptr(), len, writable).map_err(|e| {
+            StoreError::io(
+                "register mapping",
+                &path,
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
         Ok(MappedFile {
             path,
+            guard,
             map,
             len,
             writable,
@@ -88,6 +104,22 @@ impl MappedFile {
     /// Length of the mapping in bytes.
     pub fn file_len(&self) -> usize {
         self.len
+    }
+
+    /// `Ok` while every page of the mapping still has its file behind it. `Shrunk` once the
+    /// file was found shorter than the mapping (a page past its new end was touched): bytes
+    /// read from this mapping since may be zeros the file never held, and writes to it may
+    /// not have reached the file. Permanent for this mapping: reopen the file.
+    #[inline]
+    pub fn check_intact(&self) -> Result<()> {
+        if !self.guard.faulted() {
+            return Ok(());
+        }
+        Err(StoreError::Shrunk {
+            path: self.path.clone(),
+            mapped: self.len as u64,
+            now: self.file.metadata().map(|m| m.len()).ok(),
+        })
     }
 
     /// The open file behind the mapping.

@@ -4,8 +4,9 @@
 //! Order of work, so that bad input never modifies anything:
 //! 1. take the appender lock (`Locked` if held);
 //! 2. list and open every segment read-only and check magic, version, stream id, index,
-//!    header checksum, length and the position chain: any fault is a typed error naming
-//!    the file, and nothing has been written;
+//!    header checksum, length and the position and seq chain, and scan every frame of every
+//!    sealed segment (length, CRC32C, seq): any fault is a typed error naming the file and
+//!    position, and nothing has been written;
 //! 3. only then repair: delete interrupted preparations, scan the active segment frame by frame
 //!    (length, CRC32C, seq), cut at the first invalid frame, zero everything after the cut,
 //!    rebuild its index, finish an interrupted roll, and rebuild any damaged index.
@@ -128,7 +129,7 @@ pub(crate) fn open_for_append(
             let created = if cfg.explicit_clock {
                 0
             } else {
-                crate::clock::wall_clock_ns()
+                cfg.clock.clone().realtime_ns()
             };
             active.activate(0, 1, created);
             report.created = true;
@@ -177,6 +178,20 @@ pub(crate) fn open_for_append(
                     ),
                 });
             }
+            if *state == SegmentState::Sealed {
+                // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
+                // seq), ending exactly where its successor begins.
+                let end = scan_sealed(s, info, path)?;
+                if end.next_seq != next.base_seq {
+                    return Err(StoreError::CorruptHeader {
+                        path: segs[k + 1].0.clone(),
+                        reason: format!(
+                            "base seq {} != next seq {} after the previous segment",
+                            next.base_seq, end.next_seq
+                        ),
+                    });
+                }
+            }
             if interrupted_roll {
                 let end = scan_committed_region(s, info, path)?;
                 if end.end_position != next.base_position || end.next_seq != next.base_seq {
@@ -195,7 +210,7 @@ pub(crate) fn open_for_append(
     // what survives); a sealed one must be whole.
     let (last_path, last_seg, last_info, last_state) = &segs[live - 1];
     let active_scan = if *last_state == SegmentState::Active {
-        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride);
+        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride)?;
         let published = last_seg.committed();
         if scan.end.end_position < published && !cfg.repair {
             let reason = scan
@@ -216,7 +231,7 @@ pub(crate) fn open_for_append(
         None
     };
     let sealed_end = if *last_state == SegmentState::Sealed {
-        Some(scan_committed_region(last_seg, last_info, last_path)?)
+        Some(scan_sealed(last_seg, last_info, last_path)?)
     } else {
         None
     };
@@ -264,7 +279,7 @@ pub(crate) fn open_for_append(
         let created = if cfg.explicit_clock {
             end.last_timestamp_ns
         } else {
-            crate::clock::wall_clock_ns()
+            cfg.clock.clone().realtime_ns()
         };
         next.activate(end.end_position, end.next_seq, created);
         report.completed_roll = true;
@@ -309,7 +324,7 @@ struct ActiveScan {
 }
 
 impl ActiveScan {
-    fn run(s: &Segment, info: &SegmentInfo, stride: u64) -> ActiveScan {
+    fn run(s: &Segment, info: &SegmentInfo, stride: u64) -> Result<ActiveScan> {
         let mut entries = Vec::new();
         let mut next_index_position = info.base_position;
         let end = scan(
@@ -330,12 +345,12 @@ impl ActiveScan {
                 }
                 true
             },
-        );
-        ActiveScan {
+        )?;
+        Ok(ActiveScan {
             end,
             entries,
             next_index_position,
-        }
+        })
     }
 }
 
@@ -405,7 +420,7 @@ fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result
         0,
         committed,
         |_, _| true,
-    );
+    )?;
     if end.end_position != committed {
         let reason = end
             .fault
@@ -418,6 +433,26 @@ fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result
         });
     }
     Ok(end)
+}
+
+/// [`scan_committed_region`] of a sealed segment, whose damage no repair may cut: cutting it
+/// would drop every later segment and reuse their seqs. The error says so.
+fn scan_sealed(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
+    scan_committed_region(s, info, path).map_err(|e| match e {
+        StoreError::CorruptFrame {
+            path,
+            position,
+            reason,
+        } => StoreError::CorruptFrame {
+            path,
+            position,
+            reason: format!(
+                "{reason}, in sealed segment {}: committed frames are damaged; recovery never cuts a sealed segment (restore the file from a replica whose `storetool checksum` matches up to here)",
+                info.index
+            ),
+        },
+        other => other,
+    })
 }
 
 /// `true` when the segment's index opens and its first and last entries match the frames
@@ -472,7 +507,7 @@ pub(crate) fn rebuild_index(
             }
             true
         },
-    );
+    )?;
     if end.end_position != committed {
         return Err(StoreError::CorruptFrame {
             path: path.into(),
@@ -500,6 +535,6 @@ fn last_timestamp_before(dir: &Path, index: u64) -> Result<Option<u64>> {
         .and_then(|ix| ix.last_where(|_| true))
         .map(|e| (e.position, e.seq))
         .unwrap_or((info.base_position, info.base_seq));
-    let end = scan(&s, &info, start.0, start.1, 0, s.committed(), |_, _| true);
+    let end = scan(&s, &info, start.0, start.1, 0, s.committed(), |_, _| true)?;
     Ok(Some(end.last_timestamp_ns))
 }

@@ -1,6 +1,7 @@
 //! Walking the frames of one segment from a known position, validating each one. Used by
 //! recovery, index rebuilds, seeks and `storetool verify`.
 
+use crate::error::Result;
 use crate::format::{self, FrameFault, FrameHeader, SegmentInfo, SEGMENT_HEADER_LEN};
 use crate::segment::Segment;
 
@@ -31,6 +32,8 @@ pub fn file_offset(info: &SegmentInfo, position: u64) -> usize {
 /// `limit` is clamped to the segment's frame area, so a corrupt committed position can make the
 /// scan stop early (the caller sees `end_position` below it) but never read out of bounds; a
 /// `position` outside the frame area is reported as [`FrameFault::OutOfSegment`].
+///
+/// Errors: `Shrunk` when the file shrank under the scan (what it read is not trusted).
 pub fn scan(
     segment: &Segment,
     info: &SegmentInfo,
@@ -39,14 +42,14 @@ pub fn scan(
     mut last_timestamp_ns: u64,
     limit: u64,
     mut on_frame: impl FnMut(u64, &FrameHeader) -> bool,
-) -> ScanEnd {
+) -> Result<ScanEnd> {
     if position < info.base_position || position > info.limit_position() {
-        return ScanEnd {
+        return Ok(ScanEnd {
             end_position: position,
             next_seq: seq,
             last_timestamp_ns,
             fault: Some((position, FrameFault::OutOfSegment)),
-        };
+        });
     }
     let limit = limit.min(info.limit_position());
     let mut fault = None;
@@ -69,10 +72,11 @@ pub fn scan(
             }
         }
     }
-    ScanEnd {
+    segment.check_intact()?;
+    Ok(ScanEnd {
         end_position: position.min(limit),
         next_seq: seq,
         last_timestamp_ns,
         fault,
-    }
+    })
 }

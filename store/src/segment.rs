@@ -254,6 +254,46 @@ impl Segment {
         self.publish_state(SegmentState::Active);
     }
 
+    /// Checks the file behind the mapping: `Shrunk` when it is now shorter than the mapping
+    /// (even where no vanished page was touched yet), `Replaced` when the path this segment
+    /// was opened from no longer names it (the file was deleted, or another has its name: a
+    /// rebuilt store). One `fstat` and one `stat`: not for a per-frame path.
+    pub fn check_file(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.path();
+        let ours = self
+            .file
+            .file()
+            .metadata()
+            .map_err(|e| StoreError::io("fstat", path, e))?;
+        if ours.len() < self.file_len() as u64 {
+            return Err(StoreError::Shrunk {
+                path: path.into(),
+                mapped: self.file_len() as u64,
+                now: Some(ours.len()),
+            });
+        }
+        let reason = match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "the file was deleted",
+            Err(e) => return Err(StoreError::io("stat", path, e)),
+            Ok(m) if (m.dev(), m.ino()) != (ours.dev(), ours.ino()) => {
+                "another file now has its name"
+            }
+            Ok(_) => return Ok(()),
+        };
+        Err(StoreError::Replaced {
+            path: path.into(),
+            reason,
+        })
+    }
+
+    /// `Shrunk` once the file was found shorter than its mapping: see
+    /// [`MappedFile::check_intact`]. Call it after reading and before trusting what was read.
+    #[inline]
+    pub fn check_intact(&self) -> Result<()> {
+        self.file.check_intact()
+    }
+
     /// Read access to `len` bytes at file offset `off` (see [`MappedFile::bytes`]).
     #[inline]
     pub fn bytes(&self, off: usize, len: usize) -> &[u8] {

@@ -134,6 +134,10 @@ impl Default for TailerOptions {
     }
 }
 
+/// Empty polls between two checks that the segment file was neither shortened nor replaced
+/// (an `fstat` and a `stat` each).
+pub const REPLACED_CHECK_EVERY: u32 = 1024;
+
 /// A reader of one store. See the module docs.
 pub struct Tailer {
     dir: PathBuf,
@@ -143,6 +147,7 @@ pub struct Tailer {
     info: SegmentInfo,
     position: u64,
     next_seq: u64,
+    empty_polls: u32,
 }
 
 impl std::fmt::Debug for Tailer {
@@ -186,6 +191,7 @@ impl Tailer {
             next_seq: info.base_seq,
             segment,
             info,
+            empty_polls: 0,
         })
     }
 
@@ -220,7 +226,12 @@ impl Tailer {
     ///
     /// Errors: `CorruptFrame` when the bytes below the committed position are not the frame
     /// that must come next (bad length, checksum or seq); the tailer stays before it, so every
-    /// further call reports the same error. Segment open errors when following a roll.
+    /// further call reports the same error. `Shrunk` when the segment file shrank under the
+    /// tailer (every further call reports it too). Segment open errors when following a roll.
+    ///
+    /// A returned frame was whole when it was checked. Its bytes live in the mapping: if the
+    /// file is truncated while the caller still holds the frame, they may read as zeros (never
+    /// a signal), and the next call reports `Shrunk`.
     #[inline]
     pub fn poll(&mut self) -> Result<Option<Frame<'_>>> {
         let Some(committed) = self.ready()? else {
@@ -230,8 +241,10 @@ impl Tailer {
         let avail = self
             .segment
             .bytes(off, (committed - self.position) as usize);
-        let h = match self.check_next(avail) {
-            Ok(h) => h,
+        let checked = self.check_next(avail);
+        self.segment.check_intact()?;
+        let length = match checked {
+            Ok(h) => h.length as usize,
             Err(fault) => {
                 return Err(StoreError::CorruptFrame {
                     path: self.segment.path().into(),
@@ -241,10 +254,10 @@ impl Tailer {
             }
         };
         let frame = Frame {
-            bytes: &avail[..h.length as usize],
+            bytes: self.segment.bytes(off, length),
             position: self.position,
         };
-        self.position += format::align_frame(h.length as usize) as u64;
+        self.position += format::align_frame(length) as u64;
         self.next_seq += 1;
         Ok(Some(frame))
     }
@@ -279,6 +292,23 @@ impl Tailer {
             // Sealed is stored after the final committed position, so reading it with acquire
             // makes that final position visible to the committed() load that follows.
             if self.segment.state() != Some(SegmentState::Sealed) {
+                // Words read from a shrunk file are zeros: nothing new must not hide that.
+                self.segment.check_intact()?;
+                if committed < self.position {
+                    self.segment.check_file()?;
+                    return Err(StoreError::CorruptHeader {
+                        path: self.segment.path().into(),
+                        reason: format!(
+                            "committed position went back from {} to {committed}",
+                            self.position
+                        ),
+                    });
+                }
+                self.empty_polls += 1;
+                if self.empty_polls >= REPLACED_CHECK_EVERY {
+                    self.empty_polls = 0;
+                    self.segment.check_file()?;
+                }
                 return Ok(None);
             }
             let committed = self.checked_committed()?;
@@ -305,6 +335,8 @@ impl Tailer {
     }
 
     fn enter_segment(&mut self, index: u64) -> Result<()> {
+        // The next file is found by name: it must belong to the store this one came from.
+        self.segment.check_file()?;
         let path = self.dir.join(segment_file_name(index));
         let (segment, info) = open_live(&path, Some(self.stream_id))?;
         if info.base_position != self.position || info.base_seq != self.next_seq {
@@ -343,11 +375,12 @@ impl Tailer {
             let h = match self.check_next(bytes) {
                 Ok(h) => h,
                 Err(fault) if frames == 0 => {
+                    self.segment.check_intact()?;
                     return Err(StoreError::CorruptFrame {
                         path: self.segment.path().into(),
                         position: self.position,
                         reason: fault.to_string(),
-                    })
+                    });
                 }
                 // Return the good frames first; the next call reports the fault.
                 Err(_) => break,
@@ -360,6 +393,11 @@ impl Tailer {
             frames += 1;
             self.position += span as u64;
             self.next_seq += 1;
+        }
+        if let Err(e) = self.segment.check_intact() {
+            self.position = start;
+            self.next_seq = first_seq;
+            return Err(e);
         }
         Ok(Some(FrameRange {
             bytes: self.segment.bytes(off, used),
@@ -387,12 +425,19 @@ impl Tailer {
     }
 
     /// Positions the tailer so that the next frame read is the one with `seq` (or the end of
-    /// the stream when `seq` is the next one to be written). `seq` 0 means the first frame.
+    /// the stream when `seq` is the next one to be written). Seqs are 1-based.
     ///
-    /// Errors: `SeqBeyondEnd` when `seq` is past the next one to be written (the tailer is
-    /// then at the end of the stream); `CorruptFrame` and segment errors.
+    /// Errors: `BadSeq` for seq 0 (no frame has it; nothing moves); `SeqBeyondEnd` when
+    /// `seq` is past the next one to be written (the tailer is then at the end of the
+    /// stream); `CorruptFrame` and segment errors.
     pub fn seek_seq(&mut self, seq: u64) -> Result<()> {
-        self.seek(|_, e_seq, _| e_seq < seq.max(1), seq)
+        if seq == 0 {
+            return Err(StoreError::BadSeq {
+                requested: seq,
+                reason: "seqs start at 1",
+            });
+        }
+        self.seek(|_, e_seq, _| e_seq < seq, Some(seq))
     }
 
     /// Positions the tailer at stream position `position`, which must be the start of a frame
@@ -401,7 +446,7 @@ impl Tailer {
     /// Errors: `BadPosition` when no frame starts there or it is past the end (the tailer is
     /// then at the first frame after it, or at the end); `CorruptFrame` and segment errors.
     pub fn seek_position(&mut self, position: u64) -> Result<()> {
-        self.seek(|pos, _, _| pos < position, u64::MAX)?;
+        self.seek(|pos, _, _| pos < position, None)?;
         if self.position != position {
             return Err(StoreError::BadPosition {
                 requested: position,
@@ -418,13 +463,17 @@ impl Tailer {
     /// Positions the tailer at the first frame whose timestamp is at or after `timestamp_ns`,
     /// or at the end of the stream when there is none yet.
     pub fn seek_time(&mut self, timestamp_ns: u64) -> Result<()> {
-        self.seek(|_, _, ts| ts < timestamp_ns, u64::MAX)
+        self.seek(|_, _, ts| ts < timestamp_ns, None)
     }
 
     /// Moves to the first frame for which `before(position, seq, timestamp)` is false.
-    /// `before` must be monotonic along the stream (true, then false). `limit_seq` bounds a
-    /// seq seek.
-    fn seek(&mut self, before: impl Fn(u64, u64, u64) -> bool, limit_seq: u64) -> Result<()> {
+    /// `before` must be monotonic along the stream (true, then false). `target_seq`, for a
+    /// seq seek, is the seq asked for: `SeqBeyondEnd` when the stream has not reached it.
+    fn seek(
+        &mut self,
+        before: impl Fn(u64, u64, u64) -> bool,
+        target_seq: Option<u64>,
+    ) -> Result<()> {
         let listing = crate::layout::list(&self.dir)?;
         // The last segment whose first frame is before the target: the target is in it or at
         // the start of the next one.
@@ -434,7 +483,7 @@ impl Tailer {
                 continue;
             }
             let (segment, info) = open_live(path, Some(self.stream_id))?;
-            let is_before = first_frame(&segment, &info)
+            let is_before = first_frame(&segment, &info)?
                 .is_some_and(|(seq, ts)| before(info.base_position, seq, ts));
             chosen = Some((segment, info));
             if is_before {
@@ -468,7 +517,7 @@ impl Tailer {
                 0,
                 committed,
                 |pos, h| before(pos, h.seq, h.timestamp_ns),
-            );
+            )?;
             self.position = end.end_position;
             self.next_seq = end.next_seq;
             if let Some((position, fault)) = end.fault {
@@ -489,11 +538,10 @@ impl Tailer {
             }
             break; // end of the stream
         }
-        if limit_seq != u64::MAX && limit_seq > self.next_seq {
-            let next = self.next_seq;
+        if let Some(requested) = target_seq.filter(|&t| t > self.next_seq) {
             return Err(StoreError::SeqBeyondEnd {
-                requested: limit_seq,
-                next,
+                requested,
+                next: self.next_seq,
             });
         }
         Ok(())
@@ -532,13 +580,17 @@ fn check_live(
 }
 
 /// `(seq, timestamp)` of a segment's first committed frame.
-fn first_frame(segment: &Segment, info: &SegmentInfo) -> Option<(u64, u64)> {
+fn first_frame(segment: &Segment, info: &SegmentInfo) -> Result<Option<(u64, u64)>> {
     let committed = segment.committed().min(info.limit_position());
     if committed <= info.base_position {
-        return None;
+        segment.check_intact()?;
+        return Ok(None);
     }
     let off = file_offset(info, info.base_position);
-    format::decode_header(segment.bytes(off, (committed - info.base_position) as usize))
-        .ok()
-        .map(|h| (h.seq, h.timestamp_ns))
+    let first =
+        format::decode_header(segment.bytes(off, (committed - info.base_position) as usize))
+            .ok()
+            .map(|h| (h.seq, h.timestamp_ns));
+    segment.check_intact()?;
+    Ok(first)
 }

@@ -54,7 +54,7 @@ struct Common {
     #[arg(long)]
     counters: Option<PathBuf>,
     /// Heartbeat interval when idle, ms.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_ms: u64,
     /// Disconnect a peer silent this long, ms.
     #[arg(long, default_value_t = 5000)]

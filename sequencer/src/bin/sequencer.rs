@@ -36,9 +36,12 @@ struct Cli {
     /// SO_RCVBUF, bytes.
     #[arg(long, default_value_t = 8 << 20)]
     recv_buffer: usize,
-    /// Append a heartbeat frame after this many ms without traffic (0 = never).
-    #[arg(long, default_value_t = 100)]
+    /// Append a heartbeat frame after this many ms without traffic (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_ms: u64,
+    /// Never append heartbeat frames.
+    #[arg(long, conflicts_with = "heartbeat_ms")]
+    no_heartbeat: bool,
     /// Segment size of the store, bytes.
     #[arg(long, default_value_t = 1 << 30)]
     segment_size: u64,
@@ -71,7 +74,7 @@ fn main() -> Result<()> {
         listen: cli.listen,
         sources: cli.sources.clone(),
         recv_buffer: Some(cli.recv_buffer),
-        heartbeat: (cli.heartbeat_ms > 0).then(|| Duration::from_millis(cli.heartbeat_ms)),
+        heartbeat: (!cli.no_heartbeat).then(|| Duration::from_millis(cli.heartbeat_ms)),
         nak_interval: Duration::from_millis(1),
     };
     let mut sequencer = Sequencer::open(cfg, &counters).with_context(|| {

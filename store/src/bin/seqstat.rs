@@ -16,9 +16,9 @@ use seqstream_store::counters;
 struct Cli {
     /// Counters files, or directories to search for `*.counters` (default: /dev/shm).
     paths: Vec<PathBuf>,
-    /// Print again every this many milliseconds until interrupted (0 = once).
-    #[arg(long, default_value_t = 0)]
-    every_ms: u64,
+    /// Print again every this many milliseconds until interrupted (without it: once).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    every_ms: Option<u64>,
     /// One JSON object per file per line instead of text.
     #[arg(long)]
     json: bool,
@@ -91,9 +91,9 @@ fn main() -> Result<()> {
                 }
             }
         }
-        if cli.every_ms == 0 {
+        let Some(every_ms) = cli.every_ms else {
             return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(cli.every_ms));
+        };
+        std::thread::sleep(Duration::from_millis(every_ms));
     }
 }

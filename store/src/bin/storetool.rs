@@ -102,9 +102,9 @@ enum Cmd {
         /// Flush policy: none, frames:N, ms:T.
         #[arg(long, default_value = "none")]
         flush: FlushPolicy,
-        /// Print `committed <seq>` (stdout flushed at once) every this many frames; 0 = never.
-        #[arg(long, default_value_t = 0)]
-        report_every: u64,
+        /// Print `committed <seq>` (stdout flushed at once) every this many frames.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        report_every: Option<u64>,
         /// Frames per batch (1 = single appends).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         batch: u32,
@@ -357,7 +357,7 @@ fn last_frame(dir: &Path) -> Result<Option<(u64, u64)>> {
         scan(&s, &info, start.0, start.1, 0, s.committed(), |_, h| {
             last = Some((h.seq, h.timestamp_ns));
             true
-        });
+        })?;
         if last.is_some() {
             return Ok(last);
         }
@@ -463,10 +463,12 @@ fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<(
 fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Result<ExitCode> {
     let mut tailer = Tailer::open(dir)?;
     // Following from a seq not written yet: start at the end and skip up to it.
-    let mut skip_below = 0;
+    let mut skip_below = None;
     if let Some(seq) = opts.from_seq {
         match tailer.seek_seq(seq) {
-            Err(seqstream_store::StoreError::SeqBeyondEnd { .. }) if follow => skip_below = seq,
+            Err(seqstream_store::StoreError::SeqBeyondEnd { .. }) if follow => {
+                skip_below = Some(seq)
+            }
             other => other?,
         }
     } else if let Some(t) = opts.from_time {
@@ -494,7 +496,7 @@ fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Resul
             break;
         }
         match tailer.poll()? {
-            Some(f) if f.seq() < skip_below => idle.reset(),
+            Some(f) if skip_below.is_some_and(|s| f.seq() < s) => idle.reset(),
             Some(f) => {
                 idle.reset();
                 if opts.check_pattern && !pattern::check(f.seq(), f.payload()) && !f.is_heartbeat()
@@ -661,7 +663,7 @@ fn verify(dir: &Path) -> Result<ExitCode> {
                 }
                 true
             },
-        );
+        )?;
         if let Some((pos, fault)) = end.fault {
             faults.push(format!("{}: position {pos}: {fault}", path.display()));
         } else if end.end_position != committed {
@@ -707,7 +709,7 @@ fn append(
     count: u64,
     min: usize,
     max: usize,
-    report_every: u64,
+    report_every: Option<u64>,
     batch: usize,
 ) -> Result<ExitCode> {
     let mut appender = Appender::open_or_create(dir, cfg)
@@ -749,7 +751,7 @@ fn append(
         }
         let before = written;
         written += n;
-        if report_every > 0 && written / report_every != before / report_every {
+        if report_every.is_some_and(|r| written / r != before / r) {
             writeln!(out, "committed {}", appender.next_seq() - 1)?;
             out.flush()?;
         }
