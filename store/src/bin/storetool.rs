@@ -319,14 +319,19 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
     } else {
         println!("store      {}", dir.display());
         println!("stream_id  {}", out.stream_id);
+        let range = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => format!("{a} ..= {b}"),
+            _ => "none".to_string(),
+        };
         println!(
-            "frames     {} (seq {:?} ..= {:?})",
-            out.frames, out.first_seq, out.last_seq
+            "frames     {} (seq {})",
+            out.frames,
+            range(out.first_seq, out.last_seq)
         );
         println!("committed  position {}", out.committed_position);
         println!(
-            "time       {:?} ..= {:?} ns since epoch",
-            out.first_timestamp_ns, out.last_timestamp_ns
+            "time       {} (ns since the Unix epoch)",
+            range(out.first_timestamp_ns, out.last_timestamp_ns)
         );
         println!("segments   {}", out.segments.len());
         for s in &out.segments {
