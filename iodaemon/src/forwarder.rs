@@ -7,9 +7,10 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seqstream_schemas::wire;
+use seqstream_store::clock::Clock;
 use seqstream_store::counters::{Counter, CountersWriter};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
@@ -74,7 +75,8 @@ struct Link {
     confirmed: u64,
     /// Highest source seq sent at least once.
     sent: u64,
-    last_sent: Instant,
+    /// When (monotonic ns) the link last sent or resent.
+    last_sent_ns: u64,
 }
 
 struct RouteState {
@@ -102,11 +104,23 @@ pub struct Forwarder {
     batch: Vec<(u64, Vec<u8>)>,
     out: Vec<u8>,
     nak: Vec<u8>,
+    /// Its monotonic reading times the resend timeout.
+    clock: Clock,
 }
 
 impl Forwarder {
-    /// Opens the outboxes and binds the socket.
+    /// Opens the outboxes and binds the socket; intervals on the system's monotonic clock.
     pub fn open(cfg: ForwarderConfig, counters: &CountersWriter) -> Result<Forwarder, Error> {
+        Self::open_with_clock(cfg, counters, Clock::system())
+    }
+
+    /// As [`open`](Self::open), timing the resend timeout on `clock` (a test's
+    /// [`ManualClock`](seqstream_store::clock::ManualClock), say).
+    pub fn open_with_clock(
+        cfg: ForwarderConfig,
+        counters: &CountersWriter,
+        mut clock: Clock,
+    ) -> Result<Forwarder, Error> {
         if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > 65_507 {
             return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
         }
@@ -129,7 +143,7 @@ impl Forwarder {
                 route,
                 confirmed: 0,
                 sent: 0,
-                last_sent: Instant::now(),
+                last_sent_ns: clock.monotonic_ns(),
             });
         }
         let socket = UdpSocket::bind(cfg.bind).map_err(|e| Error::Io {
@@ -166,6 +180,7 @@ impl Forwarder {
             batch: Vec::new(),
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
+            clock,
             cfg,
         })
     }
@@ -185,10 +200,11 @@ impl Forwarder {
             work += self.send_new(i)?;
         }
         work += self.naks()?;
-        let now = Instant::now();
+        let now = self.clock.monotonic_ns();
+        let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
-            if l.sent > l.confirmed && now.duration_since(l.last_sent) >= self.cfg.resend_timeout {
+            if l.sent > l.confirmed && now.saturating_sub(l.last_sent_ns) >= timeout {
                 let from = l.confirmed + 1;
                 work += self.resend(i, from)?;
             }
@@ -267,7 +283,7 @@ impl Forwarder {
             self.counters.sent.add(n as u64);
             let l = &mut self.links[i];
             l.sent = l.sent.max(last);
-            l.last_sent = Instant::now();
+            l.last_sent_ns = self.clock.monotonic_ns();
         }
         Ok(n)
     }
@@ -287,7 +303,7 @@ impl Forwarder {
             self.flush_batch(i)?;
             self.counters.resent.add(n as u64);
         }
-        self.links[i].last_sent = Instant::now();
+        self.links[i].last_sent_ns = self.clock.monotonic_ns();
         Ok(n)
     }
 

@@ -78,7 +78,15 @@ fn truncated_under_the_server(cut: u64) {
     };
     let p = primary.to_str().unwrap();
     let mut server = replicator(
-        &["serve", "--store", p, "--listen", &listen, "--allow", "127.0.0.1"],
+        &[
+            "serve",
+            "--store",
+            p,
+            "--listen",
+            &listen,
+            "--allow",
+            "127.0.0.1",
+        ],
         dir,
         "serve.log",
     );
@@ -88,7 +96,13 @@ fn truncated_under_the_server(cut: u64) {
         .enumerate()
         .map(|(i, r)| {
             replicator(
-                &["follow", "--store", r.to_str().unwrap(), "--upstream", &listen],
+                &[
+                    "follow",
+                    "--store",
+                    r.to_str().unwrap(),
+                    "--upstream",
+                    &listen,
+                ],
                 dir,
                 &format!("follow{i}.log"),
             )

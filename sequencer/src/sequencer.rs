@@ -14,9 +14,10 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seqstream_schemas::wire;
+use seqstream_store::clock::Clock;
 use seqstream_store::counters::{Counter, CountersWriter};
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
@@ -183,7 +184,8 @@ struct Source {
     address: IpAddr,
     next_source_seq: u64,
     epoch: Option<u32>,
-    last_nak: Option<(Instant, u64)>,
+    /// When (monotonic ns) the last NAK was sent, and from which source_seq.
+    last_nak: Option<(u64, u64)>,
 }
 
 struct Counters {
@@ -210,7 +212,10 @@ pub struct Sequencer {
     counters: Counters,
     rx: BatchReceiver,
     nak: Vec<u8>,
-    last_append: Instant,
+    /// The store's clock: its monotonic reading times the heartbeat and NAK intervals.
+    clock: Clock,
+    /// When (monotonic ns) the last frame was appended.
+    last_append_ns: u64,
 }
 
 impl Sequencer {
@@ -294,6 +299,7 @@ impl Sequencer {
                 "source recovered"
             );
         }
+        let mut clock = cfg.store_config.clock.clone();
         Ok(Sequencer {
             cfg,
             socket: socket.into(),
@@ -302,7 +308,8 @@ impl Sequencer {
             counters,
             rx: BatchReceiver::new(),
             nak: vec![0; 64],
-            last_append: Instant::now(),
+            last_append_ns: clock.monotonic_ns(),
+            clock,
         })
     }
 
@@ -350,10 +357,11 @@ impl Sequencer {
         result?;
         if work == 0 {
             if let Some(every) = self.cfg.heartbeat {
-                if self.last_append.elapsed() >= every {
+                let now = self.clock.monotonic_ns();
+                if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
                     self.appender.append_heartbeat(None)?;
                     self.counters.heartbeats.incr();
-                    self.last_append = Instant::now();
+                    self.last_append_ns = now;
                     work += 1;
                 }
             }
@@ -434,14 +442,16 @@ impl Sequencer {
             self.appender.append_with(&fields, payload)?;
             source.next_source_seq += 1;
             self.counters.messages.incr();
-            self.last_append = Instant::now();
+            self.last_append_ns = self.clock.monotonic_ns();
         }
         if let Some(from_seq) = gap_at {
+            let now = self.clock.monotonic_ns();
+            let interval = self.cfg.nak_interval.as_nanos() as u64;
             let due = source
                 .last_nak
-                .is_none_or(|(at, seq)| seq != from_seq || at.elapsed() >= self.cfg.nak_interval);
+                .is_none_or(|(at, seq)| seq != from_seq || now.saturating_sub(at) >= interval);
             if due {
-                source.last_nak = Some((Instant::now(), from_seq));
+                source.last_nak = Some((now, from_seq));
                 let mut e = wire::NakEncoder::new(&mut self.nak).expect("64 bytes hold a NAK");
                 e.set_stream_id(self.cfg.store_config.stream_id)
                     .set_source_id(source_id)

@@ -29,7 +29,9 @@ fn the_sequencer_refuses_a_store_with_a_damaged_sealed_segment() {
     }
     drop(a);
     let mut t = Tailer::open(&store).unwrap();
-    let position = (0..20).map(|_| t.poll().unwrap().unwrap().position()).last();
+    let position = (0..20)
+        .map(|_| t.poll().unwrap().unwrap().position())
+        .last();
     let off = SEGMENT_HEADER_LEN as u64 + position.unwrap() + frame::SOURCE_SEQ as u64 + 6;
     let seg = store.join(seqstream_store::segment::segment_file_name(0));
     let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
