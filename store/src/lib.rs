@@ -33,6 +33,7 @@
 //! | [`tailer`] | readers, seeking |
 //! | [`recovery`] | validation and crash recovery when an appender opens a store |
 //! | [`idle`], [`affinity`] | idle strategies and core pinning for every daemon's loops |
+//! | [`ratelimit`] | rate limits of repeated log lines (every daemon's refusals) |
 
 pub mod affinity;
 pub mod appender;
@@ -51,6 +52,7 @@ pub mod layout;
 pub mod lock;
 pub mod mapped;
 pub mod pattern;
+pub mod ratelimit;
 pub mod recovery;
 pub mod scan;
 pub mod segment;
