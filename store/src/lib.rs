@@ -58,7 +58,10 @@ pub mod scan;
 pub mod segment;
 pub mod tailer;
 
-pub use appender::{Appender, AppenderStats, Claim, SEGMENT_HEADER_PREFIX};
+pub use appender::{
+    check_first_replicated_segment, Appender, AppenderStats, CheckedFrames, Claim,
+    SEGMENT_HEADER_PREFIX,
+};
 pub use config::{FlushPolicy, StoreConfig};
 pub use error::{Result, StoreError};
 pub use format::FrameFields;
