@@ -812,3 +812,99 @@ fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_s
     assert_identical(&d.path("primary"), &replica);
     assert_complete(&replica, 3020);
 }
+
+/// A hand-driven replica: sends a hello from `resume`, then reads until the upstream has
+/// sent data up to `until` (or closed the connection).
+fn raw_replica(addr: SocketAddr, resume: u64, until: u64) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&encoded(&[Msg::Hello {
+        stream_id: STREAM,
+        resume_position: resume,
+        credentials: SECRET,
+    }]))
+    .unwrap();
+    let mut inbox = seqstream_replication::framing::Inbox::new(1 << 16, 1 << 20);
+    let mut at = resume;
+    while at < until {
+        if let Some(m) = inbox.next_message().unwrap() {
+            if let Msg::Data { position, bytes } = protocol::decode(m).unwrap() {
+                at = position + bytes.len() as u64;
+            }
+            continue;
+        }
+        match inbox.fill(&mut s) {
+            Ok(seqstream_replication::framing::Fill::Closed) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    s
+}
+
+/// Waits (bounded) until the upstream closes `s`.
+fn closed_by_upstream(mut s: std::net::TcpStream) {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !matches!(s.read(&mut buf), Ok(0) | Err(_)) {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream kept the connection"
+        );
+    }
+}
+
+#[test]
+fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() {
+    use std::io::Write;
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 20);
+    let (p, n) = (a.position(), a.next_seq());
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| c.max_consumers = 1);
+    let wait = |label: &str, value: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counter(&sc, label) != value {
+            assert!(Instant::now() < deadline, "{label} is not {value}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+
+    // A resume position inside a frame: refused before it takes the slot.
+    closed_by_upstream(raw_replica(addr, 3, 0));
+    assert_eq!(counter(&sc, "consumer[0] connections"), 0);
+
+    // Acks that cannot be true: dropped, and nothing of the slot's state changed.
+    let bad_acks = [
+        (p + 8, n + 1), // beyond what was sent
+        (p, n + 5),     // the sent position with another seq
+        (p, n - 1),     // all sent, yet not all frames
+        (8, n),         // part sent, yet every frame
+    ];
+    for (i, (position, next_seq)) in bad_acks.into_iter().enumerate() {
+        let mut s = raw_replica(addr, 0, p);
+        s.write_all(&encoded(&[Msg::Ack { position, next_seq }]))
+            .unwrap();
+        closed_by_upstream(s);
+        wait("disconnects", i as u64 + 1);
+        assert_eq!(counter(&sc, "consumer[0] position acked"), 0, "{i}");
+    }
+    // A message that does not decode.
+    let mut s = raw_replica(addr, 0, p);
+    let mut g = vec![0u8; 6];
+    put_sofh(&mut g, 20);
+    g.extend_from_slice(&[0xAB; 20]);
+    s.write_all(&g).unwrap();
+    closed_by_upstream(s);
+    wait("disconnects", bad_acks.len() as u64 + 1);
+    assert_eq!(counter(&sc, "consumer[0] position acked"), 0);
+
+    // The real replica takes the slot and is served.
+    let f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), p, Duration::from_secs(10));
+    wait("consumer[0] position acked", p);
+    drop(f);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}
