@@ -50,10 +50,18 @@ pub struct FollowerConfig {
     /// Prepended to every counter label, so that several followers can share one counters
     /// file (the iodaemon uses `"stream N "`); empty by default.
     pub counter_prefix: String,
+    /// The longest segment an upstream may make this replica allocate: a segment header
+    /// declaring more is refused as a lie. Default [`DEFAULT_MAX_SEGMENT_SIZE`].
+    pub max_segment_size: u64,
 }
 
+/// The default [`FollowerConfig::max_segment_size`]: 1 GiB, the sequencer's default segment
+/// size. Raise it to follow an upstream whose segments are longer.
+pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
+
 impl FollowerConfig {
-    /// Defaults: backoff idling, 100 ms heartbeats, 5 s peer timeout, reconnect 50 ms → 2 s.
+    /// Defaults: backoff idling, 100 ms heartbeats, 5 s peer timeout, reconnect 50 ms → 2 s,
+    /// segments of at most [`DEFAULT_MAX_SEGMENT_SIZE`].
     pub fn new(store: PathBuf, stream_id: u32, upstream: SocketAddr, secret: Vec<u8>) -> Self {
         FollowerConfig {
             store,
@@ -67,6 +75,7 @@ impl FollowerConfig {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             counter_prefix: String::new(),
+            max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
         }
     }
 }
@@ -303,9 +312,21 @@ impl Follower {
     fn handle(&mut self, msg: Msg<'_>, u: &mut Unwritten) -> Result<bool> {
         match msg {
             Msg::Segment { index, header } => {
-                let named = seqstream_store::format::read_segment_info(header).0.index;
-                if named != index {
-                    return Err(Lie::SegmentIndex { index, named }.into());
+                let info = seqstream_store::format::read_segment_info(header).0;
+                if info.index != index {
+                    return Err(Lie::SegmentIndex {
+                        index,
+                        named: info.index,
+                    }
+                    .into());
+                }
+                if info.length > self.cfg.max_segment_size {
+                    return Err(Lie::SegmentTooLarge {
+                        index,
+                        length: info.length,
+                        max: self.cfg.max_segment_size,
+                    }
+                    .into());
                 }
                 if !u.bytes.is_empty() {
                     return Err(Lie::SegmentInsideFrame(index).into());

@@ -61,6 +61,10 @@ pub enum Lie {
     /// A `Segment` message whose index is not the one its header carries.
     #[error("segment message {index} carries segment {named}'s header")]
     SegmentIndex { index: u64, named: u64 },
+    /// A segment longer than the replica lets an upstream make it allocate
+    /// (`FollowerConfig::max_segment_size`).
+    #[error("segment {index} of {length} bytes, longer than the {max} bytes this replica allows")]
+    SegmentTooLarge { index: u64, length: u64, max: u64 },
     /// A segment announced while a frame of the previous one is incomplete.
     #[error("segment {0} starts inside an incomplete frame")]
     SegmentInsideFrame(u64),

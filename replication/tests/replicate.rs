@@ -637,6 +637,20 @@ fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_s
             false,
         ),
         (
+            "a segment longer than the replica allows, with a frame",
+            encoded(&[
+                Msg::Segment {
+                    index: 0,
+                    header: &forged_header(0, 2 << 30, 0, 1),
+                },
+                Msg::Data {
+                    position: 0,
+                    bytes: &forged_frame(1, 8),
+                },
+            ]),
+            true,
+        ),
+        (
             "a first segment that does not start the stream",
             encoded(&[Msg::Segment {
                 index: 0,
