@@ -12,6 +12,7 @@ use std::time::Duration;
 use seqstream_schemas::wire;
 use seqstream_store::clock::Clock;
 use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::daemon::LimitedWarn;
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
 use crate::outbox::{OutboxError, OutboxReader};
@@ -92,6 +93,7 @@ struct Counters {
     datagrams: Counter,
     in_flight: Counter,
     bad_naks: Counter,
+    stale_naks: Counter,
 }
 
 /// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
@@ -106,6 +108,8 @@ pub struct Forwarder {
     nak: Vec<u8>,
     /// Its monotonic reading times the resend timeout.
     clock: Clock,
+    bad_nak_warn: LimitedWarn,
+    send_warn: LimitedWarn,
 }
 
 impl Forwarder {
@@ -163,6 +167,7 @@ impl Forwarder {
             datagrams: c("datagrams sent")?,
             in_flight: c("in flight")?,
             bad_naks: c("bad naks")?,
+            stale_naks: c("stale naks")?,
         };
         let routes = cfg
             .routes
@@ -181,6 +186,8 @@ impl Forwarder {
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
             clock,
+            bad_nak_warn: LimitedWarn::new("ignored a NAK"),
+            send_warn: LimitedWarn::new("send"),
             cfg,
         })
     }
@@ -347,39 +354,85 @@ impl Forwarder {
             match self.socket.send_to(&self.out[..len], to) {
                 Ok(_) => self.counters.datagrams.incr(),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => tracing::warn!(%to, "send: {e}"),
+                Err(e) => self.send_warn.warn(format_args!("to {to}: {e}")),
             }
             start = end;
         }
         Ok(())
     }
 
-    /// Handles NAKs from the sequencers.
+    /// Handles NAKs from the sequencers: each is checked whole before it triggers anything;
+    /// one that is not a NAK its link's sequencer could send now is counted, logged
+    /// (rate-limited) and changes nothing.
     fn naks(&mut self) -> Result<usize, Error> {
         let mut work = 0;
         for _ in 0..64 {
-            let (len, _) = match self.socket.recv_from(&mut self.nak) {
+            let (len, from) = match self.socket.recv_from(&mut self.nak) {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             };
             work += 1;
-            let Ok(nak) = wire::NakDecoder::decode(&self.nak[..len]) else {
-                self.counters.bad_naks.incr();
-                continue;
-            };
-            let (stream, source, from) = (nak.stream_id(), nak.source_id(), nak.from_source_seq());
-            let Some(i) = self.links.iter().position(|l| {
-                l.reader.source_id() == source && self.routes[l.route].route.stream_id == stream
-            }) else {
-                self.counters.bad_naks.incr();
-                continue;
-            };
-            self.counters.naks.incr();
-            let from = from.max(self.links[i].confirmed + 1);
-            self.resend(i, from)?;
+            match self.check_nak(len, from) {
+                Ok(Some((i, from_seq))) => {
+                    self.counters.naks.incr();
+                    self.resend(i, from_seq)?;
+                }
+                Ok(None) => self.counters.stale_naks.incr(),
+                Err(why) => {
+                    self.counters.bad_naks.incr();
+                    self.bad_nak_warn.warn(format_args!("from {from}: {why}"));
+                }
+            }
+        }
+        if work == 0 {
+            self.bad_nak_warn.tick();
+            self.send_warn.tick();
         }
         Ok(work)
+    }
+
+    /// The link and source seq to resend from that the NAK in `self.nak[..len]`, from `from`,
+    /// asks for; `None` for a NAK of messages confirmed since (stale); an error saying why it
+    /// cannot come from the link's sequencer: undecodable, from another address, of an unknown
+    /// source or stream, of another session epoch, or of messages never sent.
+    fn check_nak(&self, len: usize, from: SocketAddr) -> Result<Option<(usize, u64)>, String> {
+        let nak = wire::NakDecoder::decode(&self.nak[..len]).map_err(|e| e.to_string())?;
+        let (stream, source, epoch, from_seq) = (
+            nak.stream_id(),
+            nak.source_id(),
+            nak.session_epoch(),
+            nak.from_source_seq(),
+        );
+        let i = self
+            .links
+            .iter()
+            .position(|l| {
+                l.reader.source_id() == source && self.routes[l.route].route.stream_id == stream
+            })
+            .ok_or_else(|| format!("no link of source {source} on stream {stream}"))?;
+        let (link, sequencer) = (
+            &self.links[i],
+            self.routes[self.links[i].route].route.sequencer,
+        );
+        if from != sequencer {
+            return Err(format!(
+                "source {source} stream {stream}: its sequencer is {sequencer}"
+            ));
+        }
+        if epoch != self.cfg.epoch {
+            return Err(format!(
+                "source {source}: epoch {epoch}, this session is {}",
+                self.cfg.epoch
+            ));
+        }
+        if from_seq > link.sent {
+            return Err(format!(
+                "source {source}: resend from {from_seq}, only {} sent",
+                link.sent
+            ));
+        }
+        Ok((from_seq > link.confirmed).then_some((i, from_seq)))
     }
 }

@@ -13,11 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use seqstream_store::counters::{Counter, CountersWriter};
-use seqstream_store::{Appender, Idle, IdleStrategy, StoreConfig, StoreError};
+use seqstream_store::daemon::LimitedWarn;
+use seqstream_store::{
+    check_first_replicated_segment, Appender, Idle, IdleStrategy, StoreConfig, StoreError,
+    SEGMENT_HEADER_PREFIX,
+};
 
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::protocol::{self, Msg};
-use crate::{Error, Result};
+use crate::{Error, Lie, Result};
 
 /// Configuration of a follower.
 #[derive(Debug, Clone)]
@@ -46,10 +50,18 @@ pub struct FollowerConfig {
     /// Prepended to every counter label, so that several followers can share one counters
     /// file (the iodaemon uses `"stream N "`); empty by default.
     pub counter_prefix: String,
+    /// The longest segment an upstream may make this replica allocate: a segment header
+    /// declaring more is refused as a lie. Default [`DEFAULT_MAX_SEGMENT_SIZE`].
+    pub max_segment_size: u64,
 }
 
+/// The default [`FollowerConfig::max_segment_size`]: 1 GiB, the sequencer's default segment
+/// size. Raise it to follow an upstream whose segments are longer.
+pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
+
 impl FollowerConfig {
-    /// Defaults: backoff idling, 100 ms heartbeats, 5 s peer timeout, reconnect 50 ms → 2 s.
+    /// Defaults: backoff idling, 100 ms heartbeats, 5 s peer timeout, reconnect 50 ms → 2 s,
+    /// segments of at most [`DEFAULT_MAX_SEGMENT_SIZE`].
     pub fn new(store: PathBuf, stream_id: u32, upstream: SocketAddr, secret: Vec<u8>) -> Self {
         FollowerConfig {
             store,
@@ -63,6 +75,7 @@ impl FollowerConfig {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             counter_prefix: String::new(),
+            max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
         }
     }
 }
@@ -161,19 +174,23 @@ impl Follower {
         seqstream_store::affinity::pin_current_thread(self.cfg.core)
             .map_err(|e| Error::Config(e.to_string()))?;
         let mut delay = self.cfg.reconnect_min;
+        let mut closed = LimitedWarn::new("replication session ended: closed by the upstream");
+        let mut lied = LimitedWarn::new("replication session ended: the upstream lied");
+        let mut failed = LimitedWarn::new("replication session ended");
         while !stop.load(Ordering::Relaxed) {
             let before = self.position();
             match self.session(stop) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     self.counters.errors.incr();
-                    if matches!(e, Error::Store(StoreError::ReplicaMismatch { .. })) {
+                    let upstream = self.cfg.upstream;
+                    if e.is_lie() {
                         self.counters.rejected.incr();
-                    }
-                    if matches!(e, Error::Closed) {
-                        tracing::warn!(upstream = %self.cfg.upstream, "replication session ended: connection closed by the upstream (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)");
+                        lied.warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+                    } else if matches!(e, Error::Closed) {
+                        closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
                     } else {
-                        tracing::warn!(upstream = %self.cfg.upstream, "replication session ended: {}", crate::error_chain(&e));
+                        failed.warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
                     }
                 }
             }
@@ -182,6 +199,9 @@ impl Follower {
             }
             let until = Instant::now() + delay;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                for w in [&mut closed, &mut lied, &mut failed] {
+                    w.tick();
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
             delay = (delay * 2).min(self.cfg.reconnect_max);
@@ -215,7 +235,7 @@ impl Follower {
             .map_err(|e| Error::io("write", e))?;
         tracing::info!(upstream = %self.cfg.upstream, resume = self.position(), "connected");
         let mut inbox = Inbox::new(1 << 20, crate::framing::MAX_MESSAGE);
-        let mut pending: Vec<u8> = Vec::new();
+        let mut unwritten = Unwritten::default();
         let mut idle = self.cfg.idle.build();
         let mut last_send = Instant::now();
         let mut last_recv = Instant::now();
@@ -237,7 +257,7 @@ impl Follower {
                 }
                 while let Some(m) = inbox.next_message()? {
                     last_recv = Instant::now();
-                    wrote |= self.handle(protocol::decode(m)?, &mut pending)?;
+                    wrote |= self.handle(protocol::decode(m)?, &mut unwritten)?;
                 }
                 match fill {
                     Fill::Closed => return Err(Error::Closed),
@@ -287,55 +307,71 @@ impl Follower {
         Ok(())
     }
 
-    /// Applies one message; returns whether it wrote to the store.
-    fn handle(&mut self, msg: Msg<'_>, pending: &mut Vec<u8>) -> Result<bool> {
+    /// Applies one message; returns whether it wrote to the store. Everything a message says
+    /// is checked before anything changes: a lie ends the session with the replica as it was.
+    fn handle(&mut self, msg: Msg<'_>, u: &mut Unwritten) -> Result<bool> {
         match msg {
             Msg::Segment { index, header } => {
-                if seqstream_store::format::read_segment_info(header).0.index != index {
-                    return Err(Error::Protocol(format!(
-                        "segment message {index} carries another segment's header"
-                    )));
-                }
-                if !pending.is_empty() {
-                    return Err(Error::Protocol(format!(
-                        "segment {index} starts inside an incomplete frame"
-                    )));
-                }
-                match self.appender.as_mut() {
-                    None => {
-                        let a = Appender::open_replica(
-                            &self.cfg.store,
-                            self.cfg.store_config.clone(),
-                            header,
-                        )?;
-                        tracing::info!(store = %self.cfg.store.display(), "replica created");
-                        self.appender = Some(a);
+                let info = seqstream_store::format::read_segment_info(header).0;
+                if info.index != index {
+                    return Err(Lie::SegmentIndex {
+                        index,
+                        named: info.index,
                     }
+                    .into());
+                }
+                if info.length > self.cfg.max_segment_size {
+                    return Err(Lie::SegmentTooLarge {
+                        index,
+                        length: info.length,
+                        max: self.cfg.max_segment_size,
+                    }
+                    .into());
+                }
+                if !u.bytes.is_empty() {
+                    return Err(Lie::SegmentInsideFrame(index).into());
+                }
+                if u.segment.is_some() {
+                    return Err(Lie::SegmentWithoutData(index).into());
+                }
+                match self.appender.as_ref() {
                     Some(a) if a.segment_header() == *header => {}
-                    Some(a) => a.begin_replicated_segment(header)?,
+                    // Checked now, begun only with its first frame (see `write`).
+                    Some(a) => {
+                        a.check_next_replicated_segment(header, &[])?;
+                        u.segment = Some(*header);
+                    }
+                    None => {
+                        check_first_replicated_segment(
+                            header,
+                            self.cfg.store_config.stream_id,
+                            &[],
+                        )?;
+                        u.segment = Some(*header);
+                    }
                 }
                 Ok(false)
             }
             Msg::Data { position, bytes } => {
-                let Some(a) = self.appender.as_mut() else {
-                    return Err(Error::Protocol(
-                        "data before the first segment header".into(),
-                    ));
-                };
-                let expected = a.position() + pending.len() as u64;
-                if position != expected {
-                    return Err(Error::Protocol(format!(
-                        "data at position {position}, expected {expected}"
-                    )));
+                if self.appender.is_none() && u.segment.is_none() {
+                    return Err(Lie::DataBeforeSegment.into());
                 }
-                let (frames, used) = if pending.is_empty() {
-                    let r = a.append_replicated(bytes)?;
-                    pending.extend_from_slice(&bytes[r.1..]);
+                let expected = self.position() + u.bytes.len() as u64;
+                if position != expected {
+                    return Err(Lie::DataPosition {
+                        got: position,
+                        expected,
+                    }
+                    .into());
+                }
+                let (frames, used) = if u.bytes.is_empty() {
+                    let r = self.write(bytes, &mut u.segment)?;
+                    u.bytes.extend_from_slice(&bytes[r.1..]);
                     r
                 } else {
-                    pending.extend_from_slice(bytes);
-                    let r = a.append_replicated(pending)?;
-                    pending.drain(..r.1);
+                    u.bytes.extend_from_slice(bytes);
+                    let r = self.write(&u.bytes, &mut u.segment)?;
+                    u.bytes.drain(..r.1);
                     r
                 };
                 self.counters.frames.add(frames);
@@ -350,9 +386,54 @@ impl Follower {
                     .set(committed_position.saturating_sub(self.position()));
                 Ok(false)
             }
-            other => Err(Error::Protocol(format!(
-                "unexpected from an upstream: {other:?}"
-            ))),
+            Msg::Hello { .. } => Err(Lie::Unexpected("hello").into()),
+            Msg::Ack { .. } => Err(Lie::Unexpected("ack").into()),
         }
     }
+
+    /// Writes the complete frames at the start of `bytes`; returns `(frames, bytes used)`.
+    /// An announced `segment` is begun (the store created, or rolled) only once its first
+    /// frame has arrived and been checked with it, so an upstream can never make the replica
+    /// create or roll to a segment that holds no frame.
+    fn write(
+        &mut self,
+        bytes: &[u8],
+        segment: &mut Option<[u8; SEGMENT_HEADER_PREFIX]>,
+    ) -> Result<(u64, usize)> {
+        if let Some(header) = segment {
+            let checked = match self.appender.as_ref() {
+                Some(a) => a.check_next_replicated_segment(header, bytes)?,
+                None => {
+                    check_first_replicated_segment(header, self.cfg.store_config.stream_id, bytes)?
+                }
+            };
+            if checked.frames == 0 {
+                return Ok((0, 0));
+            }
+            match self.appender.as_mut() {
+                Some(a) => a.begin_replicated_segment(header)?,
+                None => {
+                    let a = Appender::open_replica(
+                        &self.cfg.store,
+                        self.cfg.store_config.clone(),
+                        header,
+                    )?;
+                    tracing::info!(store = %self.cfg.store.display(), "replica created");
+                    self.appender = Some(a);
+                }
+            }
+            *segment = None;
+        }
+        let a = self.appender.as_mut().ok_or(Lie::DataBeforeSegment)?;
+        Ok(a.append_replicated(bytes)?)
+    }
+}
+
+/// What a session has received but not written yet.
+#[derive(Debug, Default)]
+struct Unwritten {
+    /// The start of an incomplete frame.
+    bytes: Vec<u8>,
+    /// A segment header the upstream announced, checked, to begin with its first frame.
+    segment: Option<[u8; SEGMENT_HEADER_PREFIX]>,
 }

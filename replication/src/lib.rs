@@ -40,6 +40,9 @@ pub enum Error {
     /// A well-formed message that breaks the conversation (out of order, impossible values).
     #[error("protocol: {0}")]
     Protocol(String),
+    /// An upstream said something that cannot be true of the stream it serves.
+    #[error("the upstream lied: {0}")]
+    Lie(#[from] Lie),
     /// The server refused the replica (address, credentials, stream, limit).
     #[error("refused: {0}")]
     Refused(String),
@@ -51,7 +54,44 @@ pub enum Error {
     Config(String),
 }
 
+/// What an upstream can say that is not true of the stream it serves. Each ends the session
+/// with nothing of it written, and is counted (`rejected data (peer lied)`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Lie {
+    /// A `Segment` message whose index is not the one its header carries.
+    #[error("segment message {index} carries segment {named}'s header")]
+    SegmentIndex { index: u64, named: u64 },
+    /// A segment longer than the replica lets an upstream make it allocate
+    /// (`FollowerConfig::max_segment_size`).
+    #[error("segment {index} of {length} bytes, longer than the {max} bytes this replica allows")]
+    SegmentTooLarge { index: u64, length: u64, max: u64 },
+    /// A segment announced while a frame of the previous one is incomplete.
+    #[error("segment {0} starts inside an incomplete frame")]
+    SegmentInsideFrame(u64),
+    /// A segment announced before any frame of the one announced before it.
+    #[error("segment {0} announced before any frame of the segment announced before it")]
+    SegmentWithoutData(u64),
+    /// `Data` before any segment header.
+    #[error("data before the first segment header")]
+    DataBeforeSegment,
+    /// `Data` at a position other than the replica's end.
+    #[error("data at position {got}, expected {expected}")]
+    DataPosition { got: u64, expected: u64 },
+    /// A message only a replica sends.
+    #[error("a {0} message, which only replicas send")]
+    Unexpected(&'static str),
+}
+
 impl Error {
+    /// Whether the peer lied: a [`Lie`], or bytes the store refused as not continuing the
+    /// replica (`ReplicaMismatch`: a bad segment header or frame).
+    pub fn is_lie(&self) -> bool {
+        matches!(
+            self,
+            Error::Lie(_) | Error::Store(StoreError::ReplicaMismatch { .. })
+        )
+    }
+
     pub(crate) fn io(op: &'static str, source: std::io::Error) -> Self {
         Error::Io { op, source }
     }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::daemon::LimitedWarn;
 use seqstream_store::{Idle, IdleStrategy, Tailer, TailerOptions};
 use subtle::ConstantTimeEq;
 
@@ -95,6 +96,49 @@ struct Counters {
     consumers: Counter,
 }
 
+/// The rate-limited WARN lines of the server's refusals, one per cause, shared by the
+/// listener and the sender threads.
+#[derive(Debug)]
+struct Warns {
+    accept: LimitedWarn,
+    address: LimitedWarn,
+    handshaking: LimitedWarn,
+    handshake: LimitedWarn,
+    limit: LimitedWarn,
+    dropped: LimitedWarn,
+}
+
+impl Warns {
+    fn new() -> Self {
+        Warns {
+            accept: LimitedWarn::new("accept"),
+            address: LimitedWarn::new("refused: address not allowed"),
+            handshaking: LimitedWarn::new("refused: too many connections in their handshake"),
+            handshake: LimitedWarn::new("refused: handshake failed"),
+            limit: LimitedWarn::new("refused: consumer limit reached"),
+            dropped: LimitedWarn::new("replica dropped"),
+        }
+    }
+
+    fn tick(&mut self) {
+        for w in [
+            &mut self.accept,
+            &mut self.address,
+            &mut self.handshaking,
+            &mut self.handshake,
+            &mut self.limit,
+            &mut self.dropped,
+        ] {
+            w.tick();
+        }
+    }
+}
+
+/// Locks the shared warnings (a panicked holder leaves them usable).
+fn warns(w: &Mutex<Warns>) -> std::sync::MutexGuard<'_, Warns> {
+    w.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Counters of one consumer slot.
 #[derive(Debug, Clone)]
 struct SlotCounters {
@@ -112,6 +156,7 @@ pub struct Server {
     counters: Counters,
     slots: Arc<Mutex<Vec<Option<SlotCounters>>>>,
     handshaking: Arc<AtomicUsize>,
+    warns: Arc<Mutex<Warns>>,
 }
 
 impl Server {
@@ -146,6 +191,7 @@ impl Server {
             counters: server_counters,
             slots: Arc::new(Mutex::new(slots)),
             handshaking: Arc::new(AtomicUsize::new(0)),
+            warns: Arc::new(Mutex::new(Warns::new())),
         })
     }
 
@@ -167,9 +213,14 @@ impl Server {
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    warns(&self.warns).tick();
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => tracing::warn!("accept: {e}"),
+                Err(e) => {
+                    // E.g. out of file descriptors under a connection flood: wait as when idle.
+                    warns(&self.warns).accept.warn(format_args!("{e}"));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
             threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
         }
@@ -188,31 +239,37 @@ impl Server {
         self.counters.accepted.incr();
         if !self.cfg.allow.contains(&peer.ip()) {
             self.counters.refused_address.incr();
-            tracing::warn!(%peer, "refused: address not allowed");
+            warns(&self.warns).address.warn(format_args!("{peer}"));
             return None;
         }
         // Connections still in their handshake are bounded too, so silent ones cannot pile up.
         if self.handshaking.load(Ordering::Relaxed) >= self.cfg.max_consumers {
             self.counters.refused_limit.incr();
-            tracing::warn!(%peer, "refused: too many connections in their handshake");
+            warns(&self.warns).handshaking.warn(format_args!("{peer}"));
             return None;
         }
         let cfg = self.cfg.clone();
         let counters = self.counters.clone();
         let slots = self.slots.clone();
         let handshaking = self.handshaking.clone();
+        let warn = self.warns.clone();
         let stop = stop.clone();
         handshaking.fetch_add(1, Ordering::Relaxed);
         let spawned = std::thread::Builder::new()
             .name("repl-send".into())
             .spawn(move || {
                 let mut stream = stream;
-                let hello = handshake(&cfg, &mut stream, &counters, &stop);
+                // Everything the replica said is checked (its hello, and that its resume
+                // position is a frame start or the end of the stream) before it takes a slot.
+                let hello = handshake(&cfg, &mut stream, &counters, &stop)
+                    .and_then(|resume| open_at(&cfg, resume).map(|tailer| (resume, tailer)));
                 handshaking.fetch_sub(1, Ordering::Relaxed);
-                let resume = match hello {
-                    Ok(resume) => resume,
+                let (resume, tailer) = match hello {
+                    Ok(ok) => ok,
                     Err(e) => {
-                        tracing::warn!(%peer, "handshake failed: {}", crate::error_chain(&e));
+                        warns(&warn)
+                            .handshake
+                            .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
                         return;
                     }
                 };
@@ -224,20 +281,25 @@ impl Server {
                 };
                 let Some((index, slot)) = taken else {
                     counters.refused_limit.incr();
-                    tracing::warn!(%peer, max = cfg.max_consumers, "refused: consumer limit reached");
+                    warns(&warn)
+                        .limit
+                        .warn(format_args!("{peer} (max {})", cfg.max_consumers));
                     return;
                 };
                 counters.consumers.add(1);
                 slot.connections.incr();
                 let core = (!cfg.cores.is_empty()).then(|| cfg.cores[index % cfg.cores.len()]);
-                let result = serve(&cfg, stream, peer, resume, core, &slot, &stop);
+                let result = serve(&cfg, stream, peer, resume, tailer, core, &slot, &stop);
                 match &result {
                     Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),
                     // A replica closing its connection is how it stops, not a fault.
                     Err(crate::Error::Closed) => {
                         tracing::info!(%peer, slot = index, "replica disconnected (closed its connection)")
                     }
-                    Err(e) => tracing::warn!(%peer, slot = index, "replica dropped: {}", crate::error_chain(e)),
+                    Err(e) => warns(&warn).dropped.warn(format_args!(
+                        "{peer} (slot {index}): {}",
+                        crate::error_chain(e)
+                    )),
                 }
                 counters.disconnects.incr();
                 counters.consumers.sub(1);
@@ -311,17 +373,8 @@ fn handshake(
     }
 }
 
-fn serve(
-    cfg: &ServerConfig,
-    stream: TcpStream,
-    peer: SocketAddr,
-    resume: u64,
-    core: Option<usize>,
-    slot: &SlotCounters,
-    stop: &AtomicBool,
-) -> Result<()> {
-    seqstream_store::affinity::pin_current_thread(core)
-        .map_err(|e| Error::Config(e.to_string()))?;
+/// A reader of the store positioned at `resume` (a frame start or the end of the stream).
+fn open_at(cfg: &ServerConfig, resume: u64) -> Result<Tailer> {
     let mut tailer = Tailer::open_with(
         &cfg.store,
         TailerOptions {
@@ -329,6 +382,22 @@ fn serve(
         },
     )?;
     tailer.seek_position(resume)?;
+    Ok(tailer)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    cfg: &ServerConfig,
+    stream: TcpStream,
+    peer: SocketAddr,
+    resume: u64,
+    tailer: Tailer,
+    core: Option<usize>,
+    slot: &SlotCounters,
+    stop: &AtomicBool,
+) -> Result<()> {
+    seqstream_store::affinity::pin_current_thread(core)
+        .map_err(|e| Error::Config(e.to_string()))?;
     tracing::info!(%peer, resume, segment = tailer.segment_index(), "replica connected");
     stream
         .set_nonblocking(true)
@@ -352,7 +421,8 @@ fn serve(
         last_recv: Instant::now(),
         sent_position: resume,
         sent_seq: tailer.next_seq(),
-        acked_position: 0,
+        acked_position: resume,
+        acked_seq: tailer.next_seq(),
         tailer,
         slot,
     };
@@ -379,6 +449,7 @@ struct Session<'a> {
     sent_position: u64,
     sent_seq: u64,
     acked_position: u64,
+    acked_seq: u64,
     slot: &'a SlotCounters,
 }
 
@@ -471,6 +542,24 @@ impl Session<'_> {
         Ok(work)
     }
 
+    /// An ack must lie between the last one and what was sent, for its position and its next
+    /// seq alike, and name all that was sent exactly when it names the sent position.
+    fn check_ack(&self, position: u64, next_seq: u64) -> Result<()> {
+        let positions = self.acked_position..=self.sent_position;
+        let seqs = self.acked_seq..=self.sent_seq;
+        if !positions.contains(&position)
+            || !seqs.contains(&next_seq)
+            || (position == self.sent_position) != (next_seq == self.sent_seq)
+            || (position == self.acked_position) != (next_seq == self.acked_seq)
+        {
+            return Err(Error::Protocol(format!(
+                "ack of position {position} seq {next_seq}: sent up to {} seq {}, acked {} seq {}",
+                self.sent_position, self.sent_seq, self.acked_position, self.acked_seq
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads acks and heartbeats, parsing as bytes arrive (a bounded number of reads per
     /// cycle, so a flooding replica cannot hold the sender here).
     fn receive(&mut self) -> Result<usize> {
@@ -481,17 +570,12 @@ impl Session<'_> {
                 .fill(&mut self.stream)
                 .map_err(|e| Error::io("read", e))?;
             while let Some(m) = self.inbox.next_message()? {
-                self.last_recv = Instant::now();
-                work += 1;
+                // Checked whole before anything of the session changes, even its liveness.
                 match protocol::decode(m)? {
                     Msg::Ack { position, next_seq } => {
-                        if position > self.sent_position || position < self.acked_position {
-                            return Err(Error::Protocol(format!(
-                                "ack of position {position}: sent up to {}, acked {}",
-                                self.sent_position, self.acked_position
-                            )));
-                        }
+                        self.check_ack(position, next_seq)?;
                         self.acked_position = position;
+                        self.acked_seq = next_seq;
                         self.slot.position_acked.set(position);
                         self.slot
                             .lag_bytes
@@ -507,6 +591,8 @@ impl Session<'_> {
                         )))
                     }
                 }
+                self.last_recv = Instant::now();
+                work += 1;
             }
             match fill {
                 Fill::Closed => return Err(Error::Closed),

@@ -535,3 +535,390 @@ fn senders_keep_one_core_each_when_a_replica_reconnects() {
     wait_senders(2);
     assert_eq!(sender_cores(), expected);
 }
+
+/// A segment header of this test's stream, as an upstream could forge it: segment `index` of
+/// `length` bytes whose first frame is at `position` with `seq`.
+fn forged_header(index: u64, length: u64, position: u64, seq: u64) -> [u8; 64] {
+    let mut h = [0u8; 64];
+    seqstream_store::format::write_prepared_header(&mut h, STREAM, index, length);
+    seqstream_store::format::write_activation(&mut h, position, seq, 1_700_000_000_000_000_000);
+    h
+}
+
+/// A valid frame (checksum included) of `seq` with a `payload_len`-byte payload, padded.
+fn forged_frame(seq: u64, payload_len: usize) -> Vec<u8> {
+    use seqstream_store::format;
+    let mut f = vec![0u8; format::align_frame(format::FRAME_HEADER_LEN + payload_len)];
+    format::write_frame_header(
+        &mut f,
+        payload_len,
+        seq,
+        u64::MAX / 2,
+        &seqstream_store::FrameFields::default(),
+    );
+    f
+}
+
+fn encoded(msgs: &[Msg<'_>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for m in msgs {
+        protocol::encode(m, &mut v);
+    }
+    v
+}
+
+/// Every file of a directory (recursively none: stores are flat) and its bytes, by name.
+fn all_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<_> = rd
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs one session of the follower of `replica` against a fake upstream playing `script`,
+/// until the follower has dropped it; returns whether it counted the session as a lie.
+fn one_lying_session(d: &Dirs, replica: &Path, what: &str, script: Vec<u8>) -> bool {
+    let (addr, fake) = lying_upstream(script);
+    let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
+    let f = follow(replica, &counters, addr, SECRET);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&counters, "session errors") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the follower did not drop the peer"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(f);
+    fake.join().unwrap();
+    counter(&counters, "rejected data (peer lied)") >= 1
+}
+
+#[test]
+fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_serves_it() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 20);
+    let (p, n) = (a.position(), a.next_seq());
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |_| {});
+    let replica = d.path("replica");
+
+    // A replica with no store yet: no lie may create one.
+    let seg_len = 64 << 10;
+    let firsts: Vec<[u8; 64]> = (0..50).map(|i| forged_header(i, seg_len, 0, 1)).collect();
+    let fresh: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "headers and no data to a new replica",
+            encoded(
+                &firsts
+                    .iter()
+                    .zip(0..)
+                    .map(|(header, index)| Msg::Segment { index, header })
+                    .collect::<Vec<_>>(),
+            ),
+            true,
+        ),
+        (
+            "a large first segment and no data",
+            encoded(&[Msg::Segment {
+                index: 0,
+                header: &forged_header(0, 16 << 20, 0, 1),
+            }]),
+            false,
+        ),
+        (
+            "a segment longer than the replica allows, with a frame",
+            encoded(&[
+                Msg::Segment {
+                    index: 0,
+                    header: &forged_header(0, 2 << 30, 0, 1),
+                },
+                Msg::Data {
+                    position: 0,
+                    bytes: &forged_frame(1, 8),
+                },
+            ]),
+            true,
+        ),
+        (
+            "a first segment that does not start the stream",
+            encoded(&[Msg::Segment {
+                index: 0,
+                header: &forged_header(0, seg_len, 4096, 7),
+            }]),
+            true,
+        ),
+        (
+            "an absurd segment length",
+            encoded(&[Msg::Segment {
+                index: 0,
+                header: &forged_header(0, (1 << 32) + 4096, 0, 1),
+            }]),
+            true,
+        ),
+        (
+            "a huge frame length",
+            [
+                encoded(&[Msg::Segment {
+                    index: 0,
+                    header: &forged_header(0, seg_len, 0, 1),
+                }]),
+                encoded(&[Msg::Data {
+                    position: 0,
+                    bytes: &{
+                        let mut f = forged_frame(1, 8);
+                        f[..4].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+                        f
+                    },
+                }]),
+            ]
+            .concat(),
+            true,
+        ),
+    ];
+    for (what, script, lie) in fresh {
+        assert_eq!(one_lying_session(&d, &replica, what, script), lie, "{what}");
+        assert_eq!(all_files(&replica), Vec::new(), "{what}: nothing created");
+    }
+
+    // The real upstream creates the replica; then the lies start over on a store with frames.
+    let real = d.path("real.counters");
+    let f = follow(&replica, &real, addr, SECRET);
+    wait_for(&real, p, Duration::from_secs(10));
+    drop(f);
+    let before = all_files(&replica);
+    let active = a.segment_header();
+    let same = Msg::Segment {
+        index: 0,
+        header: &active,
+    };
+    let next = forged_header(1, seg_len, p, n);
+    let announce_next = Msg::Segment {
+        index: 1,
+        header: &next,
+    };
+    let frame = forged_frame(n, 8);
+    let nexts: Vec<[u8; 64]> = (1..50).map(|i| forged_header(i, seg_len, p, n)).collect();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "headers and no data",
+            encoded(
+                &std::iter::once(same)
+                    .chain(
+                        nexts
+                            .iter()
+                            .zip(1..)
+                            .map(|(header, index)| Msg::Segment { index, header }),
+                    )
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        (
+            "a segment that starts at another position",
+            encoded(&[Msg::Segment {
+                index: 1,
+                header: &forged_header(1, seg_len, p + 8, n),
+            }]),
+        ),
+        (
+            "a segment that starts at another seq",
+            encoded(&[Msg::Segment {
+                index: 1,
+                header: &forged_header(1, seg_len, p, n + 4),
+            }]),
+        ),
+        (
+            "a segment of another stream",
+            encoded(&[Msg::Segment {
+                index: 1,
+                header: &{
+                    let mut h = [0u8; 64];
+                    seqstream_store::format::write_prepared_header(&mut h, STREAM + 1, 1, seg_len);
+                    seqstream_store::format::write_activation(&mut h, p, n, 1);
+                    h
+                },
+            }]),
+        ),
+        (
+            "a segment message naming another index",
+            encoded(&[Msg::Segment {
+                index: 2,
+                header: &next,
+            }]),
+        ),
+        (
+            "a roll before the segment is full",
+            encoded(&[
+                announce_next,
+                Msg::Data {
+                    position: p,
+                    bytes: &frame,
+                },
+            ]),
+        ),
+        (
+            "data beyond the segment",
+            encoded(&[
+                same,
+                Msg::Data {
+                    position: p,
+                    bytes: &{
+                        let mut f = forged_frame(n, 8);
+                        let len = (seg_len as usize - 4096 - 64) as u32;
+                        f[..4].copy_from_slice(&len.to_le_bytes());
+                        f
+                    },
+                },
+            ]),
+        ),
+        (
+            "data at another position",
+            encoded(&[
+                same,
+                Msg::Data {
+                    position: p + 8,
+                    bytes: &frame,
+                },
+            ]),
+        ),
+        (
+            "a replica's message",
+            encoded(&[
+                same,
+                Msg::Ack {
+                    position: p,
+                    next_seq: n,
+                },
+            ]),
+        ),
+    ];
+    for (what, script) in cases {
+        assert!(one_lying_session(&d, &replica, what, script), "{what}");
+        assert!(all_files(&replica) == before, "{what}: the replica changed");
+    }
+    assert!(!one_lying_session(
+        &d,
+        &replica,
+        "a next segment and a closed connection",
+        encoded(&[same, announce_next])
+    ));
+    assert!(all_files(&replica) == before, "the replica changed");
+
+    // The real upstream still serves the replica, across many segments.
+    append_pattern(&mut a, 3000);
+    let f = follow(&replica, &d.path("real2.counters"), addr, SECRET);
+    wait_for(
+        &d.path("real2.counters"),
+        a.position(),
+        Duration::from_secs(30),
+    );
+    drop(f);
+    assert_identical(&d.path("primary"), &replica);
+    assert_complete(&replica, 3020);
+}
+
+/// A hand-driven replica: sends a hello from `resume`, then reads until the upstream has
+/// sent data up to `until` (or closed the connection).
+fn raw_replica(addr: SocketAddr, resume: u64, until: u64) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&encoded(&[Msg::Hello {
+        stream_id: STREAM,
+        resume_position: resume,
+        credentials: SECRET,
+    }]))
+    .unwrap();
+    let mut inbox = seqstream_replication::framing::Inbox::new(1 << 16, 1 << 20);
+    let mut at = resume;
+    while at < until {
+        if let Some(m) = inbox.next_message().unwrap() {
+            if let Msg::Data { position, bytes } = protocol::decode(m).unwrap() {
+                at = position + bytes.len() as u64;
+            }
+            continue;
+        }
+        match inbox.fill(&mut s) {
+            Ok(seqstream_replication::framing::Fill::Closed) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    s
+}
+
+/// Waits (bounded) until the upstream closes `s`.
+fn closed_by_upstream(mut s: std::net::TcpStream) {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !matches!(s.read(&mut buf), Ok(0) | Err(_)) {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream kept the connection"
+        );
+    }
+}
+
+#[test]
+fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() {
+    use std::io::Write;
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 20);
+    let (p, n) = (a.position(), a.next_seq());
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| c.max_consumers = 1);
+    let wait = |label: &str, value: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counter(&sc, label) != value {
+            assert!(Instant::now() < deadline, "{label} is not {value}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+
+    // A resume position inside a frame: refused before it takes the slot.
+    closed_by_upstream(raw_replica(addr, 3, 0));
+    assert_eq!(counter(&sc, "consumer[0] connections"), 0);
+
+    // Acks that cannot be true: dropped, and nothing of the slot's state changed.
+    let bad_acks = [
+        (p + 8, n + 1), // beyond what was sent
+        (p, n + 5),     // the sent position with another seq
+        (p, n - 1),     // all sent, yet not all frames
+        (8, n),         // part sent, yet every frame
+    ];
+    for (i, (position, next_seq)) in bad_acks.into_iter().enumerate() {
+        let mut s = raw_replica(addr, 0, p);
+        s.write_all(&encoded(&[Msg::Ack { position, next_seq }]))
+            .unwrap();
+        closed_by_upstream(s);
+        wait("disconnects", i as u64 + 1);
+        assert_eq!(counter(&sc, "consumer[0] position acked"), 0, "{i}");
+    }
+    // A message that does not decode.
+    let mut s = raw_replica(addr, 0, p);
+    let mut g = vec![0u8; 6];
+    put_sofh(&mut g, 20);
+    g.extend_from_slice(&[0xAB; 20]);
+    s.write_all(&g).unwrap();
+    closed_by_upstream(s);
+    wait("disconnects", bad_acks.len() as u64 + 1);
+    assert_eq!(counter(&sc, "consumer[0] position acked"), 0);
+
+    // The real replica takes the slot and is served.
+    let f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), p, Duration::from_secs(10));
+    wait("consumer[0] position acked", p);
+    drop(f);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}

@@ -7,7 +7,9 @@
 //!
 //! Bad input never stops it: every datagram that does not decode, has another protocol
 //! version or stream, comes from an unknown source or from a known source's wrong address, is
-//! dropped and counted by reason, and the sequencer keeps serving the good sources.
+//! dropped and counted by reason (and logged, rate-limited per reason), and the sequencer
+//! keeps serving the good sources. A datagram is checked whole before anything about its
+//! source changes, so a bad one never alters how the real source's next datagram is treated.
 //!
 //! Datagrams are received in batches of up to [`BATCH`] per system call (`recvmmsg(2)`).
 
@@ -19,6 +21,7 @@ use std::time::Duration;
 use seqstream_schemas::wire;
 use seqstream_store::clock::Clock;
 use seqstream_store::counters::{Counter, CountersWriter};
+use seqstream_store::daemon::LimitedWarn;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
 /// The datagram framing version this sequencer speaks.
@@ -194,13 +197,95 @@ struct Counters {
     duplicates: Counter,
     beyond_gap: Counter,
     naks_sent: Counter,
-    bad_decode: Counter,
-    bad_version: Counter,
-    wrong_stream: Counter,
-    unknown_source: Counter,
-    wrong_address: Counter,
-    stale_epoch: Counter,
     heartbeats: Counter,
+}
+
+/// Why a datagram is dropped whole, before anything about its source changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Undecodable,
+    Version,
+    Stream,
+    UnknownSource,
+    WrongAddress,
+    StaleEpoch,
+    TooLarge,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 7] = [
+        Refusal::Undecodable,
+        Refusal::Version,
+        Refusal::Stream,
+        Refusal::UnknownSource,
+        Refusal::WrongAddress,
+        Refusal::StaleEpoch,
+        Refusal::TooLarge,
+    ];
+
+    /// Its counter's label.
+    fn label(self) -> &'static str {
+        match self {
+            Refusal::Undecodable => "bad datagrams: undecodable",
+            Refusal::Version => "bad datagrams: protocol version",
+            Refusal::Stream => "bad datagrams: other stream",
+            Refusal::UnknownSource => "bad datagrams: unknown source",
+            Refusal::WrongAddress => "bad datagrams: wrong address",
+            Refusal::StaleEpoch => "bad datagrams: stale epoch",
+            Refusal::TooLarge => "bad datagrams: message too large",
+        }
+    }
+}
+
+/// Each refusal's counter (the exact number) and rate-limited WARN line.
+struct Refusals {
+    counters: Vec<Counter>,
+    warns: Vec<LimitedWarn>,
+}
+
+impl Refusals {
+    fn new(counters: &CountersWriter) -> Result<Self, Error> {
+        let mut r = Refusals {
+            counters: Vec::new(),
+            warns: Vec::new(),
+        };
+        for cause in Refusal::ALL {
+            r.counters.push(counters.counter(cause.label())?);
+            r.warns.push(LimitedWarn::new(cause.label()));
+        }
+        Ok(r)
+    }
+
+    /// Counts and logs (rate-limited) a dropped datagram from `from`.
+    fn refuse(
+        &mut self,
+        cause: Refusal,
+        from: Option<SocketAddr>,
+        detail: std::fmt::Arguments<'_>,
+    ) {
+        let i = cause as usize;
+        self.counters[i].incr();
+        match from {
+            Some(from) => {
+                self.warns[i].warn(format_args!("dropped a datagram from {from}: {detail}"))
+            }
+            None => self.warns[i].warn(format_args!("dropped a datagram: {detail}")),
+        }
+    }
+
+    fn tick(&mut self) {
+        for w in &mut self.warns {
+            w.tick();
+        }
+    }
+}
+
+/// A datagram checked whole: what sequencing it needs.
+struct Checked<'a> {
+    source_id: u32,
+    epoch: u32,
+    first_source_seq: u64,
+    payloads: Vec<&'a [u8]>,
 }
 
 /// A running sequencer. Drive it with [`Sequencer::do_work`] and an idle strategy.
@@ -210,6 +295,7 @@ pub struct Sequencer {
     appender: Appender,
     sources: HashMap<u32, Source>,
     counters: Counters,
+    refusals: Refusals,
     rx: BatchReceiver,
     nak: Vec<u8>,
     /// The store's clock: its monotonic reading times the heartbeat and NAK intervals.
@@ -278,20 +364,15 @@ impl Sequencer {
             source: e,
         })?;
         let c = |l: &str| counters.counter(l).map_err(Error::Store);
-        let counters = Counters {
+        let counters_ = Counters {
             datagrams: c("datagrams received")?,
             messages: c("messages sequenced")?,
             duplicates: c("duplicates dropped")?,
             beyond_gap: c("messages beyond a gap dropped")?,
             naks_sent: c("naks sent")?,
-            bad_decode: c("bad datagrams: undecodable")?,
-            bad_version: c("bad datagrams: protocol version")?,
-            wrong_stream: c("bad datagrams: other stream")?,
-            unknown_source: c("bad datagrams: unknown source")?,
-            wrong_address: c("bad datagrams: wrong address")?,
-            stale_epoch: c("bad datagrams: stale epoch")?,
             heartbeats: c("heartbeats appended")?,
         };
+        let refusals = Refusals::new(counters)?;
         for (id, s) in &sources {
             tracing::info!(
                 source_id = id,
@@ -305,7 +386,8 @@ impl Sequencer {
             socket: socket.into(),
             appender,
             sources,
-            counters,
+            counters: counters_,
+            refusals,
             rx: BatchReceiver::new(),
             nak: vec![0; 64],
             last_append_ns: clock.monotonic_ns(),
@@ -344,7 +426,11 @@ impl Sequencer {
                     self.counters.datagrams.incr();
                     match from {
                         Some(from) => self.handle(datagram, from)?,
-                        None => self.counters.bad_decode.incr(),
+                        None => self.refusals.refuse(
+                            Refusal::Undecodable,
+                            None,
+                            format_args!("no source address"),
+                        ),
                     }
                 }
                 if n < BATCH {
@@ -356,6 +442,7 @@ impl Sequencer {
         self.rx = rx;
         result?;
         if work == 0 {
+            self.refusals.tick();
             if let Some(every) = self.cfg.heartbeat {
                 let now = self.clock.monotonic_ns();
                 if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
@@ -369,52 +456,92 @@ impl Sequencer {
         Ok(work)
     }
 
-    fn handle(&mut self, datagram: &[u8], from: SocketAddr) -> Result<(), Error> {
-        let Ok(d) = wire::DatagramHeaderDecoder::decode(datagram) else {
-            self.counters.bad_decode.incr();
-            return Ok(());
-        };
+    /// Checks a whole datagram without changing anything: header, source, address, epoch,
+    /// every message (decodable, small enough for a frame, source seqs in range).
+    fn check<'a>(
+        &self,
+        datagram: &'a [u8],
+        from: SocketAddr,
+    ) -> Result<Checked<'a>, (Refusal, String)> {
+        let undecodable = |e: &dyn std::fmt::Display| (Refusal::Undecodable, e.to_string());
+        let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(|e| undecodable(&e))?;
         if d.protocol_version() != PROTOCOL_VERSION {
-            self.counters.bad_version.incr();
-            return Ok(());
+            return Err((
+                Refusal::Version,
+                format!("protocol version {}", d.protocol_version()),
+            ));
         }
         if d.stream_id() != self.cfg.store_config.stream_id {
-            self.counters.wrong_stream.incr();
-            return Ok(());
+            return Err((Refusal::Stream, format!("stream {}", d.stream_id())));
         }
         let source_id = d.source_id();
-        let Some(source) = self.sources.get_mut(&source_id) else {
-            self.counters.unknown_source.incr();
-            return Ok(());
+        let Some(source) = self.sources.get(&source_id) else {
+            return Err((Refusal::UnknownSource, format!("source {source_id}")));
         };
         if source.address != from.ip() {
-            self.counters.wrong_address.incr();
-            return Ok(());
+            return Err((
+                Refusal::WrongAddress,
+                format!("source {source_id} is listed at {}", source.address),
+            ));
         }
         let epoch = d.session_epoch();
-        match source.epoch {
-            Some(e) if epoch < e => {
-                self.counters.stale_epoch.incr();
-                return Ok(());
-            }
-            _ => source.epoch = Some(epoch),
+        if let Some(e) = source.epoch.filter(|e| epoch < *e) {
+            return Err((
+                Refusal::StaleEpoch,
+                format!("source {source_id} epoch {epoch}, below {e}"),
+            ));
         }
-        let Ok(messages) = d.messages() else {
-            self.counters.bad_decode.incr();
-            return Ok(());
-        };
-        // Validate the whole datagram before sequencing any of it.
+        let messages = d.messages().map_err(|e| undecodable(&e))?;
         let mut payloads = Vec::with_capacity(messages.num_in_group());
         for m in messages {
-            match m.and_then(|m| m.payload()) {
-                Ok(p) => payloads.push(p),
-                Err(_) => {
-                    self.counters.bad_decode.incr();
-                    return Ok(());
-                }
+            let p = m.and_then(|m| m.payload()).map_err(|e| undecodable(&e))?;
+            if p.len() > self.appender.max_payload() {
+                return Err((
+                    Refusal::TooLarge,
+                    format!("source {source_id}: a message of {} bytes", p.len()),
+                ));
             }
+            payloads.push(p);
         }
-        let first = d.first_source_seq();
+        let first_source_seq = d.first_source_seq();
+        if first_source_seq
+            .checked_add(payloads.len() as u64)
+            .is_none()
+        {
+            return Err((
+                Refusal::Undecodable,
+                format!("source {source_id}: first source seq {first_source_seq}"),
+            ));
+        }
+        Ok(Checked {
+            source_id,
+            epoch,
+            first_source_seq,
+            payloads,
+        })
+    }
+
+    /// Sequences a datagram: checked whole first, and only then does anything about its
+    /// source (epoch, next source seq, NAK state) change.
+    fn handle(&mut self, datagram: &[u8], from: SocketAddr) -> Result<(), Error> {
+        let Checked {
+            source_id,
+            epoch,
+            first_source_seq: first,
+            payloads,
+        } = match self.check(datagram, from) {
+            Ok(c) => c,
+            Err((cause, detail)) => {
+                self.refusals
+                    .refuse(cause, Some(from), format_args!("{detail}"));
+                return Ok(());
+            }
+        };
+        let source = self
+            .sources
+            .get_mut(&source_id)
+            .expect("check found the source");
+        source.epoch = Some(epoch);
         let total = payloads.len();
         let mut gap_at = None;
         for (i, payload) in payloads.into_iter().enumerate() {

@@ -38,12 +38,23 @@ fn open(dir: &Path, listen: SocketAddr) -> Sequencer {
 
 /// A datagram from `source` carrying the pattern payloads of `seqs` (consecutive).
 fn datagram(stream: u32, source: u32, version: u8, seqs: std::ops::Range<u64>) -> Vec<u8> {
+    datagram_of_epoch(stream, source, version, 1, seqs)
+}
+
+/// [`datagram`] of session epoch `epoch`.
+fn datagram_of_epoch(
+    stream: u32,
+    source: u32,
+    version: u8,
+    epoch: u32,
+    seqs: std::ops::Range<u64>,
+) -> Vec<u8> {
     let mut buf = vec![0u8; 65_000];
     let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
     e.set_protocol_version(version)
         .set_stream_id(stream)
         .set_source_id(source)
-        .set_session_epoch(1)
+        .set_session_epoch(epoch)
         .set_first_source_seq(seqs.start);
     {
         let mut g = e.messages().unwrap();
@@ -208,4 +219,105 @@ fn bad_datagrams_are_counted_and_dropped_and_good_sources_keep_going() {
     let c3 = UdpSocket::bind("127.0.0.9:0").unwrap();
     c3.send_to(&datagram(STREAM, 3, 1, 1..3), to).unwrap();
     pump(&mut seq, |s| s.appender().next_seq() == 7);
+}
+
+/// `datagram` with its last message cut short: the header (and every message before the last)
+/// decodes, the datagram does not.
+fn with_a_broken_last_message(mut d: Vec<u8>) -> Vec<u8> {
+    d.truncate(d.len() - 1);
+    d
+}
+
+/// Sends `d` and runs duty cycles until the sequencer has received it.
+fn deliver(seq: &mut Sequencer, dir: &Path, client: &UdpSocket, d: &[u8]) {
+    let received = counter(dir, "datagrams received");
+    client.send_to(d, seq.local_addr()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(dir, "datagrams received") == received {
+        assert!(Instant::now() < deadline, "the datagram did not arrive");
+        seq.do_work().unwrap();
+    }
+}
+
+#[test]
+fn a_malformed_datagram_changes_nothing_about_its_source() {
+    let d = tempfile::tempdir().unwrap();
+    let mut seq = open(d.path(), "127.0.0.1:0".parse().unwrap());
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 1..4));
+    assert_eq!(seq.appender().next_seq(), 4);
+
+    // Epoch: a higher epoch whose messages do not decode must not make epoch 1 stale.
+    let bad = with_a_broken_last_message(datagram_of_epoch(STREAM, 1, 1, 2, 4..6));
+    deliver(&mut seq, d.path(), &client, &bad);
+    // Next source seq: its first message (4, decodable and next) was not sequenced either.
+    assert_eq!(seq.appender().next_seq(), 4);
+    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 4..6));
+    assert_eq!(seq.appender().next_seq(), 6);
+
+    // Source seqs that overflow, in a higher epoch.
+    let mut overflow = datagram_of_epoch(STREAM, 1, 1, 3, 6..8);
+    // FirstSourceSeq: at offset 16 of the block, after the 8-byte SBE header.
+    overflow[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    deliver(&mut seq, d.path(), &client, &overflow);
+
+    // NAK state: a broken datagram beyond a gap sends no NAK and leaves none pending.
+    let bad_gap = with_a_broken_last_message(datagram_of_epoch(STREAM, 1, 1, 4, 9..11));
+    deliver(&mut seq, d.path(), &client, &bad_gap);
+    assert_eq!(counter(d.path(), "naks sent"), 0);
+    assert_eq!(counter(d.path(), "messages beyond a gap dropped"), 0);
+    // The real source's own gap is NAKed from 6, in its epoch.
+    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 8..9));
+    let mut nak = [0u8; 64];
+    let (n, _) = client.recv_from(&mut nak).unwrap();
+    let nak = wire::NakDecoder::decode(&nak[..n]).unwrap();
+    assert_eq!(
+        (nak.source_id(), nak.session_epoch(), nak.from_source_seq()),
+        (1, 1, 6)
+    );
+    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 6..9));
+    assert_eq!(
+        frames(d.path()),
+        (1..=8).map(|s| (1, s)).collect::<Vec<_>>()
+    );
+    assert_eq!(counter(d.path(), "bad datagrams: undecodable"), 3);
+    assert_eq!(counter(d.path(), "bad datagrams: stale epoch"), 0);
+}
+
+#[test]
+fn a_message_too_large_for_a_frame_is_refused_and_the_sequencer_keeps_going() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = SequencerConfig {
+        store: d.path().join("store"),
+        store_config: StoreConfig::new(STREAM)
+            .segment_size(16 << 10)
+            .pretouch(false),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sources: vec!["1@127.0.0.1".parse().unwrap()],
+        recv_buffer: Some(1 << 20),
+        heartbeat: None,
+        nak_interval: Duration::from_millis(1),
+    };
+    let w = CountersWriter::create(&d.path().join("seq.counters"), 64).unwrap();
+    let mut seq = Sequencer::open(cfg, &w).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut buf = vec![0u8; 65_000];
+    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
+    e.set_protocol_version(PROTOCOL_VERSION)
+        .set_stream_id(STREAM)
+        .set_source_id(1)
+        .set_session_epoch(2)
+        .set_first_source_seq(1);
+    {
+        let mut g = e.messages().unwrap();
+        g.next_entry().unwrap().set_payload(&[7u8; 20_000]).unwrap();
+    }
+    let n = e.encoded_length();
+    deliver(&mut seq, d.path(), &client, &buf[..n]);
+    assert_eq!(counter(d.path(), "bad datagrams: message too large"), 1);
+    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 1..3));
+    assert_eq!(frames(d.path()), vec![(1, 1), (1, 2)]);
 }

@@ -122,13 +122,7 @@ impl Appender {
         mut cfg: StoreConfig,
         primary_first_header: &[u8; SEGMENT_HEADER_PREFIX],
     ) -> Result<Appender> {
-        let info = check_replicated_header(primary_first_header, cfg.stream_id, 0)?;
-        if info.base_position != 0 || info.base_seq != 1 {
-            return Err(StoreError::ReplicaMismatch {
-                position: 0,
-                reason: "segment 0 must start at position 0, seq 1".into(),
-            });
-        }
+        let info = check_first_header(primary_first_header, cfg.stream_id)?;
         cfg.segment_size = info.length;
         Self::open_impl(dir.as_ref(), cfg, Some(info.created_ns))
     }
@@ -479,42 +473,21 @@ impl Appender {
     /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
     /// does not fit in the active segment; nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
-        let mut off = 0usize;
-        let mut seq = self.next_seq;
-        let mut last_ts = self.stamp.last();
-        let room = (self.limit - self.position) as usize;
-        let reject = |at: usize, reason: String| StoreError::ReplicaMismatch {
-            position: self.position + at as u64,
-            reason,
-        };
-        while bytes.len() - off >= FRAME_HEADER_LEN {
-            let rest = &bytes[off..];
-            let len = format::get_u32(rest, format::frame::LENGTH) as usize;
-            if len < FRAME_HEADER_LEN || len > self.max_payload() + FRAME_HEADER_LEN {
-                return Err(reject(off, format!("bad frame length {len}")));
-            }
-            let span = format::align_frame(len);
-            if off + span > room {
-                return Err(reject(
-                    off,
-                    "frame does not fit in the active segment".into(),
-                ));
-            }
-            if rest.len() < span {
-                break; // incomplete: wait for the rest
-            }
-            let h = format::validate_frame(&rest[..len], seq)
-                .map_err(|fault| reject(off, fault.to_string()))?;
-            if h.timestamp_ns < last_ts {
-                return Err(reject(off, "timestamp goes backwards".into()));
-            }
-            if rest[len..span].iter().any(|&b| b != 0) {
-                return Err(reject(off, "non-zero padding".into()));
-            }
-            last_ts = h.timestamp_ns;
-            seq += 1;
-            off += span;
-        }
+        let checked = check_frames(
+            bytes,
+            &FramesAt {
+                position: self.position,
+                next_seq: self.next_seq,
+                last_timestamp_ns: self.stamp.last(),
+                room: self.limit - self.position,
+                max_len: self.max_payload() + FRAME_HEADER_LEN,
+            },
+        )?;
+        let (off, seq, last_ts) = (
+            checked.bytes,
+            self.next_seq + checked.frames,
+            checked.last_timestamp_ns,
+        );
         if off == 0 {
             return Ok((0, 0));
         }
@@ -560,33 +533,82 @@ impl Appender {
             .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
     }
 
+    /// Checks, without changing anything, that `header` (the upstream's next segment) and the
+    /// frames at the start of `bytes` (its first data) continue this replica: the header as
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment) requires, the frames as
+    /// [`append_replicated`](Self::append_replicated) does, and the first frame must not fit
+    /// in the active segment (a writer rolls only then). Returns what the complete frames at
+    /// the start of `bytes` hold: none when it holds only part of the first, and the caller
+    /// waits for more before it rolls.
+    ///
+    /// Errors: `ReplicaMismatch` saying what does not continue the replica.
+    pub fn check_next_replicated_segment(
+        &self,
+        header: &[u8; SEGMENT_HEADER_PREFIX],
+        bytes: &[u8],
+    ) -> Result<CheckedFrames> {
+        let info = self.check_next_header(header)?;
+        let checked = check_frames(bytes, &FramesAt::segment_start(&info, self.stamp.last()))?;
+        if checked.frames > 0 && self.position + checked.first_span as u64 <= self.limit {
+            return Err(StoreError::ReplicaMismatch {
+                position: self.position,
+                reason: format!(
+                    "segment {} starts with a frame of {} bytes that fits in segment {}: a writer \
+                 rolls only when the next frame does not fit",
+                    info.index, checked.first_span, self.info.index
+                ),
+            });
+        }
+        Ok(checked)
+    }
+
     /// Seals the active segment and activates the next one with the primary's header
     /// (`header`: the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's next segment), so
     /// the replica's file is byte-identical. The header must continue this store exactly: next
     /// index, base position = committed position, base seq = next seq.
     ///
+    /// The active segment must hold a frame: a writer rolls only when the next frame does not
+    /// fit, so no segment is ever sealed empty (and an upstream cannot make a replica allocate
+    /// segment after segment without sending frames). Check the header together with the
+    /// frames it starts with first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
+    ///
     /// Errors: `ReplicaMismatch` (nothing changed); preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
-        let info = check_replicated_header(header, self.cfg.stream_id, self.info.index + 1)?;
-        if info.base_position != self.position || info.base_seq != self.next_seq {
-            return Err(StoreError::ReplicaMismatch {
-                position: self.position,
-                reason: format!(
-                    "segment {} starts at position {} seq {}, this store is at {} seq {}",
-                    info.index, info.base_position, info.base_seq, self.position, self.next_seq
-                ),
-            });
-        }
+        let info = self.check_next_header(header)?;
         if self.cfg.segment_size != info.length {
             // The prepared segment (if any) has the wrong length: prepare again.
-            self.cfg.segment_size = info.length;
-            self.cfg.validate()?;
+            let mut cfg = self.cfg.clone();
+            cfg.segment_size = info.length;
+            cfg.validate()?;
+            self.cfg = cfg;
             if let Some(h) = self.preparing.take() {
                 let _ = h.join();
             }
             self.prepared = None;
         }
         self.roll_at(info.created_ns)
+    }
+
+    /// The header checks of [`begin_replicated_segment`](Self::begin_replicated_segment).
+    fn check_next_header(&self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<SegmentInfo> {
+        let info = check_replicated_header(header, self.cfg.stream_id, self.info.index + 1)?;
+        let reject = |reason: String| StoreError::ReplicaMismatch {
+            position: self.position,
+            reason,
+        };
+        if info.base_position != self.position || info.base_seq != self.next_seq {
+            return Err(reject(format!(
+                "segment {} starts at position {} seq {}, this store is at {} seq {}",
+                info.index, info.base_position, info.base_seq, self.position, self.next_seq
+            )));
+        }
+        if self.position == self.info.base_position {
+            return Err(reject(format!(
+                "segment {} holds no frame: a segment is never sealed empty",
+                self.info.index
+            )));
+        }
+        Ok(info)
     }
 
     fn start_preparing(&mut self) {
@@ -663,7 +685,123 @@ impl Appender {
 /// fields and their CRC (`format::seg::IMMUTABLE_LEN` + 4).
 pub const SEGMENT_HEADER_PREFIX: usize = 64;
 
-/// Checks a replicated segment header: magic, version, CRC, stream id, index.
+/// What [`check_frames`] found at the start of some bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedFrames {
+    /// Complete, valid frames.
+    pub frames: u64,
+    /// Bytes they span, padding included.
+    pub bytes: usize,
+    /// Span of the first of them (0 when there is none).
+    pub first_span: usize,
+    /// Timestamp of the last of them (the given last timestamp when there is none).
+    pub last_timestamp_ns: u64,
+}
+
+/// Where checked frames go: the end of a store's active segment.
+struct FramesAt {
+    position: u64,
+    next_seq: u64,
+    last_timestamp_ns: u64,
+    /// Bytes left in the segment.
+    room: u64,
+    /// The longest frame the segment can hold, header included.
+    max_len: usize,
+}
+
+impl FramesAt {
+    /// The start of the segment `info` describes, in a stream whose last timestamp is `last_ts`.
+    fn segment_start(info: &SegmentInfo, last_ts: u64) -> Self {
+        FramesAt {
+            position: info.base_position,
+            next_seq: info.base_seq,
+            last_timestamp_ns: last_ts,
+            room: info.limit_position() - info.base_position,
+            max_len: format::max_payload(info.length as usize) + FRAME_HEADER_LEN,
+        }
+    }
+}
+
+/// Checks the complete frames at the start of `bytes` as replicated frames going to `at`:
+/// length, fit in the segment, CRC32C, seq continuing, timestamp not going back, zero
+/// padding. An incomplete frame at the end (whose length is valid) is left out.
+fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
+    let mut off = 0usize;
+    let mut seq = at.next_seq;
+    let mut last_ts = at.last_timestamp_ns;
+    let mut first_span = 0;
+    let reject = |off: usize, reason: String| StoreError::ReplicaMismatch {
+        position: at.position + off as u64,
+        reason,
+    };
+    while bytes.len() - off >= FRAME_HEADER_LEN {
+        let rest = &bytes[off..];
+        let len = format::get_u32(rest, format::frame::LENGTH) as usize;
+        if len < FRAME_HEADER_LEN || len > at.max_len {
+            return Err(reject(off, format!("bad frame length {len}")));
+        }
+        let span = format::align_frame(len);
+        if (off + span) as u64 > at.room {
+            return Err(reject(
+                off,
+                "frame does not fit in the active segment".into(),
+            ));
+        }
+        if rest.len() < span {
+            break; // incomplete: wait for the rest
+        }
+        let h = format::validate_frame(&rest[..len], seq)
+            .map_err(|fault| reject(off, fault.to_string()))?;
+        if h.timestamp_ns < last_ts {
+            return Err(reject(off, "timestamp goes backwards".into()));
+        }
+        if rest[len..span].iter().any(|&b| b != 0) {
+            return Err(reject(off, "non-zero padding".into()));
+        }
+        if off == 0 {
+            first_span = span;
+        }
+        last_ts = h.timestamp_ns;
+        seq += 1;
+        off += span;
+    }
+    Ok(CheckedFrames {
+        frames: seq - at.next_seq,
+        bytes: off,
+        first_span,
+        last_timestamp_ns: last_ts,
+    })
+}
+
+/// Checks, without writing anything, that `header` is a valid first segment (index 0, position
+/// 0, seq 1) of stream `stream_id` and `bytes` starts with valid frames of it: what a replica
+/// that has no store yet does before it creates one with
+/// [`Appender::open_replica`], so that no upstream can make it create a store without a
+/// frame to put in it. Returns what the complete frames at the start of `bytes` hold.
+///
+/// Errors: `ReplicaMismatch` saying what is wrong.
+pub fn check_first_replicated_segment(
+    header: &[u8; SEGMENT_HEADER_PREFIX],
+    stream_id: u32,
+    bytes: &[u8],
+) -> Result<CheckedFrames> {
+    let info = check_first_header(header, stream_id)?;
+    check_frames(bytes, &FramesAt::segment_start(&info, 0))
+}
+
+/// [`check_replicated_header`] for segment 0, which must start at position 0, seq 1.
+fn check_first_header(header: &[u8; SEGMENT_HEADER_PREFIX], stream_id: u32) -> Result<SegmentInfo> {
+    let info = check_replicated_header(header, stream_id, 0)?;
+    if info.base_position != 0 || info.base_seq != 1 {
+        return Err(StoreError::ReplicaMismatch {
+            position: 0,
+            reason: "segment 0 must start at position 0, seq 1".into(),
+        });
+    }
+    Ok(info)
+}
+
+/// Checks a replicated segment header: magic, version, CRC, stream id, index, length.
 fn check_replicated_header(
     header: &[u8; SEGMENT_HEADER_PREFIX],
     stream_id: u32,

@@ -1,11 +1,13 @@
 //! Plumbing every seqstream daemon shares (feature `daemon`): options from a TOML file,
-//! shutdown on SIGINT/SIGTERM, logging, and where counters live.
+//! shutdown on SIGINT/SIGTERM, logging (and rate-limited refusal lines), and where counters live.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+
+use crate::ratelimit::{monotonic_ns, LogLimit};
 
 /// The process's arguments with the keys of the TOML file named by `--config FILE` inserted
 /// as flags (`stream_id = 7` → `--stream-id 7`; an array → the flag once per item, so
@@ -91,6 +93,51 @@ pub fn init_logging() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// WARN lines of one cause of refusal, rate-limited by a [`LogLimit`] on the monotonic clock
+/// ([`monotonic_ns`]): the first lines of an interval are logged, the rest counted and
+/// reported in one line ("`cause`: N more suppressed") once the interval has ended. Keep the
+/// exact number in a counter; call [`tick`](Self::tick) when idle so the summary is not
+/// held back until the next occurrence.
+#[derive(Debug)]
+pub struct LimitedWarn {
+    cause: &'static str,
+    limit: LogLimit,
+}
+
+impl LimitedWarn {
+    /// The default limit ([`LogLimit::default`]) for `cause`, a short name of the refusal.
+    pub fn new(cause: &'static str) -> Self {
+        LimitedWarn {
+            cause,
+            limit: LogLimit::default(),
+        }
+    }
+
+    /// One refusal: logs `line` (prefixed with the cause) unless the limit is reached.
+    pub fn warn(&mut self, line: std::fmt::Arguments<'_>) {
+        let d = self.limit.occur(monotonic_ns());
+        if let Some(n) = d.summary {
+            self.summary(n);
+        }
+        if d.log {
+            tracing::warn!("{}: {line}", self.cause);
+        }
+    }
+
+    /// Logs the summary of an interval that has ended, if one is owed.
+    pub fn tick(&mut self) {
+        if self.limit.owes_summary() {
+            if let Some(n) = self.limit.tick(monotonic_ns()) {
+                self.summary(n);
+            }
+        }
+    }
+
+    fn summary(&self, n: u64) {
+        tracing::warn!("{}: {n} more suppressed", self.cause);
+    }
 }
 
 /// The counters file of daemon `name`: `explicit`, or

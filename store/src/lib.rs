@@ -34,6 +34,7 @@
 //! | [`tailer`] | readers, seeking |
 //! | [`recovery`] | validation and crash recovery when an appender opens a store |
 //! | [`idle`], [`affinity`] | idle strategies and core pinning for every daemon's loops |
+//! | [`ratelimit`] | rate limits of repeated log lines (every daemon's refusals) |
 
 pub mod affinity;
 pub mod appender;
@@ -52,13 +53,17 @@ pub mod layout;
 pub mod lock;
 pub mod mapped;
 pub mod pattern;
+pub mod ratelimit;
 pub mod recovery;
 pub mod scan;
 pub mod segment;
 pub mod sigbus;
 pub mod tailer;
 
-pub use appender::{Appender, AppenderStats, Claim, SEGMENT_HEADER_PREFIX};
+pub use appender::{
+    check_first_replicated_segment, Appender, AppenderStats, CheckedFrames, Claim,
+    SEGMENT_HEADER_PREFIX,
+};
 pub use config::{FlushPolicy, StoreConfig};
 pub use error::{Result, StoreError};
 pub use format::FrameFields;

@@ -174,3 +174,64 @@ fn bad_replicated_data_is_refused_before_it_is_written() {
     drop(r);
     assert_eq!(common::check_pattern_store(replica_dir.path()), 10);
 }
+
+/// A segment header of stream 4 as an upstream could forge it.
+fn forged_header(index: u64, position: u64, seq: u64) -> [u8; SEGMENT_HEADER_PREFIX] {
+    let mut h = [0u8; SEGMENT_HEADER_PREFIX];
+    seqstream_store::format::write_prepared_header(&mut h, 4, index, 16 << 10);
+    seqstream_store::format::write_activation(&mut h, position, seq, 1);
+    h
+}
+
+#[test]
+fn a_replicated_segment_begins_only_with_a_frame_that_did_not_fit_in_the_last() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
+    while a.stats().rolls == 0 {
+        a.append(&[5u8; 700]).unwrap();
+    }
+    let mut t = Tailer::open(primary.path()).unwrap();
+    let mut frames = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        let mut b = f.as_bytes().to_vec();
+        b.resize(seqstream_store::format::align_frame(b.len()), 0);
+        frames.push(b);
+    }
+    let (last, first_of_next) = (frames.len() - 2, frames.len() - 1);
+    let h0 = header_of(primary.path(), 0);
+    let h1 = header_of(primary.path(), 1);
+
+    // No store from a header alone: its check says there is no frame yet.
+    let checked =
+        seqstream_store::check_first_replicated_segment(&h0, 4, &frames[0][..20]).unwrap();
+    assert_eq!((checked.frames, checked.bytes), (0, 0));
+    let mut r = Appender::open_replica(replica_dir.path(), cfg(), &h0).unwrap();
+    // An empty active segment is never sealed.
+    let empty_roll = forged_header(1, 0, 1);
+    assert!(r.check_next_replicated_segment(&empty_roll, &[]).is_err());
+    assert!(r.begin_replicated_segment(&empty_roll).is_err());
+    assert_eq!(replica_segment(&r), 0);
+
+    for f in &frames[..last] {
+        assert_eq!(r.append_replicated(f).unwrap(), (1, f.len()));
+    }
+    // A roll while the next frame still fits in segment 0 is a lie.
+    let early = forged_header(1, r.position(), r.next_seq());
+    assert!(r
+        .check_next_replicated_segment(&early, &frames[last])
+        .is_err());
+    assert_eq!(r.append_replicated(&frames[last]).unwrap().0, 1);
+    // The real next segment: checked with its first frame, then begun.
+    let none_yet = r.check_next_replicated_segment(&h1, &[]).unwrap();
+    assert_eq!(none_yet.frames, 0);
+    let checked = r
+        .check_next_replicated_segment(&h1, &frames[first_of_next])
+        .unwrap();
+    assert_eq!(checked.frames, 1);
+    r.begin_replicated_segment(&h1).unwrap();
+    r.append_replicated(&frames[first_of_next]).unwrap();
+    drop(r);
+    drop(a);
+    assert_eq!(live_files(primary.path()), live_files(replica_dir.path()));
+}

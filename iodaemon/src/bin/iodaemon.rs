@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_store::counters::CountersWriter;
 use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy};
 
@@ -51,6 +51,10 @@ struct Cli {
     /// Flush policy of the replicas: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
     follow_flush: FlushPolicy,
+    /// The longest segment, bytes, an upstream may make a replica allocate (a longer segment
+    /// header is refused as a lie); raise it to follow larger segments.
+    #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE)]
+    follow_max_segment_size: u64,
     /// Local UDP address to send from and receive NAKs on.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
@@ -142,6 +146,7 @@ fn start_followers(
         cfg.idle = cli.follow_idle.clone();
         cfg.core = cli.follow_cores.get(i).copied();
         cfg.store_config = cfg.store_config.flush(cli.follow_flush);
+        cfg.max_segment_size = cli.follow_max_segment_size;
         cfg.counter_prefix = format!("stream {} ", f.stream_id);
         let mut follower = Follower::new(cfg, counters)
             .with_context(|| format!("opening the replica {}", f.store.display()))?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::daemon;
 use seqstream_store::{FlushPolicy, Idle};
@@ -99,6 +99,10 @@ struct FollowArgs {
     /// Flush policy of the replica: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
     flush: FlushPolicy,
+    /// The longest segment, bytes, the upstream may make this replica allocate (a longer
+    /// segment header is refused as a lie); raise it to follow larger segments.
+    #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE)]
+    max_segment_size: u64,
     /// Serve the replica further (tree fan-out) on this address, with the same secret.
     #[arg(long, requires = "serve_allow")]
     serve_listen: Option<SocketAddr>,
@@ -167,6 +171,7 @@ fn main() -> Result<()> {
             cfg.idle = c.idle.clone();
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
+            cfg.max_segment_size = a.max_segment_size;
             check_cores(&a.core.into_iter().collect::<Vec<_>>())?;
             let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
             tracing::info!(upstream = %a.upstream, store = %c.store.display(), counters = %counters.path().display(), "following");

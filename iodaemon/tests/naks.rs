@@ -1,0 +1,96 @@
+//! NAKs from the sequencer: one that its link's sequencer could not have sent now (another
+//! address, another epoch, unknown source, messages never sent, undecodable) is counted and
+//! changes nothing; the real sequencer's NAK then makes the forwarder resend at once.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_schemas::wire;
+use seqstream_store::counters::{self, CountersWriter};
+
+const STREAM: u32 = 5;
+const SOURCE: u32 = 3;
+const EPOCH: u32 = 7;
+
+fn nak(source: u32, epoch: u32, from: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; 64];
+    let mut e = wire::NakEncoder::new(&mut buf).unwrap();
+    e.set_stream_id(STREAM)
+        .set_source_id(source)
+        .set_session_epoch(epoch)
+        .set_from_source_seq(from);
+    let n = e.encoded_length();
+    buf.truncate(n);
+    buf
+}
+
+/// The first source seq and message count of the next datagram the fake sequencer gets.
+fn next_datagram(sequencer: &UdpSocket) -> (u64, usize) {
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = sequencer.recv_from(&mut buf).unwrap();
+    let d = wire::DatagramHeaderDecoder::decode(&buf[..n]).unwrap();
+    (d.first_source_seq(), d.messages().unwrap().num_in_group())
+}
+
+#[test]
+fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
+    let d = tempfile::tempdir().unwrap();
+    // A sequencer that receives and never sequences: nothing is ever confirmed.
+    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sequencer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let outbox = d.path().join("app.outbox");
+    let mut o = Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
+    for i in 0..5u8 {
+        o.offer(STREAM, 0, &[i; 16]).unwrap();
+    }
+    let counters_path = d.path().join("io.counters");
+    let w = CountersWriter::create(&counters_path, 64).unwrap();
+    let mut f = Forwarder::open(
+        ForwarderConfig {
+            outboxes: vec![outbox],
+            routes: vec![Route {
+                stream_id: STREAM,
+                sequencer: sequencer.local_addr().unwrap(),
+                local_store: d.path().join("no-store-yet"),
+            }],
+            bind: "127.0.0.1:0".parse().unwrap(),
+            mtu: 1400,
+            // Never within the test: only NAKs may trigger a resend.
+            resend_timeout: Duration::from_secs(3600),
+            epoch: EPOCH,
+        },
+        &w,
+    )
+    .unwrap();
+    let get = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
+    let pump = |f: &mut Forwarder, label: &str, value: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while get(label) < value {
+            assert!(Instant::now() < deadline, "{label} did not reach {value}");
+            f.do_work().unwrap();
+        }
+    };
+    pump(&mut f, "messages sent", 5);
+    assert_eq!(next_datagram(&sequencer), (1, 5));
+
+    let elsewhere = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = f.local_addr();
+    elsewhere.send_to(&nak(SOURCE, EPOCH, 1), to).unwrap();
+    sequencer.send_to(&nak(SOURCE, EPOCH + 1, 1), to).unwrap();
+    sequencer.send_to(&nak(SOURCE, EPOCH, 6), to).unwrap();
+    sequencer.send_to(&nak(SOURCE + 1, EPOCH, 1), to).unwrap();
+    sequencer.send_to(&[0xAB; 20], to).unwrap();
+    pump(&mut f, "bad naks", 5);
+    assert_eq!(get("messages resent"), 0);
+    assert_eq!(get("naks received"), 0);
+
+    sequencer.send_to(&nak(SOURCE, EPOCH, 3), to).unwrap();
+    pump(&mut f, "messages resent", 3);
+    assert_eq!(next_datagram(&sequencer), (3, 3));
+    assert_eq!(get("naks received"), 1);
+    assert_eq!(get("bad naks"), 5);
+}

@@ -1,0 +1,136 @@
+//! The `sequencer` process under a flood of garbage datagrams: each one is counted exactly,
+//! the log stays a few lines long (refusals are rate-limited per cause), and the real source
+//! is still sequenced afterwards, even after a malformed datagram in a higher epoch.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use seqstream_schemas::wire;
+use seqstream_store::counters;
+use seqstream_store::ratelimit::DEFAULT_MAX_LINES;
+
+const STREAM: u32 = 6;
+const GARBAGE: u64 = 10_000;
+
+/// Kills and reaps the child when dropped, so a failing test leaks no process.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A datagram of source 1 in `epoch` carrying messages `first..first + n`.
+fn datagram(epoch: u32, first: u64, n: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
+    e.set_protocol_version(1)
+        .set_stream_id(STREAM)
+        .set_source_id(1)
+        .set_session_epoch(epoch)
+        .set_first_source_seq(first);
+    {
+        let mut g = e.messages().unwrap();
+        for s in first..first + n {
+            g.next_entry()
+                .unwrap()
+                .set_payload(&s.to_le_bytes())
+                .unwrap();
+        }
+    }
+    let len = e.encoded_length();
+    buf.truncate(len);
+    buf
+}
+
+/// Waits (bounded) until counter `label` reaches `value`.
+fn wait_counter(path: &Path, label: &str, value: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = counters::read(path).ok().and_then(|s| s.get(label));
+        if now == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{label} is {now:?}, expected {value}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = d.path().join("sequencer.log");
+    let counters_path = d.path().join("seq.counters");
+    let mut p = Proc(
+        Command::new(env!("CARGO_BIN_EXE_sequencer"))
+            .arg("--store")
+            .arg(d.path().join("store"))
+            .args(["--stream-id", &STREAM.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--source", "1@127.0.0.1", "--heartbeat-ms", "0"])
+            .args(["--segment-size", &(1u64 << 20).to_string()])
+            .arg("--counters")
+            .arg(&counters_path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_counter(&counters_path, "datagrams received", 0);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = format!("127.0.0.1:{port}");
+    // In bursts the receive buffer holds, so that UDP loses none and the count is exact.
+    let mut sent = 0u64;
+    while sent < GARBAGE {
+        for _ in 0..200 {
+            let len = 1 + (sent as usize * 7) % 200;
+            client.send_to(&vec![0xAB; len], &to).unwrap();
+            sent += 1;
+        }
+        wait_counter(&counters_path, "bad datagrams: undecodable", sent);
+    }
+    // A valid header in a higher epoch whose messages do not decode, then the real source.
+    let mut bad = datagram(2, 1, 2);
+    bad.truncate(bad.len() - 1);
+    client.send_to(&bad, &to).unwrap();
+    wait_counter(&counters_path, "bad datagrams: undecodable", GARBAGE + 1);
+    client.send_to(&datagram(1, 1, 3), &to).unwrap();
+    wait_counter(&counters_path, "messages sequenced", 3);
+
+    // SIGTERM, then a bounded wait for a clean exit.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(p.0.id() as i32, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the sequencer did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let refusals = text
+        .lines()
+        .filter(|l| l.contains("bad datagrams: undecodable"))
+        .count() as u64;
+    assert!(refusals >= 1, "the refusals are logged:\n{text}");
+    assert!(
+        refusals <= DEFAULT_MAX_LINES as u64 + 1,
+        "{refusals} lines for one cause:\n{text}"
+    );
+    assert!(text.lines().count() < 30, "a long log:\n{text}");
+}
