@@ -79,7 +79,7 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
             .arg(d.path().join("store"))
             .args(["--stream-id", &STREAM.to_string()])
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--source", "1@127.0.0.1", "--heartbeat-ms", "0"])
+            .args(["--source", "1@127.0.0.1", "--no-heartbeat"])
             .args(["--segment-size", &(1u64 << 20).to_string()])
             .arg("--counters")
             .arg(&counters_path)
