@@ -10,7 +10,7 @@
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seqstream_store::counters::{Counter, CountersWriter};
 use seqstream_store::daemon::LimitedWarn;
@@ -29,7 +29,8 @@ pub struct FollowerConfig {
     /// The local replica (created on first contact).
     pub store: PathBuf,
     /// Stream id, index stride, flush policy and pretouch of the local store (the segment
-    /// size is the upstream's).
+    /// size is the upstream's). Its clock also times the follower's heartbeats, peer timeout
+    /// and reconnect delays (monotonic) and stamps its heartbeats (realtime).
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
@@ -173,6 +174,7 @@ impl Follower {
     pub fn run(&mut self, stop: &AtomicBool) -> Result<()> {
         seqstream_store::affinity::pin_current_thread(self.cfg.core)
             .map_err(|e| Error::Config(e.to_string()))?;
+        let mut clock = self.cfg.store_config.clock.clone();
         let mut delay = self.cfg.reconnect_min;
         let mut closed = LimitedWarn::new("replication session ended: closed by the upstream");
         let mut lied = LimitedWarn::new("replication session ended: the upstream lied");
@@ -197,8 +199,8 @@ impl Follower {
             if self.position() > before {
                 delay = self.cfg.reconnect_min;
             }
-            let until = Instant::now() + delay;
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            let until = clock.monotonic_ns() + delay.as_nanos() as u64;
+            while clock.monotonic_ns() < until && !stop.load(Ordering::Relaxed) {
                 for w in [&mut closed, &mut lied, &mut failed] {
                     w.tick();
                 }
@@ -237,8 +239,13 @@ impl Follower {
         let mut inbox = Inbox::new(1 << 20, crate::framing::MAX_MESSAGE);
         let mut unwritten = Unwritten::default();
         let mut idle = self.cfg.idle.build();
-        let mut last_send = Instant::now();
-        let mut last_recv = Instant::now();
+        let mut clock = self.cfg.store_config.clock.clone();
+        let (heartbeat, peer_timeout) = (
+            self.cfg.heartbeat.as_nanos() as u64,
+            self.cfg.peer_timeout.as_nanos() as u64,
+        );
+        let mut last_send = clock.monotonic_ns();
+        let mut last_recv = last_send;
         while !stop.load(Ordering::Relaxed) {
             let mut work = 0;
             if !outbox
@@ -256,7 +263,7 @@ impl Follower {
                     self.counters.bytes.add(n as u64);
                 }
                 while let Some(m) = inbox.next_message()? {
-                    last_recv = Instant::now();
+                    last_recv = clock.monotonic_ns();
                     wrote |= self.handle(protocol::decode(m)?, &mut unwritten)?;
                 }
                 match fill {
@@ -265,7 +272,7 @@ impl Follower {
                     Fill::Bytes(_) | Fill::Full => {}
                 }
             }
-            let now = Instant::now();
+            let now = clock.monotonic_ns();
             if wrote {
                 self.publish_position();
                 scratch.clear();
@@ -280,12 +287,12 @@ impl Follower {
                     .send(&mut stream, &[&scratch])
                     .map_err(|e| Error::io("write", e))?;
                 last_send = now;
-            } else if now.duration_since(last_send) >= self.cfg.heartbeat {
+            } else if now.saturating_sub(last_send) >= heartbeat {
                 scratch.clear();
                 protocol::encode(
                     &Msg::Heartbeat {
                         committed_position: self.position(),
-                        timestamp_ns: seqstream_store::clock::wall_clock_ns(),
+                        timestamp_ns: clock.realtime_ns(),
                     },
                     &mut scratch,
                 );
@@ -294,7 +301,7 @@ impl Follower {
                     .map_err(|e| Error::io("write", e))?;
                 last_send = now;
             }
-            if now.duration_since(last_recv) > self.cfg.peer_timeout {
+            if now.saturating_sub(last_recv) > peer_timeout {
                 return Err(Error::Protocol(
                     "upstream silent past the peer timeout".into(),
                 ));

@@ -18,7 +18,9 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use seqstream_store::clock::Clock;
 
 use seqstream_store::counters::{Counter, CountersWriter};
 use seqstream_store::daemon::LimitedWarn;
@@ -61,6 +63,9 @@ pub struct ServerConfig {
     pub peer_timeout: Duration,
     /// Time a new connection has to send its hello.
     pub handshake_timeout: Duration,
+    /// Its monotonic reading times the handshake deadline, heartbeats and the peer timeout;
+    /// its realtime reading stamps heartbeats. The system's clocks by default.
+    pub clock: Clock,
 }
 
 impl ServerConfig {
@@ -81,6 +86,7 @@ impl ServerConfig {
             heartbeat: Duration::from_millis(100),
             peer_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
+            clock: Clock::system(),
         }
     }
 }
@@ -332,7 +338,8 @@ fn handshake(
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| Error::io("set_read_timeout", e))?;
     let mut inbox = Inbox::new(4096, MAX_HELLO);
-    let deadline = Instant::now() + cfg.handshake_timeout;
+    let mut clock = cfg.clock.clone();
+    let deadline = clock.monotonic_ns() + cfg.handshake_timeout.as_nanos() as u64;
     loop {
         if let Some(m) = inbox.next_message()? {
             let resume = match protocol::decode(m)? {
@@ -361,7 +368,7 @@ fn handshake(
             }
             return Ok(resume);
         }
-        if Instant::now() > deadline || stop.load(Ordering::Relaxed) {
+        if clock.monotonic_ns() > deadline || stop.load(Ordering::Relaxed) {
             return Err(Error::Protocol("no hello in time".into()));
         }
         match inbox.fill(stream) {
@@ -410,6 +417,8 @@ fn serve(
             .set_send_buffer_size(bytes)
             .map_err(|e| Error::io("SO_SNDBUF", e))?;
     }
+    let mut clock = cfg.clock.clone();
+    let start_ns = clock.monotonic_ns();
     let mut session = Session {
         cfg,
         stream,
@@ -417,8 +426,9 @@ fn serve(
         outbox: Outbox::default(),
         scratch: Vec::with_capacity(256),
         announced: None,
-        last_send: Instant::now(),
-        last_recv: Instant::now(),
+        last_send_ns: start_ns,
+        last_recv_ns: start_ns,
+        clock,
         sent_position: resume,
         sent_seq: tailer.next_seq(),
         acked_position: resume,
@@ -444,8 +454,10 @@ struct Session<'a> {
     outbox: Outbox,
     scratch: Vec<u8>,
     announced: Option<u64>,
-    last_send: Instant,
-    last_recv: Instant,
+    /// When (monotonic ns) the last message went out, and the last one came in.
+    last_send_ns: u64,
+    last_recv_ns: u64,
+    clock: Clock,
     sent_position: u64,
     sent_seq: u64,
     acked_position: u64,
@@ -481,8 +493,8 @@ impl Session<'_> {
     /// off instead of spinning on a full socket).
     fn do_work(&mut self) -> Result<usize> {
         let mut work = self.receive()?;
-        let now = Instant::now();
-        if now.duration_since(self.last_recv) > self.cfg.peer_timeout {
+        let now = self.clock.monotonic_ns();
+        if now.saturating_sub(self.last_recv_ns) > self.cfg.peer_timeout.as_nanos() as u64 {
             return Err(Error::Protocol(
                 "replica silent past the peer timeout".into(),
             ));
@@ -522,21 +534,21 @@ impl Session<'_> {
             self.sent_position = range.position + range.bytes.len() as u64;
             self.sent_seq = range.first_seq + range.frames;
             self.slot.position_sent.set(self.sent_position);
-            self.last_send = now;
+            self.last_send_ns = now;
             work += 1;
-        } else if now.duration_since(self.last_send) >= self.cfg.heartbeat {
+        } else if now.saturating_sub(self.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
             self.scratch.clear();
             protocol::encode(
                 &Msg::Heartbeat {
                     committed_position: self.tailer.committed_position(),
-                    timestamp_ns: seqstream_store::clock::wall_clock_ns(),
+                    timestamp_ns: self.clock.realtime_ns(),
                 },
                 &mut self.scratch,
             );
             self.outbox
                 .send(&mut self.stream, &[&self.scratch])
                 .map_err(|e| Error::io("write", e))?;
-            self.last_send = now;
+            self.last_send_ns = now;
             work += 1;
         }
         Ok(work)
@@ -591,7 +603,7 @@ impl Session<'_> {
                         )))
                     }
                 }
-                self.last_recv = Instant::now();
+                self.last_recv_ns = self.clock.monotonic_ns();
                 work += 1;
             }
             match fill {

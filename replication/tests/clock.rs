@@ -1,0 +1,82 @@
+//! The follower's peer timeout and reconnect delay run on the clock it is given (issue 11,
+//! class 5): a silent upstream is left only when the injected monotonic clock says so, however
+//! the wall clock moves and however little real time passed.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_store::clock::ManualClock;
+use seqstream_store::counters::CountersWriter;
+
+/// Waits (bounded, real time) for the next connection.
+fn accept_within(l: &TcpListener, within: Duration) -> Option<std::net::TcpStream> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok((s, _)) = l.accept() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let hour = 3_600_000_000_000u64;
+    let clock = ManualClock::new(10 * hour, 0);
+    let mut cfg = FollowerConfig::new(
+        d.path().join("replica"),
+        9,
+        upstream.local_addr().unwrap(),
+        b"secret".to_vec(),
+    );
+    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
+    let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
+    let mut follower = Follower::new(cfg, &w).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || follower.run(&s));
+    let stop_on_drop = StopOnDrop(stop, Some(thread));
+
+    let first = accept_within(&upstream, Duration::from_secs(20)).expect("no first connection");
+    clock.set_realtime(hour);
+    assert!(
+        accept_within(&upstream, Duration::from_millis(300)).is_none(),
+        "reconnected although the peer timeout has not passed on its clock"
+    );
+    clock.advance(5_001_000_000);
+    // The session ends; the reconnect delay (50 ms) then runs on the same clock, which the
+    // test moves on in steps until the follower is back (in far less than 5 s of real time).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut second = None;
+    while second.is_none() && Instant::now() < deadline {
+        clock.advance(60_000_000);
+        second = accept_within(&upstream, Duration::from_millis(20));
+    }
+    assert!(
+        second.is_some(),
+        "the peer timeout and the reconnect delay passed on its clock: it must reconnect"
+    );
+    drop((first, second, stop_on_drop));
+}
+
+/// Stops and joins the follower thread even when the test fails.
+struct StopOnDrop(
+    Arc<AtomicBool>,
+    Option<std::thread::JoinHandle<seqstream_replication::Result<()>>>,
+);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
