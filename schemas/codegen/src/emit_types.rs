@@ -5,7 +5,7 @@
 use crate::error::CodegenError;
 use crate::ir::{Composite, Enum, Set, TypeDef};
 use crate::literal;
-use crate::names::{camel, screaming, snake};
+use crate::names::{self, camel, screaming, snake};
 use crate::out::Out;
 use crate::slot::{Ctx, Getter, Setter, Slot};
 
@@ -20,11 +20,7 @@ pub fn emit_enum(e: &Enum, out: &mut Out) -> Result<(), CodegenError> {
         });
     }
     let mut variants: Vec<(String, String)> = Vec::new();
-    for v in &e.values {
-        let mut name = camel(&v.name);
-        while variants.iter().any(|(n, _)| *n == name) {
-            name.push('_');
-        }
+    for (v, name) in e.values.iter().zip(names::variants(&e.values)) {
         let value = literal::discriminant(e.primitive, &v.value, &v.name)?;
         if variants.iter().any(|(_, d)| *d == value) {
             return Err(CodegenError::Layout {

@@ -8,7 +8,7 @@
 use crate::error::CodegenError;
 use crate::ir::{Body, Presence, Primitive, Schema, TypeDef};
 use crate::literal;
-use crate::names::{camel, snake};
+use crate::names::{self, camel, snake};
 use crate::out::Out;
 
 /// Generates round-trip tests for every message of `schema`.
@@ -128,7 +128,7 @@ fn encode_body(
             TypeDef::Enum(en) => out.line(format!(
                 "e.set_{name}({}::{});",
                 camel(&en.name),
-                camel(&en.values[0].name)
+                names::variants(&en.values)[0]
             )),
             TypeDef::Set(s) => out.line(format!("e.set_{name}({}(1));", camel(&s.name))),
         }
@@ -237,7 +237,7 @@ fn check_body(body: &Body, version: u16, k: &mut usize, out: &mut Out) -> Result
             TypeDef::Enum(en) => out.line(format!(
                 "assert_eq!(d.{name}(), Some({}::{}));",
                 camel(&en.name),
-                camel(&en.values[0].name)
+                names::variants(&en.values)[0]
             )),
             TypeDef::Set(s) => {
                 let v = format!("{}(1)", camel(&s.name));
