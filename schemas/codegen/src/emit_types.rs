@@ -13,22 +13,9 @@ use crate::slot::{Ctx, Getter, Setter, Slot};
 pub fn emit_enum(e: &Enum, out: &mut Out) -> Result<(), CodegenError> {
     let ty = camel(&e.name);
     let raw = e.primitive.rust();
-    if e.values.is_empty() {
-        return Err(CodegenError::Unsupported {
-            name: e.name.clone(),
-            what: "enum without valid values",
-        });
-    }
     let mut variants: Vec<(String, String)> = Vec::new();
     for (v, name) in e.values.iter().zip(names::variants(&e.values)) {
-        let value = literal::discriminant(e.primitive, &v.value, &v.name)?;
-        if variants.iter().any(|(_, d)| *d == value) {
-            return Err(CodegenError::Layout {
-                name: e.name.clone(),
-                what: format!("value `{}` appears twice", v.value),
-            });
-        }
-        variants.push((name, value));
+        variants.push((name, literal::discriminant(e.primitive, &v.value, &v.name)?));
     }
     out.doc(&e.description);
     out.doc_break();
@@ -148,19 +135,16 @@ pub fn emit_set(s: &Set, out: &mut Out) {
 /// Emits a `<composite>`: `XDecoder<'a>` and `XEncoder<'b>`.
 pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), CodegenError> {
     let name = camel(&c.name);
-    let members: Vec<(TypeDef, &crate::ir::Member)> = c
+    // The open-ended `varData` of a var data composite is read through the message.
+    let slots: Vec<Slot> = c
         .members
         .iter()
-        .filter(|m| m.ty.length != 0)
-        .map(|m| (TypeDef::Encoded(m.ty.clone()), m))
-        .collect();
-    let slots: Vec<Slot> = members
-        .iter()
-        .map(|(ty, m)| Slot {
-            name: &m.ty.name,
+        .filter(|m| !matches!(&m.ty, TypeDef::Encoded(t) if t.length == 0))
+        .map(|m| Slot {
+            name: &m.name,
             id: None,
-            description: &m.ty.description,
-            ty,
+            description: &m.description,
+            ty: &m.ty,
             offset: m.offset,
             since_version: 0,
             gated: false,

@@ -5,7 +5,7 @@
 use crate::error::CodegenError;
 use crate::ir::{Presence, Primitive, TypeDef};
 use crate::literal;
-use crate::names::{camel, snake};
+use crate::names::{self, camel, snake};
 
 /// What every emitter needs to know about the schema being generated.
 pub struct Ctx {
@@ -108,6 +108,12 @@ impl Slot<'_> {
                 "set `{}` over `{}`",
                 t.name,
                 t.primitive.sbe_name()
+            )),
+            TypeDef::EnumConstant(c) => s.push_str(&format!(
+                "constant `{}.{}` = `{}` (not on the wire)",
+                c.enum_def.name,
+                c.item().name,
+                c.item().value
             )),
         }
         if self.since_version > 0 {
@@ -241,6 +247,14 @@ impl Slot<'_> {
                     read_expr(ctx, e.primitive, src, off)
                 ));
             }
+            TypeDef::EnumConstant(c) => {
+                let ty = camel(&c.enum_def.name);
+                out.open(format!("pub const fn {name}(&self) -> {ty} {{"));
+                out.line(format!(
+                    "{ty}::{}",
+                    names::variants(&c.enum_def.values)[c.index]
+                ));
+            }
             TypeDef::Set(s) => {
                 let ty = camel(&s.name);
                 let read = read_expr(ctx, s.primitive, src, off);
@@ -360,6 +374,7 @@ impl Slot<'_> {
                 out.line(format!("{rt}::write({dst}, {at}, value.to_{e}_bytes());"));
                 out.line("self");
             }
+            TypeDef::EnumConstant(_) => return Ok(()),
             TypeDef::Set(st) => {
                 let ty = camel(&st.name);
                 self.docs(out);
