@@ -146,10 +146,11 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
             description: &m.description,
             ty: &m.ty,
             offset: m.offset,
-            since_version: 0,
-            gated: false,
+            since_version: m.since_version,
+            gated: m.since_version > 0,
         })
         .collect();
+    let versioned = c.is_versioned();
     let layout = format!("Composite `{}`, {} bytes.", c.name, c.size);
 
     out.doc(&c.description);
@@ -158,6 +159,9 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
     out.line("#[derive(Clone, Copy)]");
     out.open(format!("pub struct {name}Decoder<'a> {{"));
     out.line("bytes: &'a [u8],");
+    if versioned {
+        out.line("acting_version: u16,");
+    }
     out.close("}");
     out.line("");
     out.open(format!("impl<'a> {name}Decoder<'a> {{"));
@@ -168,9 +172,17 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
         "/// Wraps the composite's bytes. Members that lie outside `bytes` read as 0 (required)",
     );
     out.line("/// or `None` (optional); callers pass exactly [`Self::ENCODED_LENGTH`] bytes.");
-    out.line("#[inline]");
-    out.open("pub const fn wrap(bytes: &'a [u8]) -> Self {");
-    out.line("Self { bytes }");
+    if versioned {
+        out.line("/// `acting_version` is the schema version of the message the composite is in:");
+        out.line("/// members with a later `sinceVersion` read as `None`.");
+        out.line("#[inline]");
+        out.open("pub const fn wrap(bytes: &'a [u8], acting_version: u16) -> Self {");
+        out.line("Self { bytes, acting_version }");
+    } else {
+        out.line("#[inline]");
+        out.open("pub const fn wrap(bytes: &'a [u8]) -> Self {");
+        out.line("Self { bytes }");
+    }
     out.close("}");
     out.line("");
     let getter = Getter { src: "self.bytes" };

@@ -184,6 +184,8 @@ pub struct Member {
     pub ty: TypeDef,
     /// Offset from the start of the composite.
     pub offset: usize,
+    /// `sinceVersion`: older messages do not have the member.
+    pub since_version: u16,
 }
 
 impl Member {
@@ -213,6 +215,14 @@ impl Composite {
     /// The member called `name`.
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Whether a member, or a member of a nested composite, has a `sinceVersion`: then the
+    /// composite's decoder needs the message's acting version.
+    pub fn is_versioned(&self) -> bool {
+        self.members.iter().any(|m| {
+            m.since_version > 0 || matches!(&m.ty, TypeDef::Composite(c) if c.is_versioned())
+        })
     }
 
     /// The Rust type of the single-value member `name` (message and group headers), `u16` if

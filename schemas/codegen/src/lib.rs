@@ -223,6 +223,12 @@ mod tests {
         assert!(refs.contains("crate::codec::read::<1>(self.bytes, 8).map(u8::from_le_bytes)"));
         assert!(refs.contains("DecimalDecoder::wrap(self.bytes.get(12..17).unwrap_or_default())"));
         let nested = generate(&feature_schema("nested"), &Options::default()).unwrap();
+        // `orderCount` (since version 2) needs the acting version, and so do the composites
+        // around it.
+        assert!(nested.contains("if self.acting_version < 2 { return None; }"));
+        assert!(nested.contains(
+            "LevelDecoder::wrap(self.bytes.get(4..21).unwrap_or_default(), self.acting_version)"
+        ));
         for ty in [
             "pub enum QuoteSide",
             "pub struct QuoteFlags",
@@ -351,6 +357,14 @@ mod tests {
         );
         let code = generate(&same_twice, &Options::default()).unwrap();
         assert_eq!(code.matches("pub enum Side").count(), 1);
+        let versioned_header = BIG_ENDIAN.replace(
+            r#"<type name="version" primitiveType="uint16"/>"#,
+            r#"<type name="version" primitiveType="uint16"/><type name="extra" primitiveType="uint8" sinceVersion="1"/>"#,
+        );
+        assert_eq!(
+            error(&versioned_header),
+            "`messageHeader`: a message header cannot have members with sinceVersion"
+        );
         let bad_member = schema_with(
             r#"<composite name="C"><group name="g"/></composite>"#,
             r#"<field name="F" id="1" type="C"/>"#,

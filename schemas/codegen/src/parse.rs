@@ -42,6 +42,7 @@ pub fn parse(xml: &str) -> Result<Schema, CodegenError> {
         &["blockLength", "templateId", "schemaId", "version"],
         "message header",
     )?;
+    unversioned(&header, "message header")?;
     let byte_order = match root.attribute("byteOrder").unwrap_or("littleEndian") {
         "littleEndian" => ByteOrder::Little,
         "bigEndian" => ByteOrder::Big,
@@ -106,6 +107,18 @@ fn require_scalars(c: &Composite, members: &[&str], role: &str) -> Result<(), Co
             }
             None => return Err(layout(&c.name, format!("{role} has no `{member}` member"))),
         }
+    }
+    Ok(())
+}
+
+/// Checks that no member of `c` has a `sinceVersion`: a header is read before the version
+/// it would be compared with is known.
+fn unversioned(c: &Composite, role: &str) -> Result<(), CodegenError> {
+    if c.is_versioned() {
+        return Err(layout(
+            &c.name,
+            format!("a {role} cannot have members with sinceVersion"),
+        ));
     }
     Ok(())
 }
@@ -413,6 +426,7 @@ impl<'a, 'input> Types<'a, 'input> {
             }
             end = offset + ty.size();
             members.push(Member {
+                since_version: opt_number(child, &path, "sinceVersion")?.unwrap_or(0),
                 name: member,
                 description: description(child),
                 ty,
@@ -716,6 +730,7 @@ fn parse_body(
                     &["blockLength", "numInGroup"],
                     "group dimension",
                 )?;
+                unversioned(&dimension, "group dimension")?;
                 body.groups.push(Group {
                     body: parse_body(child, types, &path, since_version)?,
                     dimension,

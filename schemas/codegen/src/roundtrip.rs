@@ -138,6 +138,7 @@ fn check_value(
     name: &str,
     ty: &TypeDef,
     gated: bool,
+    version: u16,
     k: &mut usize,
     out: &mut Out,
 ) -> Result<(), CodegenError> {
@@ -172,7 +173,13 @@ fn check_value(
                 read
             };
             for m in &c.members {
-                check_value(&inner, &snake(&m.name), &m.ty, false, k, out)?;
+                let member = snake(&m.name);
+                if m.since_version > version && !m.ty.is_constant() {
+                    out.line(format!("assert!({inner}.{member}().is_none());"));
+                    *k += values(&m.ty);
+                    continue;
+                }
+                check_value(&inner, &member, &m.ty, m.since_version > 0, version, k, out)?;
             }
         }
         TypeDef::Enum(en) => out.line(format!("assert_eq!({read}, Some({}));", first_variant(en))),
@@ -241,7 +248,8 @@ fn check_body(body: &Body, version: u16, k: &mut usize, out: &mut Out) -> Result
             *k += values(&f.ty);
             continue;
         }
-        check_value("d", &name, &f.ty, is_gated(f.since_version, body), k, out)?;
+        let gated = is_gated(f.since_version, body);
+        check_value("d", &name, &f.ty, gated, version, k, out)?;
     }
     for g in &body.groups {
         if absent(g.body.since_version, body, version) {

@@ -214,7 +214,13 @@ impl Slot<'_> {
             TypeDef::Composite(c) => {
                 let dec = format!("{}Decoder", camel(&c.name));
                 let end = off + c.size;
-                let make = format!("{dec}::wrap({src}.get({off}..{end}).unwrap_or_default())");
+                let version = if c.is_versioned() {
+                    ", self.acting_version"
+                } else {
+                    ""
+                };
+                let make =
+                    format!("{dec}::wrap({src}.get({off}..{end}).unwrap_or_default(){version})");
                 if self.gated {
                     out.open(format!("pub fn {name}(&self) -> Option<{dec}<'a>> {{"));
                     if let Some(gate) = self.gate("None") {
