@@ -59,6 +59,11 @@ fn value_ref_constants_are_typed_and_take_no_bytes() {
     assert_eq!(d.price().mantissa(), -5);
     assert_eq!(d.price().kind(), PriceKind::Limit);
     assert_eq!(d.price().exponent(), -9);
+    assert_eq!(
+        (d.scale().kind(), d.scale().digits()),
+        (PriceKind::Market, 2)
+    );
+    assert_eq!(ScaleDecoder::ENCODED_LENGTH, 0);
     let fill = d.fills().unwrap().next().unwrap();
     assert_eq!((fill.fill_qty(), fill.fill_side()), (3, SideEnum::Sell));
     assert_eq!(TaggedPriceDecoder::ENCODED_LENGTH, 8);

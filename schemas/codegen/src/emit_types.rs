@@ -152,13 +152,28 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
         .collect();
     let versioned = c.is_versioned();
     let layout = format!("Composite `{}`, {} bytes.", c.name, c.size);
+    // A composite of constants only never touches its bytes: the flyweights keep just the
+    // lifetime, so the generated code has no unread field.
+    let reads = slots.iter().any(|s| !s.ty.is_constant());
+    let (param, init) = if reads {
+        ("bytes", "bytes")
+    } else {
+        ("_bytes", "_bytes: core::marker::PhantomData")
+    };
+    let field = |ty: &str| {
+        if reads {
+            format!("bytes: {ty},")
+        } else {
+            format!("_bytes: core::marker::PhantomData<{ty}>,")
+        }
+    };
 
     out.doc(&c.description);
     out.doc_break();
     out.doc(&format!("{layout} Read-only flyweight."));
     out.line("#[derive(Clone, Copy)]");
     out.open(format!("pub struct {name}Decoder<'a> {{"));
-    out.line("bytes: &'a [u8],");
+    out.line(field("&'a [u8]"));
     if versioned {
         out.line("acting_version: u16,");
     }
@@ -176,12 +191,14 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
         out.line("/// `acting_version` is the schema version of the message the composite is in:");
         out.line("/// members with a later `sinceVersion` read as `None`.");
         out.line("#[inline]");
-        out.open("pub const fn wrap(bytes: &'a [u8], acting_version: u16) -> Self {");
-        out.line("Self { bytes, acting_version }");
+        out.open(format!(
+            "pub const fn wrap({param}: &'a [u8], acting_version: u16) -> Self {{"
+        ));
+        out.line(format!("Self {{ {init}, acting_version }}"));
     } else {
         out.line("#[inline]");
-        out.open("pub const fn wrap(bytes: &'a [u8]) -> Self {");
-        out.line("Self { bytes }");
+        out.open(format!("pub const fn wrap({param}: &'a [u8]) -> Self {{"));
+        out.line(format!("Self {{ {init} }}"));
     }
     out.close("}");
     out.line("");
@@ -206,7 +223,7 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
     out.doc_break();
     out.doc(&format!("{layout} Writing flyweight."));
     out.open(format!("pub struct {name}Encoder<'b> {{"));
-    out.line("bytes: &'b mut [u8],");
+    out.line(field("&'b mut [u8]"));
     out.close("}");
     out.line("");
     out.open(format!("impl<'b> {name}Encoder<'b> {{"));
@@ -218,8 +235,8 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
     );
     out.line("/// exactly [`Self::ENCODED_LENGTH`] bytes.");
     out.line("#[inline]");
-    out.open("pub fn wrap(bytes: &'b mut [u8]) -> Self {");
-    out.line("Self { bytes }");
+    out.open(format!("pub fn wrap({param}: &'b mut [u8]) -> Self {{"));
+    out.line(format!("Self {{ {init} }}"));
     out.close("}");
     out.line("");
     let setter = Setter {

@@ -217,11 +217,13 @@ impl Composite {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// Whether a member, or a member of a nested composite, has a `sinceVersion`: then the
-    /// composite's decoder needs the message's acting version.
+    /// Whether a member on the wire, or one of a nested composite, has a `sinceVersion`: then
+    /// the composite's decoder needs the message's acting version (constants read the same
+    /// in every version).
     pub fn is_versioned(&self) -> bool {
-        self.members.iter().any(|m| {
-            m.since_version > 0 || matches!(&m.ty, TypeDef::Composite(c) if c.is_versioned())
+        self.members.iter().any(|m| match &m.ty {
+            TypeDef::Composite(c) => m.since_version > 0 || c.is_versioned(),
+            ty => m.since_version > 0 && !ty.is_constant(),
         })
     }
 

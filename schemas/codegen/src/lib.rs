@@ -365,6 +365,15 @@ mod tests {
             error(&versioned_header),
             "`messageHeader`: a message header cannot have members with sinceVersion"
         );
+        let include = BIG_ENDIAN.replace(
+            "  <types>",
+            r#"  <xi:include xmlns:xi="http://www.w3.org/2001/XInclude" href="common.xml"/>
+  <types>"#,
+        );
+        assert_eq!(
+            error(&include),
+            "`messageSchema`: unknown element <include> (expected types or message; XInclude is not supported)"
+        );
         let bad_member = schema_with(
             r#"<composite name="C"><group name="g"/></composite>"#,
             r#"<field name="F" id="1" type="C"/>"#,

@@ -30,6 +30,19 @@ pub fn parse(xml: &str) -> Result<Schema, CodegenError> {
             what: "root element is not messageSchema",
         });
     }
+    if let Some(other) = root
+        .children()
+        .filter(Node::is_element)
+        .find(|n| !matches!(tag(*n), "types" | "message"))
+    {
+        return Err(layout(
+            "messageSchema",
+            format!(
+                "unknown element <{}> (expected types or message; XInclude is not supported)",
+                tag(other)
+            ),
+        ));
+    }
     let mut types = Types::collect(root)?;
     types.resolve_all()?;
     let header_name = root.attribute("headerType").unwrap_or("messageHeader");
@@ -737,7 +750,12 @@ fn parse_body(
                 });
             }
             "data" => body.data.push(parse_data(child, types, &path)?),
-            _ => {}
+            other => {
+                return Err(layout(
+                    &path,
+                    format!("unknown element <{other}> (expected field, group or data)"),
+                ))
+            }
         }
     }
     body.block_length = opt_number(node, &path, "blockLength")?.unwrap_or(end);
