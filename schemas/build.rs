@@ -1,6 +1,9 @@
-//! Generates the codecs of every schema into `OUT_DIR` with `seqstream-sbe-codegen`.
+//! Generates the codecs of every schema into `OUT_DIR` with `seqstream-sbe-codegen`, and the
+//! codecs of the small feature schemas of `tests/xml/` that only the tests include.
 
 use std::path::{Path, PathBuf};
+
+use seqstream_sbe_codegen::Options;
 
 fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -16,18 +19,30 @@ fn main() {
         schemas.push(("mdp3_v9", data.join("cme-mdp3/templates_FixBinary_v9.xml")));
         schemas.push(("ilink3", data.join("cme-ilink3-schema/ilinkbinary_v5.xml")));
     }
-    let options = seqstream_sbe_codegen::Options::default();
     for (name, schema) in &schemas {
-        println!("cargo:rerun-if-changed={}", schema.display());
-        let out = out_dir.join(format!("{name}.rs"));
-        if let Err(e) = seqstream_sbe_codegen::generate_file(schema, Path::new(&out), &options) {
-            panic!("generating {name} from {}: {e}", schema.display());
-        }
-        // Round-trip tests of every message, included by tests/roundtrip.rs.
-        let xml = std::fs::read_to_string(schema).expect("schema was just read");
-        let tests = seqstream_sbe_codegen::generate_roundtrip_tests(&xml)
-            .unwrap_or_else(|e| panic!("round-trip tests for {name}: {e}"));
-        std::fs::write(out_dir.join(format!("{name}_roundtrip.rs")), tests)
-            .expect("OUT_DIR is writable");
+        generate(name, schema, &out_dir, &Options::default());
     }
+    // Test schemas: included by tests/sbe_features.rs, outside this crate's modules.
+    let tests = Options {
+        runtime: "seqstream_schemas::codec".to_owned(),
+    };
+    for name in ["value_ref", "refs", "nested"] {
+        let schema = manifest.join(format!("tests/xml/{name}.xml"));
+        generate(&format!("test_{name}"), &schema, &out_dir, &tests);
+    }
+}
+
+/// Writes the codec of `schema` to `OUT_DIR/{name}.rs` and its round-trip tests (included by
+/// the tests) to `OUT_DIR/{name}_roundtrip.rs`.
+fn generate(name: &str, schema: &Path, out_dir: &Path, options: &Options) {
+    println!("cargo:rerun-if-changed={}", schema.display());
+    let out = out_dir.join(format!("{name}.rs"));
+    if let Err(e) = seqstream_sbe_codegen::generate_file(schema, &out, options) {
+        panic!("generating {name} from {}: {e}", schema.display());
+    }
+    let xml = std::fs::read_to_string(schema).expect("schema was just read");
+    let tests = seqstream_sbe_codegen::generate_roundtrip_tests(&xml)
+        .unwrap_or_else(|e| panic!("round-trip tests for {name}: {e}"));
+    std::fs::write(out_dir.join(format!("{name}_roundtrip.rs")), tests)
+        .expect("OUT_DIR is writable");
 }

@@ -8,7 +8,7 @@
 //! for fixed-stride groups that walk is O(1).
 
 use crate::error::CodegenError;
-use crate::ir::{Body, Composite, Group, Presence, Schema, TypeDef};
+use crate::ir::{Body, Group, Schema};
 use crate::names::{camel, snake};
 use crate::out::Out;
 use crate::slot::{Ctx, Getter, Setter, Slot};
@@ -41,9 +41,7 @@ impl Container<'_> {
 
     /// Whether any field is on the wire (constants have no setter).
     fn has_setters(&self) -> bool {
-        self.body.fields.iter().any(|f| {
-            !matches!(&f.ty, TypeDef::Encoded(t) if matches!(t.presence, Presence::Constant(_)))
-        })
+        self.body.fields.iter().any(|f| !f.ty.is_constant())
     }
 
     fn has_parts(&self) -> bool {
@@ -72,10 +70,6 @@ impl Container<'_> {
             })
             .collect()
     }
-}
-
-fn header_ty(c: &Composite, member: &str) -> &'static str {
-    c.member(member).map_or("u16", |m| m.ty.primitive.rust())
 }
 
 /// Emits every message of `schema`, its groups and the `Message` dispatch.
@@ -174,13 +168,13 @@ fn emit_decoder(
         out.line("/// Template id.");
         out.line(format!(
             "pub const TEMPLATE_ID: {} = {};",
-            header_ty(&schema.header, "templateId"),
+            schema.header.scalar_rust("templateId"),
             b.id
         ));
         out.line("/// Block length this schema version writes.");
         out.line(format!(
             "pub const BLOCK_LENGTH: {} = {};",
-            header_ty(&schema.header, "blockLength"),
+            schema.header.scalar_rust("blockLength"),
             b.block_length
         ));
         out.line("/// Schema version that introduced the message.");
@@ -437,12 +431,12 @@ fn emit_encoder(
         out.line("/// Template id.");
         out.line(format!(
             "pub const TEMPLATE_ID: {} = {dec}::TEMPLATE_ID;",
-            header_ty(&schema.header, "templateId")
+            schema.header.scalar_rust("templateId")
         ));
         out.line("/// Block length this schema version writes.");
         out.line(format!(
             "pub const BLOCK_LENGTH: {} = {dec}::BLOCK_LENGTH;",
-            header_ty(&schema.header, "blockLength")
+            schema.header.scalar_rust("blockLength")
         ));
         out.line("");
         out.line("/// Writes the message header at `buf[0]` and a zeroed block after it.");
@@ -582,13 +576,16 @@ fn emit_group(
     let eenc = entry.enc();
     let dim = camel(&g.dimension.name);
     let fixed = b.is_fixed_stride();
-    let bl_ty = header_ty(&g.dimension, "blockLength");
-    let n_ty = header_ty(&g.dimension, "numInGroup");
-    let max_count = g
-        .dimension
-        .member("numInGroup")
-        .and_then(|m| m.ty.max_value.clone())
-        .map_or_else(|| format!("{n_ty}::MAX as usize"), |v| v.clone());
+    let bl_ty = g.dimension.scalar_rust("blockLength");
+    let n_ty = g.dimension.scalar_rust("numInGroup");
+    let num_in_group = g.dimension.member("numInGroup").and_then(|m| m.scalar());
+    let max_count = match num_in_group.and_then(|n| n.max_value.as_ref().map(|max| (n, max))) {
+        Some((n, max)) => format!(
+            "{} as usize",
+            crate::literal::number(n.primitive, max, &g.body.name)?
+        ),
+        None => format!("{n_ty}::MAX as usize"),
+    };
 
     out.doc(&format!(
         "The entries of group `{}` (dimension `{}`): an iterator{}.",
@@ -847,7 +844,7 @@ fn emit_dispatch(ctx: &Ctx, schema: &Schema, out: &mut Out) {
     out.line("/// The template id of the message.");
     out.open(format!(
         "pub const fn template_id(&self) -> {} {{",
-        header_ty(&schema.header, "templateId")
+        schema.header.scalar_rust("templateId")
     ));
     out.open("match self {");
     for m in &schema.messages {

@@ -5,7 +5,7 @@
 use crate::error::CodegenError;
 use crate::ir::{Composite, Enum, Set, TypeDef};
 use crate::literal;
-use crate::names::{camel, screaming, snake};
+use crate::names::{self, camel, screaming, snake};
 use crate::out::Out;
 use crate::slot::{Ctx, Getter, Setter, Slot};
 
@@ -13,26 +13,9 @@ use crate::slot::{Ctx, Getter, Setter, Slot};
 pub fn emit_enum(e: &Enum, out: &mut Out) -> Result<(), CodegenError> {
     let ty = camel(&e.name);
     let raw = e.primitive.rust();
-    if e.values.is_empty() {
-        return Err(CodegenError::Unsupported {
-            name: e.name.clone(),
-            what: "enum without valid values",
-        });
-    }
     let mut variants: Vec<(String, String)> = Vec::new();
-    for v in &e.values {
-        let mut name = camel(&v.name);
-        while variants.iter().any(|(n, _)| *n == name) {
-            name.push('_');
-        }
-        let value = literal::discriminant(e.primitive, &v.value, &v.name)?;
-        if variants.iter().any(|(_, d)| *d == value) {
-            return Err(CodegenError::Layout {
-                name: e.name.clone(),
-                what: format!("value `{}` appears twice", v.value),
-            });
-        }
-        variants.push((name, value));
+    for (v, name) in e.values.iter().zip(names::variants(&e.values)) {
+        variants.push((name, literal::discriminant(e.primitive, &v.value, &v.name)?));
     }
     out.doc(&e.description);
     out.doc_break();
@@ -152,32 +135,48 @@ pub fn emit_set(s: &Set, out: &mut Out) {
 /// Emits a `<composite>`: `XDecoder<'a>` and `XEncoder<'b>`.
 pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), CodegenError> {
     let name = camel(&c.name);
-    let members: Vec<(TypeDef, &crate::ir::Member)> = c
+    // The open-ended `varData` of a var data composite is read through the message.
+    let slots: Vec<Slot> = c
         .members
         .iter()
-        .filter(|m| m.ty.length != 0)
-        .map(|m| (TypeDef::Encoded(m.ty.clone()), m))
-        .collect();
-    let slots: Vec<Slot> = members
-        .iter()
-        .map(|(ty, m)| Slot {
-            name: &m.ty.name,
+        .filter(|m| !matches!(&m.ty, TypeDef::Encoded(t) if t.length == 0))
+        .map(|m| Slot {
+            name: &m.name,
             id: None,
-            description: &m.ty.description,
-            ty,
+            description: &m.description,
+            ty: &m.ty,
             offset: m.offset,
-            since_version: 0,
-            gated: false,
+            since_version: m.since_version,
+            gated: m.since_version > 0,
         })
         .collect();
+    let versioned = c.is_versioned();
     let layout = format!("Composite `{}`, {} bytes.", c.name, c.size);
+    // A composite of constants only never touches its bytes: the flyweights keep just the
+    // lifetime, so the generated code has no unread field.
+    let reads = slots.iter().any(|s| !s.ty.is_constant());
+    let (param, init) = if reads {
+        ("bytes", "bytes")
+    } else {
+        ("_bytes", "_bytes: core::marker::PhantomData")
+    };
+    let field = |ty: &str| {
+        if reads {
+            format!("bytes: {ty},")
+        } else {
+            format!("_bytes: core::marker::PhantomData<{ty}>,")
+        }
+    };
 
     out.doc(&c.description);
     out.doc_break();
     out.doc(&format!("{layout} Read-only flyweight."));
     out.line("#[derive(Clone, Copy)]");
     out.open(format!("pub struct {name}Decoder<'a> {{"));
-    out.line("bytes: &'a [u8],");
+    out.line(field("&'a [u8]"));
+    if versioned {
+        out.line("acting_version: u16,");
+    }
     out.close("}");
     out.line("");
     out.open(format!("impl<'a> {name}Decoder<'a> {{"));
@@ -188,9 +187,19 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
         "/// Wraps the composite's bytes. Members that lie outside `bytes` read as 0 (required)",
     );
     out.line("/// or `None` (optional); callers pass exactly [`Self::ENCODED_LENGTH`] bytes.");
-    out.line("#[inline]");
-    out.open("pub const fn wrap(bytes: &'a [u8]) -> Self {");
-    out.line("Self { bytes }");
+    if versioned {
+        out.line("/// `acting_version` is the schema version of the message the composite is in:");
+        out.line("/// members with a later `sinceVersion` read as `None`.");
+        out.line("#[inline]");
+        out.open(format!(
+            "pub const fn wrap({param}: &'a [u8], acting_version: u16) -> Self {{"
+        ));
+        out.line(format!("Self {{ {init}, acting_version }}"));
+    } else {
+        out.line("#[inline]");
+        out.open(format!("pub const fn wrap({param}: &'a [u8]) -> Self {{"));
+        out.line(format!("Self {{ {init} }}"));
+    }
     out.close("}");
     out.line("");
     let getter = Getter { src: "self.bytes" };
@@ -214,7 +223,7 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
     out.doc_break();
     out.doc(&format!("{layout} Writing flyweight."));
     out.open(format!("pub struct {name}Encoder<'b> {{"));
-    out.line("bytes: &'b mut [u8],");
+    out.line(field("&'b mut [u8]"));
     out.close("}");
     out.line("");
     out.open(format!("impl<'b> {name}Encoder<'b> {{"));
@@ -226,8 +235,8 @@ pub fn emit_composite(ctx: &Ctx, c: &Composite, out: &mut Out) -> Result<(), Cod
     );
     out.line("/// exactly [`Self::ENCODED_LENGTH`] bytes.");
     out.line("#[inline]");
-    out.open("pub fn wrap(bytes: &'b mut [u8]) -> Self {");
-    out.line("Self { bytes }");
+    out.open(format!("pub fn wrap({param}: &'b mut [u8]) -> Self {{"));
+    out.line(format!("Self {{ {init} }}"));
     out.close("}");
     out.line("");
     let setter = Setter {

@@ -27,12 +27,23 @@ pub enum CodegenError {
     /// An attribute or text value could not be parsed.
     #[error("`{name}`: invalid value `{value}` for {what}")]
     InvalidValue {
-        /// The element the value belongs to.
+        /// Where the value is: the element, with its enclosing types or messages
+        /// (`Message.Group.Field`, `Composite.member`).
         name: String,
         /// What the value should have been.
-        what: &'static str,
+        what: String,
         /// The offending text.
         value: String,
+    },
+    /// A `valueRef` does not name a valid value of an enum that fits the constant's type.
+    #[error("`{name}`: valueRef `{value_ref}`: {why}")]
+    ValueRef {
+        /// The element with the `valueRef`, with its enclosing types or messages.
+        name: String,
+        /// The `valueRef` as written.
+        value_ref: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// A field, group dimension or var-data element refers to a type that is not defined.
     #[error("`{user}` refers to unknown type `{type_name}`")]

@@ -143,8 +143,6 @@ pub struct EncodedType {
     pub null_value: String,
     /// `maxValue`, if given.
     pub max_value: Option<String>,
-    /// Offset inside the enclosing composite, when given explicitly.
-    pub offset: Option<usize>,
 }
 
 impl EncodedType {
@@ -157,13 +155,47 @@ impl EncodedType {
     }
 }
 
-/// A member of a `<composite>` with its resolved offset.
+/// A constant that names one valid value of an enum (`presence="constant"` with
+/// `valueRef="Enum.Value"`, on a `<type>` or a `<field>`): not on the wire.
+#[derive(Debug, Clone)]
+pub struct EnumConstant {
+    /// The enum the value belongs to.
+    pub enum_def: Enum,
+    /// Index of the value in `enum_def.values`.
+    pub index: usize,
+}
+
+impl EnumConstant {
+    /// The referenced valid value.
+    pub fn item(&self) -> &Item {
+        &self.enum_def.values[self.index]
+    }
+}
+
+/// A member of a `<composite>` (`<type>`, `<ref>`, or a nested `<enum>`, `<set>` or
+/// `<composite>`) with its resolved offset.
 #[derive(Debug, Clone)]
 pub struct Member {
-    /// The encoded type of the member (its name is the member name).
-    pub ty: EncodedType,
+    /// Member name (for a `<ref>`, its `name`; for a nested definition, the type's name).
+    pub name: String,
+    /// `description`, or empty.
+    pub description: String,
+    /// The member's type.
+    pub ty: TypeDef,
     /// Offset from the start of the composite.
     pub offset: usize,
+    /// `sinceVersion`: older messages do not have the member.
+    pub since_version: u16,
+}
+
+impl Member {
+    /// The member's encoded type, when the member is a single encoded value.
+    pub fn scalar(&self) -> Option<&EncodedType> {
+        match &self.ty {
+            TypeDef::Encoded(t) if t.length == 1 => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// A `<composite>`.
@@ -182,7 +214,25 @@ pub struct Composite {
 impl Composite {
     /// The member called `name`.
     pub fn member(&self, name: &str) -> Option<&Member> {
-        self.members.iter().find(|m| m.ty.name == name)
+        self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Whether a member on the wire, or one of a nested composite, has a `sinceVersion`: then
+    /// the composite's decoder needs the message's acting version (constants read the same
+    /// in every version).
+    pub fn is_versioned(&self) -> bool {
+        self.members.iter().any(|m| match &m.ty {
+            TypeDef::Composite(c) => m.since_version > 0 || c.is_versioned(),
+            ty => m.since_version > 0 && !ty.is_constant(),
+        })
+    }
+
+    /// The Rust type of the single-value member `name` (message and group headers), `u16` if
+    /// there is none.
+    pub fn scalar_rust(&self, name: &str) -> &'static str {
+        self.member(name)
+            .and_then(Member::scalar)
+            .map_or("u16", |t| t.primitive.rust())
     }
 }
 
@@ -238,6 +288,8 @@ pub enum TypeDef {
     Enum(Enum),
     /// A `<set>`.
     Set(Set),
+    /// A constant enum value (`valueRef`).
+    EnumConstant(EnumConstant),
 }
 
 impl TypeDef {
@@ -248,6 +300,28 @@ impl TypeDef {
             Self::Composite(c) => c.size,
             Self::Enum(e) => e.primitive.size(),
             Self::Set(s) => s.primitive.size(),
+            Self::EnumConstant(_) => 0,
+        }
+    }
+
+    /// Whether the value is a constant, not on the wire (and so has no setter).
+    pub fn is_constant(&self) -> bool {
+        match self {
+            Self::Encoded(t) => matches!(t.presence, Presence::Constant(_)),
+            Self::EnumConstant(_) => true,
+            Self::Composite(_) | Self::Enum(_) | Self::Set(_) => false,
+        }
+    }
+
+    /// What kind of type this is, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Encoded(t) if t.length == 1 => "single-value type",
+            Self::Encoded(_) => "array type",
+            Self::Composite(_) => "composite",
+            Self::Enum(_) => "enum",
+            Self::Set(_) => "set",
+            Self::EnumConstant(_) => "enum constant",
         }
     }
 }

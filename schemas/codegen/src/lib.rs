@@ -19,11 +19,11 @@ mod out;
 mod parse;
 mod roundtrip;
 mod slot;
+mod validate;
 
 use std::path::Path;
 
 pub use error::CodegenError;
-pub use parse::parse;
 
 use ir::{ByteOrder, TypeDef};
 use out::Out;
@@ -43,6 +43,19 @@ impl Default for Options {
             runtime: "crate::codec".to_owned(),
         }
     }
+}
+
+/// Parses the SBE schema in `xml` and checks it: layout (offsets, block lengths, type
+/// references, `valueRef`s) and every value given as text (constants, null values, enum
+/// values, `maxValue`s). [`generate`] and [`generate_roundtrip_tests`] both start here.
+///
+/// # Errors
+/// [`CodegenError`] if the XML is malformed, the layout inconsistent, a value does not fit
+/// its type, or a construct unsupported; the error names the element by its path.
+pub fn parse(xml: &str) -> Result<ir::Schema, CodegenError> {
+    let schema = parse::parse(xml)?;
+    validate::check(&schema)?;
+    Ok(schema)
 }
 
 /// Generates the codec source for the schema in `xml`.
@@ -67,14 +80,8 @@ pub fn generate(xml: &str, options: &Options) -> Result<String, CodegenError> {
     out.line("");
     out.line(format!("use {}::{{DecodeError, EncodeError}};", ctx.rt));
     out.line("");
-    let id_ty = schema
-        .header
-        .member("schemaId")
-        .map_or("u16", |m| m.ty.primitive.rust());
-    let version_ty = schema
-        .header
-        .member("version")
-        .map_or("u16", |m| m.ty.primitive.rust());
+    let id_ty = schema.header.scalar_rust("schemaId");
+    let version_ty = schema.header.scalar_rust("version");
     out.line("/// Schema id (`messageSchema/@id`), checked by every `decode`.");
     out.line(format!("pub const SCHEMA_ID: {id_ty} = {};", schema.id));
     out.line("/// Schema version (`messageSchema/@version`), written by every encoder.");
@@ -85,7 +92,7 @@ pub fn generate(xml: &str, options: &Options) -> Result<String, CodegenError> {
     out.line("");
     for ty in schema.types.values() {
         match ty {
-            TypeDef::Encoded(_) => {}
+            TypeDef::Encoded(_) | TypeDef::EnumConstant(_) => {}
             TypeDef::Enum(e) => emit_types::emit_enum(e, &mut out)?,
             TypeDef::Set(s) => emit_types::emit_set(s, &mut out),
             TypeDef::Composite(c) => emit_types::emit_composite(&ctx, c, &mut out)?,
@@ -193,15 +200,223 @@ mod tests {
         assert_eq!(tests.matches("#[test]").count(), 48);
     }
 
+    fn feature_schema(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/xml")
+            .join(format!("{name}.xml"));
+        std::fs::read_to_string(path).expect("feature schema")
+    }
+
     #[test]
-    fn unsupported_constructs_are_reported() {
-        let xml = BIG_ENDIAN.replace(
-            r#"<field name="Seq" id="1" type="uint32"/>"#,
-            r#"<field name="Seq" id="1" type="uint32" presence="constant" valueRef="A.B"/>"#,
+    fn generates_the_feature_schemas() {
+        let value_ref = generate(&feature_schema("value_ref"), &Options::default()).unwrap();
+        assert!(value_ref.contains("pub const fn side(&self) -> SideEnum {\n        SideEnum::Buy"));
+        assert!(
+            value_ref.contains("pub const fn kind(&self) -> PriceKind {\n        PriceKind::Limit")
         );
-        assert!(matches!(
-            generate(&xml, &Options::default()),
-            Err(CodegenError::Unsupported { .. })
+        assert!(
+            !value_ref.contains("fn set_side("),
+            "constants have no setter"
+        );
+        let refs = generate(&feature_schema("refs"), &Options::default()).unwrap();
+        // `venue` is at its explicit offset 8, `tickSize` at 12.
+        assert!(refs.contains("crate::codec::read::<1>(self.bytes, 8).map(u8::from_le_bytes)"));
+        assert!(refs.contains("DecimalDecoder::wrap(self.bytes.get(12..17).unwrap_or_default())"));
+        let nested = generate(&feature_schema("nested"), &Options::default()).unwrap();
+        // `orderCount` (since version 2) needs the acting version, and so do the composites
+        // around it.
+        assert!(nested.contains("if self.acting_version < 2 { return None; }"));
+        assert!(nested.contains(
+            "LevelDecoder::wrap(self.bytes.get(4..21).unwrap_or_default(), self.acting_version)"
         ));
+        for ty in [
+            "pub enum QuoteSide",
+            "pub struct QuoteFlags",
+            "pub struct LevelDecoder",
+            "pub enum SourceKind",
+        ] {
+            assert_eq!(nested.matches(ty).count(), 1, "{ty} emitted once");
+        }
+        for name in ["value_ref", "refs", "nested"] {
+            let tests = generate_roundtrip_tests(&feature_schema(name)).unwrap();
+            assert_eq!(tests.matches("#[test]").count(), 1, "{name}");
+        }
+    }
+
+    /// `BIG_ENDIAN` with `types` added to its types and `fields` as the message's fields.
+    fn schema_with(types: &str, fields: &str) -> String {
+        BIG_ENDIAN
+            .replace("  </types>", &format!("{types}\n  </types>"))
+            .replace(r#"<field name="Seq" id="1" type="uint32"/>"#, fields)
+    }
+
+    const SIDE: &str = r#"<enum name="Side" encodingType="char">
+      <validValue name="Buy">1</validValue><validValue name="Sell">2</validValue></enum>"#;
+
+    /// The error both entry points give for `xml`, which must be the same.
+    fn error(xml: &str) -> String {
+        let codec = generate(xml, &Options::default()).unwrap_err().to_string();
+        let tests = generate_roundtrip_tests(xml).unwrap_err().to_string();
+        assert_eq!(
+            codec, tests,
+            "generate and generate_roundtrip_tests disagree"
+        );
+        codec
+    }
+
+    #[test]
+    fn value_ref_errors_say_what_and_where() {
+        let composite = |member: &str| {
+            schema_with(
+                &format!(
+                    r#"{SIDE}<composite name="C"><type name="a" primitiveType="uint8"/>{member}</composite>"#
+                ),
+                r#"<field name="F" id="1" type="C"/>"#,
+            )
+        };
+        for (member, expected) in [
+            (
+                r#"<type name="k" primitiveType="char" presence="constant" valueRef="Side.Hold"/>"#,
+                "`C.k`: valueRef `Side.Hold`: enum `Side` has no valid value `Hold` (it has Buy, Sell)",
+            ),
+            (
+                r#"<type name="k" primitiveType="char" presence="constant" valueRef="Sides.Buy"/>"#,
+                "`C.k`: valueRef `Sides.Buy`: the schema has no enum `Sides`",
+            ),
+            (
+                r#"<type name="k" primitiveType="char" presence="constant" valueRef="Buy"/>"#,
+                "`C.k`: valueRef `Buy`: expected `EnumName.ValueName`",
+            ),
+            (
+                r#"<type name="k" primitiveType="uint8" presence="constant" valueRef="Side.Buy"/>"#,
+                "`C.k`: valueRef `Side.Buy`: enum `Side` is encoded as `char`, the constant as `uint8`",
+            ),
+            (
+                r#"<type name="k" primitiveType="char" valueRef="Side.Buy"/>"#,
+                "`C.k`: valueRef `Side.Buy`: only a constant (presence=\"constant\") may have a valueRef",
+            ),
+            (
+                r#"<type name="k" primitiveType="char" presence="constant"/>"#,
+                "`C.k`: constant without a value: give it as the element's text, or as valueRef=\"Enum.Value\"",
+            ),
+            (
+                r#"<type name="k" primitiveType="int8" presence="constant">-200</type>"#,
+                "`C.k`: invalid value `-200` for a `int8` (an integer from -128 to 127)",
+            ),
+        ] {
+            assert_eq!(error(&composite(member)), expected, "{member}");
+        }
+        let field = schema_with(
+            SIDE,
+            r#"<field name="F" id="1" type="uint32" presence="constant" valueRef="Side.Buy"/>"#,
+        );
+        assert_eq!(
+            error(&field),
+            "`Ping.F`: valueRef `Side.Buy`: enum `Side` is encoded as `char`, the constant as `uint32`"
+        );
+        let field = schema_with(
+            SIDE,
+            r#"<field name="F" id="1" type="Side" presence="constant"/>"#,
+        );
+        assert!(error(&field).starts_with("`Ping.F`: constant field of a non-constant enum"));
+    }
+
+    #[test]
+    fn ref_and_nesting_errors_say_what_and_where() {
+        let unknown = schema_with(
+            r#"<composite name="C"><ref name="r" type="Nope"/></composite>"#,
+            r#"<field name="F" id="1" type="C"/>"#,
+        );
+        assert_eq!(error(&unknown), "`C.r` refers to unknown type `Nope`");
+        let cycle = schema_with(
+            r#"<composite name="A"><ref name="b" type="B"/></composite>
+               <composite name="B"><ref name="a" type="A"/></composite>"#,
+            r#"<field name="F" id="1" type="A"/>"#,
+        );
+        assert_eq!(error(&cycle), "`A`: type contains itself (A → B → A)");
+        let overlap = schema_with(
+            r#"<composite name="C"><type name="a" primitiveType="uint32"/><ref name="r" type="uint8" offset="2"/></composite>"#,
+            r#"<field name="F" id="1" type="C"/>"#,
+        );
+        assert_eq!(
+            error(&overlap),
+            "`C.r`: offset 2 overlaps the previous member ending at 4"
+        );
+        let twice = schema_with(
+            &format!(
+                r#"{SIDE}<composite name="C"><enum name="Side" encodingType="uint8"><validValue name="Buy">1</validValue></enum></composite>"#
+            ),
+            r#"<field name="F" id="1" type="C"/>"#,
+        );
+        assert!(error(&twice).starts_with("`Side`: type defined twice, differently"));
+        let same_twice = schema_with(
+            &format!(
+                r#"<composite name="C">{SIDE}</composite><composite name="D">{SIDE}</composite>"#
+            ),
+            r#"<field name="F" id="1" type="C"/><field name="G" id="2" type="D"/>"#,
+        );
+        let code = generate(&same_twice, &Options::default()).unwrap();
+        assert_eq!(code.matches("pub enum Side").count(), 1);
+        let versioned_header = BIG_ENDIAN.replace(
+            r#"<type name="version" primitiveType="uint16"/>"#,
+            r#"<type name="version" primitiveType="uint16"/><type name="extra" primitiveType="uint8" sinceVersion="1"/>"#,
+        );
+        assert_eq!(
+            error(&versioned_header),
+            "`messageHeader`: a message header cannot have members with sinceVersion"
+        );
+        let include = BIG_ENDIAN.replace(
+            "  <types>",
+            r#"  <xi:include xmlns:xi="http://www.w3.org/2001/XInclude" href="common.xml"/>
+  <types>"#,
+        );
+        assert_eq!(
+            error(&include),
+            "`messageSchema`: unknown element <include> (expected types or message; XInclude is not supported)"
+        );
+        let bad_member = schema_with(
+            r#"<composite name="C"><group name="g"/></composite>"#,
+            r#"<field name="F" id="1" type="C"/>"#,
+        );
+        assert!(error(&bad_member).starts_with("`C.g`: unknown element <group> in a composite"));
+    }
+
+    #[test]
+    fn both_entry_points_validate_alike() {
+        // Before the two shared one validation, generate_roundtrip_tests accepted each of
+        // these (or, on the first, panicked), while generate rejected the first three and
+        // wrote the last one's bad maxValue into the code.
+        for (xml, expected) in [
+            (
+                schema_with(
+                    r#"<enum name="E" encodingType="uint8"></enum>"#,
+                    r#"<field name="F" id="1" type="E"/>"#,
+                ),
+                "`E`: unsupported: enum without valid values",
+            ),
+            (
+                schema_with(
+                    r#"<enum name="E" encodingType="uint8"><validValue name="A">1</validValue><validValue name="B">1</validValue></enum>"#,
+                    r#"<field name="F" id="1" type="E"/>"#,
+                ),
+                "`E.B`: value `1` appears twice in the enum",
+            ),
+            (
+                schema_with(
+                    r#"<type name="Q" primitiveType="uint8" presence="optional" nullValue="300"/>"#,
+                    r#"<field name="F" id="1" type="Q"/>"#,
+                ),
+                "`Q`: invalid value `300` for a `uint8` (an integer from 0 to 255)",
+            ),
+            (
+                schema_with(
+                    r#"<composite name="groupSizeEncoding"><type name="blockLength" primitiveType="uint16"/><type name="numInGroup" primitiveType="uint8" maxValue="many"/></composite>"#,
+                    r#"<group name="G" id="2"><field name="X" id="3" type="uint8"/></group>"#,
+                ),
+                "`Ping.G numInGroup maxValue`: invalid value `many` for a `uint8` (an integer from 0 to 255)",
+            ),
+        ] {
+            assert_eq!(error(&xml), expected);
+        }
     }
 }

@@ -4,10 +4,18 @@
 use crate::error::CodegenError;
 use crate::ir::Primitive;
 
-fn invalid(name: &str, value: &str) -> CodegenError {
+fn invalid(name: &str, p: Primitive, value: &str) -> CodegenError {
+    let what = match p {
+        Primitive::Char => "a `char` (one printable ASCII character)".to_owned(),
+        Primitive::F32 | Primitive::F64 => format!("a `{}` number", p.sbe_name()),
+        _ => {
+            let (min, max) = int_range(p);
+            format!("a `{}` (an integer from {min} to {max})", p.sbe_name())
+        }
+    };
     CodegenError::InvalidValue {
         name: name.to_owned(),
-        what: "literal of its primitive type",
+        what,
         value: value.to_owned(),
     }
 }
@@ -34,13 +42,13 @@ pub fn number(p: Primitive, text: &str, name: &str) -> Result<String, CodegenErr
         if text.eq_ignore_ascii_case("nan") {
             return Ok(format!("{ty}::NAN"));
         }
-        let v: f64 = text.parse().map_err(|_| invalid(name, text))?;
+        let v: f64 = text.parse().map_err(|_| invalid(name, p, text))?;
         return Ok(format!("{v:?}_{ty}"));
     }
-    let v: i128 = text.parse().map_err(|_| invalid(name, text))?;
+    let v: i128 = text.parse().map_err(|_| invalid(name, p, text))?;
     let (min, max) = int_range(p);
     if v < min || v > max {
-        return Err(invalid(name, text));
+        return Err(invalid(name, p, text));
     }
     Ok(if v == max {
         format!("{ty}::MAX")
@@ -59,7 +67,7 @@ pub fn value(p: Primitive, text: &str, name: &str) -> Result<String, CodegenErro
     }
     match text.as_bytes() {
         [c] if c.is_ascii_graphic() || *c == b' ' => Ok(byte(*c)),
-        _ => Err(invalid(name, text)),
+        _ => Err(invalid(name, p, text)),
     }
 }
 
@@ -68,10 +76,10 @@ pub fn discriminant(p: Primitive, text: &str, name: &str) -> Result<String, Code
     if p == Primitive::Char {
         return value(p, text, name);
     }
-    let v: i128 = text.trim().parse().map_err(|_| invalid(name, text))?;
+    let v: i128 = text.trim().parse().map_err(|_| invalid(name, p, text))?;
     let (min, max) = int_range(p);
     if v < min || v > max {
-        return Err(invalid(name, text));
+        return Err(invalid(name, p, text));
     }
     Ok(v.to_string())
 }
@@ -88,7 +96,13 @@ pub fn byte(c: u8) -> String {
 /// A byte-string literal of a constant char array, zero-padded to `length`.
 pub fn byte_string(text: &str, length: usize, name: &str) -> Result<String, CodegenError> {
     if text.len() > length || !text.bytes().all(|c| c.is_ascii_graphic() || c == b' ') {
-        return Err(invalid(name, text));
+        return Err(CodegenError::InvalidValue {
+            name: name.to_owned(),
+            what: format!(
+                "a `char` × {length} constant (at most {length} printable ASCII characters)"
+            ),
+            value: text.to_owned(),
+        });
     }
     let mut s = String::from("b\"");
     for c in text.bytes() {

@@ -1,5 +1,15 @@
 //! Owns turning schema names into Rust identifiers (snake_case, UpperCamelCase,
 //! SCREAMING_SNAKE_CASE) that never collide with keywords.
+//!
+//! Word splitting is `heck`'s: a word ends before an upper-case letter that follows a
+//! lower-case letter or digit, or before the last capital of a run followed by a lower-case
+//! letter, so acronyms stay whole (`MDEntryPx` → `md_entry_px`, `SecurityID` →
+//! `security_id`). On top of `heck` this module only keeps identifiers valid: a leading digit
+//! gets a prefix, a keyword a trailing underscore.
+
+use heck::{ToSnakeCase, ToUpperCamelCase};
+
+use crate::ir::Item;
 
 const KEYWORDS: &[&str] = &[
     "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
@@ -9,39 +19,9 @@ const KEYWORDS: &[&str] = &[
     "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
 ];
 
-/// Splits `MDEntryPx` into `["md", "entry", "px"]`, `uInt8NULL` into `["u", "int8", "null"]`.
-fn words(name: &str) -> Vec<String> {
-    let chars: Vec<char> = name.chars().collect();
-    let mut words = Vec::new();
-    let mut current = String::new();
-    for (i, &c) in chars.iter().enumerate() {
-        if !c.is_ascii_alphanumeric() {
-            if !current.is_empty() {
-                words.push(std::mem::take(&mut current));
-            }
-            continue;
-        }
-        if c.is_ascii_uppercase() && i > 0 && !current.is_empty() {
-            let prev = chars[i - 1];
-            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
-            if prev.is_ascii_lowercase()
-                || prev.is_ascii_digit()
-                || (prev.is_ascii_uppercase() && next_lower)
-            {
-                words.push(std::mem::take(&mut current));
-            }
-        }
-        current.push(c.to_ascii_lowercase());
-    }
-    if !current.is_empty() {
-        words.push(current);
-    }
-    words
-}
-
 /// `MDEntryPx` → `md_entry_px`; keywords get a trailing underscore.
 pub fn snake(name: &str) -> String {
-    let mut s = words(name).join("_");
+    let mut s = name.to_snake_case();
     if s.starts_with(|c: char| c.is_ascii_digit()) || s.is_empty() {
         s.insert(0, 'f');
     }
@@ -58,15 +38,7 @@ pub fn screaming(name: &str) -> String {
 
 /// `PRICENULL9` → `Pricenull9`, `groupSize8Byte` → `GroupSize8Byte`.
 pub fn camel(name: &str) -> String {
-    let mut s: String = words(name)
-        .iter()
-        .map(|w| {
-            let mut cs = w.chars();
-            cs.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + cs.as_str())
-                .unwrap_or_default()
-        })
-        .collect();
+    let mut s = name.to_upper_camel_case();
     if s.starts_with(|c: char| c.is_ascii_digit()) || s.is_empty() {
         s.insert(0, 'V');
     }
@@ -76,21 +48,45 @@ pub fn camel(name: &str) -> String {
     s
 }
 
+/// The Rust variant name of each valid value of an enum, in order: UpperCamelCase, with
+/// trailing underscores added until each is unique.
+pub fn variants(values: &[Item]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::with_capacity(values.len());
+    for v in values {
+        let mut name = camel(&v.name);
+        while names.contains(&name) {
+            name.push('_');
+        }
+        names.push(name);
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn snake_case_splits_acronyms() {
-        assert_eq!(snake("MDEntryPx"), "md_entry_px");
-        assert_eq!(snake("NoMDEntries"), "no_md_entries");
-        assert_eq!(snake("SecurityIDSource"), "security_id_source");
-        assert_eq!(
-            snake("MDIncrementalRefreshBook32"),
-            "md_incremental_refresh_book32"
-        );
-        assert_eq!(snake("blockLength"), "block_length");
-        assert_eq!(snake("type"), "type_");
+    fn snake_case_keeps_acronyms_whole() {
+        for (name, snake_name) in [
+            ("MDEntryPx", "md_entry_px"),
+            ("NoMDEntries", "no_md_entries"),
+            ("SecurityID", "security_id"),
+            ("SecurityIDSource", "security_id_source"),
+            ("MDIncrementalRefreshBook", "md_incremental_refresh_book"),
+            (
+                "MDIncrementalRefreshBook32",
+                "md_incremental_refresh_book32",
+            ),
+            ("TransactTime", "transact_time"),
+            ("OrderQty", "order_qty"),
+            ("uInt8NULL", "u_int8_null"),
+            ("blockLength", "block_length"),
+            ("type", "type_"),
+            ("9Lives", "f9lives"),
+        ] {
+            assert_eq!(snake(name), snake_name, "{name}");
+        }
     }
 
     #[test]
@@ -98,7 +94,27 @@ mod tests {
         assert_eq!(camel("PRICENULL9"), "Pricenull9");
         assert_eq!(camel("groupSize8Byte"), "GroupSize8Byte");
         assert_eq!(camel("NewOrderSingle514"), "NewOrderSingle514");
+        assert_eq!(
+            camel("MDIncrementalRefreshBook"),
+            "MdIncrementalRefreshBook"
+        );
         assert_eq!(camel("0"), "V0");
+        assert_eq!(camel("self"), "Self_");
         assert_eq!(screaming("LastTradeMsg"), "LAST_TRADE_MSG");
+        assert_eq!(screaming("type"), "TYPE");
+    }
+
+    #[test]
+    fn variant_names_are_unique() {
+        let item = |name: &str| Item {
+            name: name.to_owned(),
+            description: String::new(),
+            value: String::new(),
+            since_version: 0,
+        };
+        assert_eq!(
+            variants(&[item("buy"), item("Buy"), item("BUY")]),
+            ["Buy", "Buy_", "Buy__"]
+        );
     }
 }

@@ -6,9 +6,9 @@
 //! test file glob-imports them).
 
 use crate::error::CodegenError;
-use crate::ir::{Body, Presence, Primitive, Schema, TypeDef};
+use crate::ir::{Body, Enum, Presence, Primitive, Schema, TypeDef};
 use crate::literal;
-use crate::names::{camel, snake};
+use crate::names::{self, camel, snake};
 use crate::out::Out;
 
 /// Generates round-trip tests for every message of `schema`.
@@ -69,9 +69,7 @@ fn text(k: usize) -> String {
 fn writes_anything(body: &Body) -> bool {
     !body.groups.is_empty()
         || !body.data.is_empty()
-        || body.fields.iter().any(|f| {
-            !matches!(&f.ty, TypeDef::Encoded(t) if matches!(t.presence, Presence::Constant(_)))
-        })
+        || body.fields.iter().any(|f| !f.ty.is_constant())
 }
 
 fn is_gated(since: u16, body: &Body) -> bool {
@@ -84,6 +82,120 @@ fn absent(since: u16, body: &Body, version: u16) -> bool {
     is_gated(since, body) && since > version
 }
 
+/// How many values `ty` numbers: one, plus those of a composite's members.
+fn values(ty: &TypeDef) -> usize {
+    match ty {
+        TypeDef::Composite(c) => 1 + c.members.iter().map(|m| values(&m.ty)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// The enum variant the tests write into an enum value: its first valid value.
+fn first_variant(e: &Enum) -> String {
+    format!("{}::{}", camel(&e.name), names::variants(&e.values)[0])
+}
+
+/// Sets the value `name` of type `ty` on the encoder expression `target`, numbered from `k`.
+fn encode_value(
+    target: &str,
+    name: &str,
+    ty: &TypeDef,
+    k: &mut usize,
+    out: &mut Out,
+) -> Result<(), CodegenError> {
+    *k += 1;
+    match ty {
+        TypeDef::Encoded(t) => match &t.presence {
+            Presence::Constant(_) => {}
+            _ if t.length == 0 => {}
+            _ if t.length != 1 => out.line(format!("{target}.set_{name}({}).unwrap();", text(*k))),
+            Presence::Optional => out.line(format!(
+                "{target}.set_{name}(Some({}));",
+                scalar(t.primitive, *k)?
+            )),
+            Presence::Required => out.line(format!(
+                "{target}.set_{name}({});",
+                scalar(t.primitive, *k)?
+            )),
+        },
+        TypeDef::Composite(c) => {
+            let inner = format!("{target}.{name}()");
+            for m in &c.members {
+                encode_value(&inner, &snake(&m.name), &m.ty, k, out)?;
+            }
+        }
+        TypeDef::Enum(en) => out.line(format!("{target}.set_{name}({});", first_variant(en))),
+        TypeDef::Set(s) => out.line(format!("{target}.set_{name}({}(1));", camel(&s.name))),
+        TypeDef::EnumConstant(_) => {}
+    }
+    Ok(())
+}
+
+/// Asserts the value `name` of type `ty` read from the decoder expression `source` (with
+/// `unwrap` applied to a gated value) is the one [`encode_value`] wrote.
+fn check_value(
+    source: &str,
+    name: &str,
+    ty: &TypeDef,
+    gated: bool,
+    version: u16,
+    k: &mut usize,
+    out: &mut Out,
+) -> Result<(), CodegenError> {
+    *k += 1;
+    let read = format!("{source}.{name}()");
+    let some = |v: String| if gated { format!("Some({v})") } else { v };
+    match ty {
+        TypeDef::Encoded(t) => match &t.presence {
+            Presence::Constant(_) => {}
+            _ if t.length == 0 => {}
+            p if t.length != 1 => {
+                let opt = if gated || *p == Presence::Optional {
+                    ".unwrap()"
+                } else {
+                    ""
+                };
+                out.line(format!("assert_eq!(trim_nul({read}{opt}), {});", text(*k)));
+            }
+            p => {
+                let v = scalar(t.primitive, *k)?;
+                if gated || *p == Presence::Optional {
+                    out.line(format!("assert_eq!({read}, Some({v}));"));
+                } else {
+                    out.line(format!("assert_eq!({read}, {v});"));
+                }
+            }
+        },
+        TypeDef::Composite(c) => {
+            let inner = if gated {
+                format!("{read}.unwrap()")
+            } else {
+                read
+            };
+            for m in &c.members {
+                let member = snake(&m.name);
+                if m.since_version > version && !m.ty.is_constant() {
+                    out.line(format!("assert!({inner}.{member}().is_none());"));
+                    *k += values(&m.ty);
+                    continue;
+                }
+                check_value(&inner, &member, &m.ty, m.since_version > 0, version, k, out)?;
+            }
+        }
+        TypeDef::Enum(en) => out.line(format!("assert_eq!({read}, Some({}));", first_variant(en))),
+        TypeDef::Set(s) => out.line(format!(
+            "assert_eq!({read}, {});",
+            some(format!("{}(1)", camel(&s.name)))
+        )),
+        TypeDef::EnumConstant(c) => out.line(format!(
+            "assert_eq!({read}, {}::{});",
+            camel(&c.enum_def.name),
+            names::variants(&c.enum_def.values)[c.index]
+        )),
+    }
+    Ok(())
+}
+
 fn encode_body(
     body: &Body,
     version: u16,
@@ -91,47 +203,7 @@ fn encode_body(
     out: &mut Out,
 ) -> Result<(), CodegenError> {
     for f in &body.fields {
-        let name = snake(&f.name);
-        *k += 1;
-        match &f.ty {
-            TypeDef::Encoded(t) => match &t.presence {
-                Presence::Constant(_) => {}
-                _ if t.length != 1 => out.line(format!("e.set_{name}({}).unwrap();", text(*k))),
-                Presence::Optional => {
-                    out.line(format!("e.set_{name}(Some({}));", scalar(t.primitive, *k)?))
-                }
-                Presence::Required => {
-                    out.line(format!("e.set_{name}({});", scalar(t.primitive, *k)?))
-                }
-            },
-            TypeDef::Composite(c) => {
-                for m in &c.members {
-                    let member = snake(&m.ty.name);
-                    *k += 1;
-                    match &m.ty.presence {
-                        Presence::Constant(_) => {}
-                        _ if m.ty.length == 0 => {}
-                        _ if m.ty.length != 1 => {
-                            out.line(format!("e.{name}().set_{member}({}).unwrap();", text(*k)))
-                        }
-                        Presence::Optional => out.line(format!(
-                            "e.{name}().set_{member}(Some({}));",
-                            scalar(m.ty.primitive, *k)?
-                        )),
-                        Presence::Required => out.line(format!(
-                            "e.{name}().set_{member}({});",
-                            scalar(m.ty.primitive, *k)?
-                        )),
-                    }
-                }
-            }
-            TypeDef::Enum(en) => out.line(format!(
-                "e.set_{name}({}::{});",
-                camel(&en.name),
-                camel(&en.values[0].name)
-            )),
-            TypeDef::Set(s) => out.line(format!("e.set_{name}({}(1));", camel(&s.name))),
-        }
+        encode_value("e", &snake(&f.name), &f.ty, k, out)?;
     }
     for g in &body.groups {
         if absent(g.body.since_version, body, version) {
@@ -170,81 +242,14 @@ fn encode_body(
 fn check_body(body: &Body, version: u16, k: &mut usize, out: &mut Out) -> Result<(), CodegenError> {
     for f in &body.fields {
         let name = snake(&f.name);
-        let gated = is_gated(f.since_version, body);
-        let unwrap = if gated { ".unwrap()" } else { "" };
-        *k += 1;
-        if absent(f.since_version, body, version) {
+        if absent(f.since_version, body, version) && !f.ty.is_constant() {
             // The encoder writes `version`, which predates the field: the decoder hides it.
             out.line(format!("assert!(d.{name}().is_none());"));
-            if let TypeDef::Composite(c) = &f.ty {
-                *k += c.members.len();
-            }
+            *k += values(&f.ty);
             continue;
         }
-        match &f.ty {
-            TypeDef::Encoded(t) => match &t.presence {
-                Presence::Constant(_) => {}
-                p if t.length != 1 => {
-                    let opt = if gated || *p == Presence::Optional {
-                        ".unwrap()"
-                    } else {
-                        ""
-                    };
-                    out.line(format!(
-                        "assert_eq!(trim_nul(d.{name}(){opt}), {});",
-                        text(*k)
-                    ));
-                }
-                p => {
-                    let v = scalar(t.primitive, *k)?;
-                    if gated || *p == Presence::Optional {
-                        out.line(format!("assert_eq!(d.{name}(), Some({v}));"));
-                    } else {
-                        out.line(format!("assert_eq!(d.{name}(), {v});"));
-                    }
-                }
-            },
-            TypeDef::Composite(c) => {
-                for m in &c.members {
-                    let member = snake(&m.ty.name);
-                    *k += 1;
-                    match &m.ty.presence {
-                        Presence::Constant(_) => {}
-                        _ if m.ty.length == 0 => {}
-                        p if m.ty.length != 1 => {
-                            let opt = if *p == Presence::Optional {
-                                ".unwrap()"
-                            } else {
-                                ""
-                            };
-                            out.line(format!(
-                                "assert_eq!(trim_nul(d.{name}(){unwrap}.{member}(){opt}), {});",
-                                text(*k)
-                            ));
-                        }
-                        p => {
-                            let v = scalar(m.ty.primitive, *k)?;
-                            let v = if *p == Presence::Optional {
-                                format!("Some({v})")
-                            } else {
-                                v
-                            };
-                            out.line(format!("assert_eq!(d.{name}(){unwrap}.{member}(), {v});"));
-                        }
-                    }
-                }
-            }
-            TypeDef::Enum(en) => out.line(format!(
-                "assert_eq!(d.{name}(), Some({}::{}));",
-                camel(&en.name),
-                camel(&en.values[0].name)
-            )),
-            TypeDef::Set(s) => {
-                let v = format!("{}(1)", camel(&s.name));
-                let v = if gated { format!("Some({v})") } else { v };
-                out.line(format!("assert_eq!(d.{name}(), {v});"));
-            }
-        }
+        let gated = is_gated(f.since_version, body);
+        check_value("d", &name, &f.ty, gated, version, k, out)?;
     }
     for g in &body.groups {
         if absent(g.body.since_version, body, version) {

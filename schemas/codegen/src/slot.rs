@@ -5,7 +5,7 @@
 use crate::error::CodegenError;
 use crate::ir::{Presence, Primitive, TypeDef};
 use crate::literal;
-use crate::names::{camel, snake};
+use crate::names::{self, camel, snake};
 
 /// What every emitter needs to know about the schema being generated.
 pub struct Ctx {
@@ -109,6 +109,12 @@ impl Slot<'_> {
                 t.name,
                 t.primitive.sbe_name()
             )),
+            TypeDef::EnumConstant(c) => s.push_str(&format!(
+                "constant `{}.{}` = `{}` (not on the wire)",
+                c.enum_def.name,
+                c.item().name,
+                c.item().value
+            )),
         }
         if self.since_version > 0 {
             s.push_str(&format!(", since version {}", self.since_version));
@@ -208,7 +214,13 @@ impl Slot<'_> {
             TypeDef::Composite(c) => {
                 let dec = format!("{}Decoder", camel(&c.name));
                 let end = off + c.size;
-                let make = format!("{dec}::wrap({src}.get({off}..{end}).unwrap_or_default())");
+                let version = if c.is_versioned() {
+                    ", self.acting_version"
+                } else {
+                    ""
+                };
+                let make =
+                    format!("{dec}::wrap({src}.get({off}..{end}).unwrap_or_default(){version})");
                 if self.gated {
                     out.open(format!("pub fn {name}(&self) -> Option<{dec}<'a>> {{"));
                     if let Some(gate) = self.gate("None") {
@@ -239,6 +251,14 @@ impl Slot<'_> {
                 out.line(format!(
                     "{}.unwrap_or({ty}::NULL)",
                     read_expr(ctx, e.primitive, src, off)
+                ));
+            }
+            TypeDef::EnumConstant(c) => {
+                let ty = camel(&c.enum_def.name);
+                out.open(format!("pub const fn {name}(&self) -> {ty} {{"));
+                out.line(format!(
+                    "{ty}::{}",
+                    names::variants(&c.enum_def.values)[c.index]
                 ));
             }
             TypeDef::Set(s) => {
@@ -360,6 +380,7 @@ impl Slot<'_> {
                 out.line(format!("{rt}::write({dst}, {at}, value.to_{e}_bytes());"));
                 out.line("self");
             }
+            TypeDef::EnumConstant(_) => return Ok(()),
             TypeDef::Set(st) => {
                 let ty = camel(&st.name);
                 self.docs(out);
