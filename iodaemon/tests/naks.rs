@@ -1,14 +1,18 @@
 //! NAKs from the sequencer: one that its link's sequencer could not have sent now (another
 //! address, another epoch, unknown source, messages never sent, undecodable) is counted and
-//! changes nothing; the real sequencer's NAK then makes the forwarder resend at once.
+//! changes nothing; the real sequencer's NAK then makes the forwarder resend at once. In
+//! process, and with the `iodaemon` binary under a flood of forged NAKs (its log stays short).
 
 use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_store::counters::{self, CountersWriter};
+use seqstream_store::ratelimit::DEFAULT_MAX_LINES;
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
@@ -28,10 +32,52 @@ fn nak(source: u32, epoch: u32, from: u64) -> Vec<u8> {
 
 /// The first source seq and message count of the next datagram the fake sequencer gets.
 fn next_datagram(sequencer: &UdpSocket) -> (u64, usize) {
+    next_datagram_from(sequencer).0
+}
+
+/// [`next_datagram`] and the address it came from.
+fn next_datagram_from(sequencer: &UdpSocket) -> ((u64, usize), std::net::SocketAddr) {
     let mut buf = vec![0u8; 65_536];
-    let (n, _) = sequencer.recv_from(&mut buf).unwrap();
+    let (n, from) = sequencer.recv_from(&mut buf).unwrap();
     let d = wire::DatagramHeaderDecoder::decode(&buf[..n]).unwrap();
-    (d.first_source_seq(), d.messages().unwrap().num_in_group())
+    (
+        (d.first_source_seq(), d.messages().unwrap().num_in_group()),
+        from,
+    )
+}
+
+/// An outbox of `SOURCE` on `STREAM` holding five messages.
+fn outbox_of_five(path: &Path) {
+    let mut o = Outbox::open_or_create(path, SOURCE, STREAM, 1 << 20, 4096).unwrap();
+    for i in 0..5u8 {
+        o.offer(STREAM, 0, &[i; 16]).unwrap();
+    }
+}
+
+/// Kills and reaps the child when dropped, so a failing test leaks no process.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (bounded) until counter `label` of the file at `path` is `value`.
+fn wait_counter(path: &Path, label: &str, value: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = counters::read(path).ok().and_then(|s| s.get(label));
+        if now == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{label} is {now:?}, expected {value}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 #[test]
@@ -43,10 +89,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let outbox = d.path().join("app.outbox");
-    let mut o = Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
-    for i in 0..5u8 {
-        o.offer(STREAM, 0, &[i; 16]).unwrap();
-    }
+    outbox_of_five(&outbox);
     let counters_path = d.path().join("io.counters");
     let w = CountersWriter::create(&counters_path, 64).unwrap();
     let mut f = Forwarder::open(
@@ -93,4 +136,74 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     assert_eq!(next_datagram(&sequencer), (3, 3));
     assert_eq!(get("naks received"), 1);
     assert_eq!(get("bad naks"), 5);
+}
+
+#[test]
+fn the_iodaemon_under_a_flood_of_forged_naks_resends_nothing_and_logs_little() {
+    let d = tempfile::tempdir().unwrap();
+    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sequencer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let outbox = d.path().join("app.outbox");
+    outbox_of_five(&outbox);
+    let counters_path = d.path().join("io.counters");
+    let log = d.path().join("iodaemon.log");
+    let p = Proc(
+        Command::new(env!("CARGO_BIN_EXE_iodaemon"))
+            .arg("--outbox")
+            .arg(&outbox)
+            .arg("--route")
+            .arg(format!(
+                "{STREAM}={}={}",
+                sequencer.local_addr().unwrap(),
+                d.path().join("no-store-yet").display()
+            ))
+            .args(["--bind", "127.0.0.1:0", "--epoch", &EPOCH.to_string()])
+            .args(["--resend-timeout-ms", "3600000"])
+            .arg("--counters")
+            .arg(&counters_path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let (first, iodaemon) = next_datagram_from(&sequencer);
+    assert_eq!(first, (1, 5));
+
+    // Forged NAKs: from another address (a flood), then from the sequencer's address with
+    // another epoch or beyond what was sent.
+    let elsewhere = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut forged = 0;
+    for _ in 0..10 {
+        for _ in 0..100 {
+            elsewhere.send_to(&nak(SOURCE, EPOCH, 1), iodaemon).unwrap();
+            forged += 1;
+        }
+        wait_counter(&counters_path, "bad naks", forged);
+    }
+    sequencer
+        .send_to(&nak(SOURCE, EPOCH + 1, 1), iodaemon)
+        .unwrap();
+    sequencer.send_to(&nak(SOURCE, EPOCH, 6), iodaemon).unwrap();
+    forged += 2;
+    wait_counter(&counters_path, "bad naks", forged);
+    let now = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
+    assert_eq!((now("messages resent"), now("naks received")), (0, 0));
+
+    // The real sequencer's NAK: a resend from its seq, at once.
+    sequencer.send_to(&nak(SOURCE, EPOCH, 3), iodaemon).unwrap();
+    assert_eq!(next_datagram(&sequencer), (3, 3));
+    wait_counter(&counters_path, "messages resent", 3);
+    wait_counter(&counters_path, "naks received", 1);
+
+    drop(p);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text.lines().filter(|l| l.contains("ignored a NAK")).count() as u64;
+    assert!(lines >= 1, "the forged NAKs are logged:\n{text}");
+    assert!(
+        lines <= DEFAULT_MAX_LINES as u64 + 1,
+        "{lines} lines for one cause:\n{text}"
+    );
 }

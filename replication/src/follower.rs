@@ -105,11 +105,36 @@ fn active_segment_length(dir: &std::path::Path) -> Option<u64> {
     })
 }
 
+/// The rate-limited WARN lines of the sessions' ends, one per cause.
+struct Warns {
+    closed: LimitedWarn,
+    lied: LimitedWarn,
+    failed: LimitedWarn,
+}
+
+impl Warns {
+    fn new() -> Self {
+        Warns {
+            closed: LimitedWarn::new("replication session ended: closed by the upstream"),
+            lied: LimitedWarn::new("replication session ended: the upstream lied"),
+            failed: LimitedWarn::new("replication session ended"),
+        }
+    }
+
+    /// Logs the summaries owed for intervals that have ended.
+    fn tick(&mut self) {
+        for w in [&mut self.closed, &mut self.lied, &mut self.failed] {
+            w.tick();
+        }
+    }
+}
+
 /// A replica of one stream, kept up to date from an upstream.
 pub struct Follower {
     cfg: FollowerConfig,
     appender: Option<Appender>,
     counters: Counters,
+    warns: Warns,
 }
 
 impl Follower {
@@ -149,6 +174,7 @@ impl Follower {
             cfg,
             appender,
             counters,
+            warns: Warns::new(),
         };
         f.publish_position();
         Ok(f)
@@ -176,9 +202,6 @@ impl Follower {
             .map_err(|e| Error::Config(e.to_string()))?;
         let mut clock = self.cfg.store_config.clock.clone();
         let mut delay = self.cfg.reconnect_min;
-        let mut closed = LimitedWarn::new("replication session ended: closed by the upstream");
-        let mut lied = LimitedWarn::new("replication session ended: the upstream lied");
-        let mut failed = LimitedWarn::new("replication session ended");
         while !stop.load(Ordering::Relaxed) {
             let before = self.position();
             match self.session(stop) {
@@ -188,11 +211,15 @@ impl Follower {
                     let upstream = self.cfg.upstream;
                     if e.is_lie() {
                         self.counters.rejected.incr();
-                        lied.warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+                        self.warns
+                            .lied
+                            .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
                     } else if matches!(e, Error::Closed) {
-                        closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
+                        self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
                     } else {
-                        failed.warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+                        self.warns
+                            .failed
+                            .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
                     }
                 }
             }
@@ -201,9 +228,7 @@ impl Follower {
             }
             let until = clock.monotonic_ns() + delay.as_nanos() as u64;
             while clock.monotonic_ns() < until && !stop.load(Ordering::Relaxed) {
-                for w in [&mut closed, &mut lied, &mut failed] {
-                    w.tick();
-                }
+                self.warns.tick();
                 std::thread::sleep(Duration::from_millis(5));
             }
             delay = (delay * 2).min(self.cfg.reconnect_max);
@@ -308,6 +333,9 @@ impl Follower {
             }
             if let Some(a) = self.appender.as_mut() {
                 a.flush_if_due()?;
+            }
+            if work == 0 {
+                self.warns.tick();
             }
             idle.idle(work);
         }

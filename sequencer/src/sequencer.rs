@@ -18,6 +18,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::wire;
 use seqstream_store::clock::Clock;
 use seqstream_store::counters::{Counter, CountersWriter};
@@ -200,44 +201,87 @@ struct Counters {
     heartbeats: Counter,
 }
 
-/// Why a datagram is dropped whole, before anything about its source changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a datagram is dropped whole, before anything about its source changes. Formatted
+/// only when its log line is not suppressed.
+#[derive(Debug, Clone, Copy)]
 enum Refusal {
-    Undecodable,
-    Version,
-    Stream,
-    UnknownSource,
-    WrongAddress,
-    StaleEpoch,
-    TooLarge,
+    Undecodable(DecodeError),
+    NoAddress,
+    SeqOverflow {
+        source: u32,
+        first: u64,
+    },
+    Version(u8),
+    Stream(u32),
+    UnknownSource(u32),
+    WrongAddress {
+        source: u32,
+        listed: IpAddr,
+    },
+    StaleEpoch {
+        source: u32,
+        epoch: u32,
+        highest: u32,
+    },
+    TooLarge {
+        source: u32,
+        len: usize,
+    },
 }
 
-impl Refusal {
-    const ALL: [Refusal; 7] = [
-        Refusal::Undecodable,
-        Refusal::Version,
-        Refusal::Stream,
-        Refusal::UnknownSource,
-        Refusal::WrongAddress,
-        Refusal::StaleEpoch,
-        Refusal::TooLarge,
-    ];
+/// The causes refusals are counted and logged by: their counters' labels.
+const CAUSES: [&str; 7] = [
+    "bad datagrams: undecodable",
+    "bad datagrams: protocol version",
+    "bad datagrams: other stream",
+    "bad datagrams: unknown source",
+    "bad datagrams: wrong address",
+    "bad datagrams: stale epoch",
+    "bad datagrams: message too large",
+];
 
-    /// Its counter's label.
-    fn label(self) -> &'static str {
+impl Refusal {
+    /// Its index in [`CAUSES`].
+    fn cause(self) -> usize {
         match self {
-            Refusal::Undecodable => "bad datagrams: undecodable",
-            Refusal::Version => "bad datagrams: protocol version",
-            Refusal::Stream => "bad datagrams: other stream",
-            Refusal::UnknownSource => "bad datagrams: unknown source",
-            Refusal::WrongAddress => "bad datagrams: wrong address",
-            Refusal::StaleEpoch => "bad datagrams: stale epoch",
-            Refusal::TooLarge => "bad datagrams: message too large",
+            Refusal::Undecodable(_) | Refusal::NoAddress | Refusal::SeqOverflow { .. } => 0,
+            Refusal::Version(_) => 1,
+            Refusal::Stream(_) => 2,
+            Refusal::UnknownSource(_) => 3,
+            Refusal::WrongAddress { .. } => 4,
+            Refusal::StaleEpoch { .. } => 5,
+            Refusal::TooLarge { .. } => 6,
         }
     }
 }
 
-/// Each refusal's counter (the exact number) and rate-limited WARN line.
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Undecodable(e) => write!(f, "{e}"),
+            Refusal::NoAddress => write!(f, "no source address"),
+            Refusal::SeqOverflow { source, first } => {
+                write!(f, "source {source}: first source seq {first} overflows")
+            }
+            Refusal::Version(v) => write!(f, "protocol version {v}"),
+            Refusal::Stream(s) => write!(f, "stream {s}"),
+            Refusal::UnknownSource(s) => write!(f, "source {s}"),
+            Refusal::WrongAddress { source, listed } => {
+                write!(f, "source {source} is listed at {listed}")
+            }
+            Refusal::StaleEpoch {
+                source,
+                epoch,
+                highest,
+            } => write!(f, "source {source} epoch {epoch}, below {highest}"),
+            Refusal::TooLarge { source, len } => {
+                write!(f, "source {source}: a message of {len} bytes")
+            }
+        }
+    }
+}
+
+/// Each cause's counter (the exact number) and rate-limited WARN line.
 struct Refusals {
     counters: Vec<Counter>,
     warns: Vec<LimitedWarn>,
@@ -249,27 +293,22 @@ impl Refusals {
             counters: Vec::new(),
             warns: Vec::new(),
         };
-        for cause in Refusal::ALL {
-            r.counters.push(counters.counter(cause.label())?);
-            r.warns.push(LimitedWarn::new(cause.label()));
+        for label in CAUSES {
+            r.counters.push(counters.counter(label)?);
+            r.warns.push(LimitedWarn::new(label));
         }
         Ok(r)
     }
 
-    /// Counts and logs (rate-limited) a dropped datagram from `from`.
-    fn refuse(
-        &mut self,
-        cause: Refusal,
-        from: Option<SocketAddr>,
-        detail: std::fmt::Arguments<'_>,
-    ) {
-        let i = cause as usize;
+    /// Counts and logs (rate-limited) a datagram dropped whole.
+    fn refuse(&mut self, refusal: Refusal, from: Option<SocketAddr>) {
+        let i = refusal.cause();
         self.counters[i].incr();
         match from {
             Some(from) => {
-                self.warns[i].warn(format_args!("dropped a datagram from {from}: {detail}"))
+                self.warns[i].warn(format_args!("dropped a datagram from {from}: {refusal}"))
             }
-            None => self.warns[i].warn(format_args!("dropped a datagram: {detail}")),
+            None => self.warns[i].warn(format_args!("dropped a datagram: {refusal}")),
         }
     }
 
@@ -426,11 +465,7 @@ impl Sequencer {
                     self.counters.datagrams.incr();
                     match from {
                         Some(from) => self.handle(datagram, from)?,
-                        None => self.refusals.refuse(
-                            Refusal::Undecodable,
-                            None,
-                            format_args!("no source address"),
-                        ),
+                        None => self.refusals.refuse(Refusal::NoAddress, None),
                     }
                 }
                 if n < BATCH {
@@ -458,48 +493,41 @@ impl Sequencer {
 
     /// Checks a whole datagram without changing anything: header, source, address, epoch,
     /// every message (decodable, small enough for a frame, source seqs in range).
-    fn check<'a>(
-        &self,
-        datagram: &'a [u8],
-        from: SocketAddr,
-    ) -> Result<Checked<'a>, (Refusal, String)> {
-        let undecodable = |e: &dyn std::fmt::Display| (Refusal::Undecodable, e.to_string());
-        let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(|e| undecodable(&e))?;
+    fn check<'a>(&self, datagram: &'a [u8], from: SocketAddr) -> Result<Checked<'a>, Refusal> {
+        let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
         if d.protocol_version() != PROTOCOL_VERSION {
-            return Err((
-                Refusal::Version,
-                format!("protocol version {}", d.protocol_version()),
-            ));
+            return Err(Refusal::Version(d.protocol_version()));
         }
         if d.stream_id() != self.cfg.store_config.stream_id {
-            return Err((Refusal::Stream, format!("stream {}", d.stream_id())));
+            return Err(Refusal::Stream(d.stream_id()));
         }
         let source_id = d.source_id();
         let Some(source) = self.sources.get(&source_id) else {
-            return Err((Refusal::UnknownSource, format!("source {source_id}")));
+            return Err(Refusal::UnknownSource(source_id));
         };
         if source.address != from.ip() {
-            return Err((
-                Refusal::WrongAddress,
-                format!("source {source_id} is listed at {}", source.address),
-            ));
+            return Err(Refusal::WrongAddress {
+                source: source_id,
+                listed: source.address,
+            });
         }
         let epoch = d.session_epoch();
-        if let Some(e) = source.epoch.filter(|e| epoch < *e) {
-            return Err((
-                Refusal::StaleEpoch,
-                format!("source {source_id} epoch {epoch}, below {e}"),
-            ));
+        if let Some(highest) = source.epoch.filter(|e| epoch < *e) {
+            return Err(Refusal::StaleEpoch {
+                source: source_id,
+                epoch,
+                highest,
+            });
         }
-        let messages = d.messages().map_err(|e| undecodable(&e))?;
+        let messages = d.messages().map_err(Refusal::Undecodable)?;
         let mut payloads = Vec::with_capacity(messages.num_in_group());
         for m in messages {
-            let p = m.and_then(|m| m.payload()).map_err(|e| undecodable(&e))?;
+            let p = m.and_then(|m| m.payload()).map_err(Refusal::Undecodable)?;
             if p.len() > self.appender.max_payload() {
-                return Err((
-                    Refusal::TooLarge,
-                    format!("source {source_id}: a message of {} bytes", p.len()),
-                ));
+                return Err(Refusal::TooLarge {
+                    source: source_id,
+                    len: p.len(),
+                });
             }
             payloads.push(p);
         }
@@ -508,10 +536,10 @@ impl Sequencer {
             .checked_add(payloads.len() as u64)
             .is_none()
         {
-            return Err((
-                Refusal::Undecodable,
-                format!("source {source_id}: first source seq {first_source_seq}"),
-            ));
+            return Err(Refusal::SeqOverflow {
+                source: source_id,
+                first: first_source_seq,
+            });
         }
         Ok(Checked {
             source_id,
@@ -531,9 +559,8 @@ impl Sequencer {
             payloads,
         } = match self.check(datagram, from) {
             Ok(c) => c,
-            Err((cause, detail)) => {
-                self.refusals
-                    .refuse(cause, Some(from), format_args!("{detail}"));
+            Err(refusal) => {
+                self.refusals.refuse(refusal, Some(from));
                 return Ok(());
             }
         };
