@@ -425,15 +425,19 @@ impl Run<'_> {
             s(&self.l.counters("algo")),
         ];
         self.spawn("algo", &h1, "algo", args)?;
-        // Every replica exists once its first segment has arrived.
-        for (host, dir) in [
-            ("h1", "orders"),
-            ("h1", "composite"),
-            ("h2", "orders"),
-            ("h2", "md"),
-        ] {
-            let store = self.l.store(host, dir);
-            self.wait_store(&store)?;
+        // Every replica's follower has reached its upstream. (A replica is created only with
+        // its first frame, and an idle composite stream sends none.)
+        for (host, stream_id) in [(1, 2), (1, 3), (2, 2), (2, 1)] {
+            let counters = self.l.counters(&format!("iodaemon-h{host}"));
+            let label = format!("stream {stream_id} connects");
+            let left = self.left();
+            wait_until(
+                &format!("host {host}'s follower of stream {stream_id} to connect"),
+                left,
+                &mut self.procs,
+                &self.stop,
+                || Ok(counter(&counters, &label) > 0),
+            )?;
         }
         Ok(())
     }
