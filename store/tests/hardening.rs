@@ -5,7 +5,7 @@
 mod common;
 
 use std::fs::OpenOptions;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,8 @@ fn truncate(path: &Path, len: u64) {
         .unwrap();
 }
 
-/// Waits (bounded) for a child to exit and returns its status, stdout and stderr.
+/// Waits (bounded) for a child to exit and returns its status, stdout (empty when the test
+/// consumed it) and stderr.
 fn finish(mut child: KillOnDrop, within: Duration) -> (std::process::ExitStatus, String, String) {
     let deadline = Instant::now() + within;
     let status = loop {
@@ -63,13 +64,9 @@ fn finish(mut child: KillOnDrop, within: Duration) -> (std::process::ExitStatus,
     };
     let mut out = String::new();
     let mut err = String::new();
-    child
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    if let Some(mut stdout) = child.0.stdout.take() {
+        stdout.read_to_string(&mut out).unwrap();
+    }
     child
         .0
         .stderr
@@ -155,34 +152,46 @@ fn storetool_follow_exits_with_an_error_when_the_segment_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
     append_pattern(&mut a, 5);
-    let child = KillOnDrop(
-        Command::new(storetool())
-            .args(["tail", "-f", "--idle", "sleep:200us"])
-            .arg(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    // Let it map the segment and read the frames; the kill on drop bounds a failure.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_dir(format!("/proc/{}/map_files", child.0.id()))
-        .map(|d| d.count())
-        .unwrap_or(0)
-        == 0
-        || !mapped_by(child.0.id(), &seg_path(dir.path(), 0))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "storetool never mapped the segment"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = follow_after_printing(dir.path(), 5);
+    assert!(mapped_by(child.0.id(), &seg_path(dir.path(), 0)));
     truncate(&seg_path(dir.path(), 0), 0);
     let (status, _, err) = finish(child, Duration::from_secs(20));
     assert_eq!(status.signal(), None, "killed by a signal: {err}");
     assert!(!status.success(), "must fail: {err}");
     assert!(err.contains("shrank") && err.contains(".seg"), "{err}");
+}
+
+/// Starts `storetool tail -f` on `dir` and returns once it has printed `frames` frame lines:
+/// it is then past its start-up (open, seek) and following, with the active segment mapped.
+/// Its stdout is consumed here; the kill on drop bounds a failure.
+fn follow_after_printing(dir: &Path, frames: usize) -> KillOnDrop {
+    let mut child = KillOnDrop(
+        Command::new(storetool())
+            .args(["tail", "-f", "--idle", "sleep:100us"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if line.is_err() || tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for printed in 0..frames {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            rx.recv_timeout(left).is_ok(),
+            "storetool printed {printed} of {frames} frames"
+        );
+    }
+    child
 }
 
 fn mapped_by(pid: u32, path: &Path) -> bool {
@@ -407,23 +416,7 @@ fn storetool_follow_stops_with_a_clear_error_on_a_rebuilt_store() {
     let mut a = Appender::open_or_create(&dir, small(1)).unwrap();
     append_pattern(&mut a, 5);
     drop(a);
-    let child = KillOnDrop(
-        Command::new(storetool())
-            .args(["tail", "-f", "--idle", "sleep:100us"])
-            .arg(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !mapped_by(child.0.id(), &seg_path(&dir, 0)) {
-        assert!(
-            Instant::now() < deadline,
-            "storetool never mapped the segment"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = follow_after_printing(&dir, 5);
     rebuild(&dir, 3);
     let (status, _, err) = finish(child, Duration::from_secs(30));
     assert!(!status.success());
