@@ -72,6 +72,10 @@ fn store_bench_prints_every_case_with_its_floor() {
             "{cases:?}"
         );
     }
+    assert!(
+        cases.contains(&"open_sealed_16MiB/time".to_string()),
+        "{cases:?}"
+    );
 }
 
 #[test]
