@@ -248,7 +248,8 @@ pub struct Stats {
     pub ends: u64,
     /// Times the session name changed.
     pub session_changes: u64,
-    /// Messages never seen whose gap was given up (a session change or [`MAX_GAPS`]).
+    /// Messages never seen whose gap was given up (a session change or [`MAX_GAPS`]),
+    /// saturating at `u64::MAX`.
     pub abandoned: u64,
 }
 
@@ -291,9 +292,21 @@ impl SessionTracker {
         self.stats
     }
 
-    /// Messages never seen: those in open gaps and those abandoned.
+    /// Messages never seen: those in open gaps and those abandoned (saturating: sequence
+    /// numbers may jump by nearly 2^64).
     pub fn missing(&self) -> u64 {
-        self.gaps.iter().map(|(s, e)| e - s).sum::<u64>() + self.stats.abandoned
+        self.open_gaps().saturating_add(self.stats.abandoned)
+    }
+
+    /// Messages in open gaps, saturating.
+    fn open_gaps(&self) -> u64 {
+        self.gaps
+            .iter()
+            .fold(0u64, |sum, (s, e)| sum.saturating_add(e - s))
+    }
+
+    fn abandon(&mut self, messages: u64) {
+        self.stats.abandoned = self.stats.abandoned.saturating_add(messages);
     }
 
     /// Takes in `packet`, calling `on_new` with each message seen for the first time, in
@@ -317,7 +330,7 @@ impl SessionTracker {
             Some(_) => {
                 verdict.session_changed = true;
                 self.stats.session_changes += 1;
-                self.stats.abandoned += self.gaps.iter().map(|(s, e)| e - s).sum::<u64>();
+                self.abandon(self.open_gaps());
                 self.gaps.clear();
                 self.next = packet.sequence;
                 self.session = Some(packet.session);
@@ -360,7 +373,7 @@ impl SessionTracker {
         self.gaps.push((self.next, seq));
         if self.gaps.len() > MAX_GAPS {
             let (s, e) = self.gaps.remove(0);
-            self.stats.abandoned += e - s;
+            self.abandon(e - s);
         }
         self.stats.gaps += 1;
         self.next = seq;
@@ -387,7 +400,7 @@ impl SessionTracker {
                 self.gaps.insert(i + 1, (seq + 1, end));
                 if self.gaps.len() > MAX_GAPS {
                     let (s, e) = self.gaps.remove(0);
-                    self.stats.abandoned += e - s;
+                    self.abandon(e - s);
                 }
             }
         }

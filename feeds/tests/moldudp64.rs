@@ -245,3 +245,15 @@ fn tracker_bounds_its_gaps() {
     let (v, _) = accept(&mut t, &packet(S, 3998, &[b"a"]));
     assert_eq!(v.recovered, 1);
 }
+
+#[test]
+fn huge_jumps_saturate_the_missing_count() {
+    // Fuzz regression: two sessions with gaps of nearly 2^64 messages overflowed `abandoned`.
+    let mut t = SessionTracker::new();
+    for session in [b"SESSION001", b"SESSION002", b"SESSION003"] {
+        accept(&mut t, &packet(session, 0, &[b"a"]));
+        accept(&mut t, &packet(session, u64::MAX - 1, &[b"a"]));
+    }
+    assert_eq!(t.missing(), u64::MAX);
+    assert_eq!(t.stats().abandoned, u64::MAX);
+}
