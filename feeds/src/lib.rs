@@ -3,3 +3,5 @@
 //! This crate owns decoding only: bytes in, typed values or typed errors out. It never
 //! publishes, never touches a store and never panics on input (every decoder is fuzzed).
 //! The applications in `apps/` turn what it decodes into stream messages.
+pub mod capture;
+pub mod moldudp64;
