@@ -49,6 +49,9 @@ pub struct Level {
     pub orders: u64,
 }
 
+/// A price level as the book reports it: the price and what rests there.
+pub type Quote = (Price4, Level);
+
 /// One stock's two sides, each price level → [`Level`]. A level exists while it has at
 /// least one order.
 #[derive(Debug, Clone, Default)]
@@ -59,12 +62,12 @@ pub struct StockBook {
 
 impl StockBook {
     /// The highest bid level, if any.
-    pub fn best_bid(&self) -> Option<(Price4, Level)> {
+    pub fn best_bid(&self) -> Option<Quote> {
         self.bids.last_key_value().map(|(&p, &l)| (p, l))
     }
 
     /// The lowest ask (offer) level, if any.
-    pub fn best_ask(&self) -> Option<(Price4, Level)> {
+    pub fn best_ask(&self) -> Option<Quote> {
         self.asks.first_key_value().map(|(&p, &l)| (p, l))
     }
 
@@ -74,12 +77,12 @@ impl StockBook {
     }
 
     /// The bid levels, best (highest) first.
-    pub fn bids(&self) -> impl Iterator<Item = (Price4, Level)> + '_ {
+    pub fn bids(&self) -> impl Iterator<Item = Quote> + '_ {
         self.bids.iter().rev().map(|(&p, &l)| (p, l))
     }
 
     /// The ask levels, best (lowest) first.
-    pub fn asks(&self) -> impl Iterator<Item = (Price4, Level)> + '_ {
+    pub fn asks(&self) -> impl Iterator<Item = Quote> + '_ {
         self.asks.iter().map(|(&p, &l)| (p, l))
     }
 
@@ -197,7 +200,7 @@ impl OrderBook {
     }
 
     /// Best bid and best ask (offer) of a stock locate.
-    pub fn bbo(&self, stock_locate: u16) -> (Option<(Price4, Level)>, Option<(Price4, Level)>) {
+    pub fn bbo(&self, stock_locate: u16) -> (Option<Quote>, Option<Quote>) {
         self.stock(stock_locate)
             .map_or((None, None), |s| (s.best_bid(), s.best_ask()))
     }

@@ -35,6 +35,8 @@
 //! Lengths are exact: a message shorter or longer than its type's fixed length is
 //! [`ItchError::Length`].
 
+pub mod book;
+
 use std::fmt;
 
 /// Why a buffer is not an ITCH 5.0 message.
