@@ -85,7 +85,7 @@ fn add_order_no_mpid_capture() {
         AddOrder {
             header: header(5528, 0, 0x1f1a_ced8_5306),
             order_reference_number: 0x0166_b53e,
-            side: Side::Buy,
+            buy_sell_indicator: Side::Buy,
             shares: 1600,
             stock: stock(b"IVOO    "),
             price: Price4(873_900),
@@ -130,7 +130,7 @@ fn multiple_packets_capture() {
         Message::AddOrder(AddOrder {
             header: header(6514, 0, 0x1f23_e098_1ae1),
             order_reference_number: 0x0079_2f9f,
-            side: Side::Buy,
+            buy_sell_indicator: Side::Buy,
             shares: 1,
             stock: stock(b"META    "),
             price: Price4(805_200),
@@ -144,7 +144,7 @@ fn multiple_packets_capture() {
             order: AddOrder {
                 header: header(6514, 0, 0x1f23_e098_1ae1),
                 order_reference_number: 0x0094_d0a7,
-                side: Side::Buy,
+                buy_sell_indicator: Side::Buy,
                 shares: 5,
                 stock: stock(b"META    "),
                 price: Price4(801_100),
@@ -280,7 +280,7 @@ fn expected(msg_type: u8) -> Message {
     let add = AddOrder {
         header: H,
         order_reference_number: n(11, 8),
-        side: Side::Sell,
+        buy_sell_indicator: Side::Sell,
         shares: n32(20),
         stock: a(24),
         price: p4(32),
@@ -396,7 +396,7 @@ fn expected(msg_type: u8) -> Message {
         b'P' => Message::Trade(Trade {
             header: H,
             order_reference_number: n(11, 8),
-            side: Side::Sell,
+            buy_sell_indicator: Side::Sell,
             shares: n32(20),
             stock: a(24),
             price: p4(32),

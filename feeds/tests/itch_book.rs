@@ -23,7 +23,7 @@ fn add_at(locate: u16, reference: u64, side: Side, shares: u32, price: u32) -> M
     Message::AddOrder(AddOrder {
         header: header(locate),
         order_reference_number: reference,
-        side,
+        buy_sell_indicator: side,
         shares,
         stock: Alpha(*b"TEST    "),
         price: Price4(price),
@@ -103,7 +103,7 @@ fn adds_aggregate_by_price_level_per_side() {
             order: AddOrder {
                 header: header(LOCATE),
                 order_reference_number: 6,
-                side: Side::Sell,
+                buy_sell_indicator: Side::Sell,
                 shares: 5,
                 stock: Alpha(*b"TEST    "),
                 price: Price4(100_100),
@@ -251,7 +251,7 @@ fn trades_and_other_messages_leave_the_book_alone() {
     book.apply(&Message::Trade(Trade {
         header: header(LOCATE),
         order_reference_number: 1,
-        side: Side::Buy,
+        buy_sell_indicator: Side::Buy,
         shares: 100,
         stock: Alpha(*b"TEST    "),
         price: Price4(100_000),

@@ -54,8 +54,13 @@ fuzz_target!(|data: &[u8]| {
             _ => None,
         };
         if let Some(m) = added {
-            let order = book.order(m.order_reference_number).expect("added order live");
-            assert_eq!((order.side, order.price, order.shares), (m.side, m.price, m.shares));
+            let order = book
+                .order(m.order_reference_number)
+                .expect("added order live");
+            assert_eq!(
+                (order.side, order.price, order.shares),
+                (m.buy_sell_indicator, m.price, m.shares)
+            );
         }
         check(&book);
     }

@@ -223,7 +223,7 @@ impl OrderBook {
             m.order_reference_number,
             Order {
                 stock_locate: m.header.stock_locate,
-                side: m.side,
+                side: m.buy_sell_indicator,
                 price: m.price,
                 shares: m.shares,
             },

@@ -319,8 +319,8 @@ pub struct AddOrder {
     pub header: Header,
     /// Offset 11, u64: the order reference number, unique for the day across all securities.
     pub order_reference_number: u64,
-    /// Offset 19: buy/sell indicator.
-    pub side: Side,
+    /// Offset 19.
+    pub buy_sell_indicator: Side,
     /// Offset 20, u32.
     pub shares: u32,
     /// Offset 24, Alpha 8.
@@ -410,10 +410,10 @@ pub struct OrderReplace {
 pub struct Trade {
     /// Offsets 1..11.
     pub header: Header,
-    /// Offset 11, u64: the non-displayed order's reference (Nasdaq sends 0 since 2016).
+    /// Offset 11, u64: the reference number of the non-displayed order executed.
     pub order_reference_number: u64,
-    /// Offset 19: side of the non-displayed order (`B` buy, `S` sell).
-    pub side: Side,
+    /// Offset 19: the side of the non-displayed order.
+    pub buy_sell_indicator: Side,
     /// Offset 20, u32.
     pub shares: u32,
     /// Offset 24, Alpha 8.
@@ -507,8 +507,7 @@ pub struct DirectListingPriceDiscovery {
     pub maximum_allowable_price: Price4,
     /// Offset 28, Price (4).
     pub near_execution_price: Price4,
-    /// Offset 32, u64: when the near execution price was determined (the specification
-    /// gives an 8-byte integer without stating a unit).
+    /// Offset 32, u64: when the near execution price was set, kept as received.
     pub near_execution_time: u64,
     /// Offset 40, Price (4).
     pub lower_price_range_collar: Price4,
@@ -724,7 +723,7 @@ impl Fields<'_> {
         Ok(AddOrder {
             header: self.header(),
             order_reference_number: self.u64(11),
-            side: self.side(19)?,
+            buy_sell_indicator: self.side(19)?,
             shares: self.u32(20),
             stock: self.alpha(24),
             price: self.price4(32),
@@ -861,7 +860,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, ItchError> {
         b'P' => Message::Trade(Trade {
             header,
             order_reference_number: f.u64(11),
-            side: f.side(19)?,
+            buy_sell_indicator: f.side(19)?,
             shares: f.u32(20),
             stock: f.alpha(24),
             price: f.price4(32),
