@@ -1,10 +1,9 @@
-//! Test-only reading of the vendored captures: classic pcap → Ethernet (optionally one
-//! 802.1Q VLAN tag) → IPv4 → UDP → MoldUDP64 packet → ITCH message buffers.
-//!
-//! A stopgap: it will be replaced by `feeds::capture` (pcap/pcapng) and `feeds::moldudp64`
-//! once those land. It asserts on anything it does not expect rather than returning errors.
+//! Test-only reading of the vendored ITCH captures through `feeds::capture` and
+//! `feeds::moldudp64` into ITCH message buffers. It panics on anything it does not expect
+//! rather than returning errors.
 
-use pcap_file::pcap::PcapReader;
+use seqstream_feeds::capture::Capture;
+use seqstream_feeds::moldudp64::Packet;
 
 /// The vendored Nasdaq TotalView-ITCH 5.0 captures, by file name.
 pub const CAPTURES: [&str; 8] = [
@@ -21,7 +20,7 @@ pub const CAPTURES: [&str; 8] = [
 /// The MoldUDP64 session every vendored packet carries.
 pub const SESSION: &[u8; 10] = b"000010059B";
 
-/// One MoldUDP64 downstream packet.
+/// One MoldUDP64 downstream packet, its messages copied out.
 pub struct MoldPacket {
     /// Session (10 ASCII bytes).
     pub session: [u8; 10],
@@ -31,68 +30,26 @@ pub struct MoldPacket {
     pub messages: Vec<Vec<u8>>,
 }
 
-fn be16(b: &[u8], at: usize) -> usize {
-    usize::from(u16::from_be_bytes([b[at], b[at + 1]]))
-}
-
-/// The UDP payload of an Ethernet II frame carrying IPv4/UDP.
-fn udp_payload(frame: &[u8]) -> &[u8] {
-    let mut ip = 14;
-    let mut ethertype = be16(frame, 12);
-    if ethertype == 0x8100 {
-        ethertype = be16(frame, 16);
-        ip = 18;
-    }
-    assert_eq!(ethertype, 0x0800, "not IPv4");
-    assert_eq!(frame[ip] >> 4, 4, "IP version");
-    let ihl = usize::from(frame[ip] & 0x0f) * 4;
-    assert!(ihl >= 20, "IHL {ihl}");
-    assert_eq!(frame[ip + 9], 17, "not UDP");
-    let udp = ip + ihl;
-    let udp_len = be16(frame, udp + 4);
-    assert!(
-        udp_len >= 8 && udp + udp_len <= frame.len(),
-        "UDP length {udp_len}"
-    );
-    &frame[udp + 8..udp + udp_len]
-}
-
-/// Splits a MoldUDP64 downstream packet: session, sequence, count, then `count` blocks of
-/// u16 length + message. Asserts the blocks fill the packet exactly.
-fn mold(payload: &[u8]) -> MoldPacket {
-    assert!(payload.len() >= 20, "MoldUDP64 header");
-    let mut session = [0; 10];
-    session.copy_from_slice(&payload[..10]);
-    let mut seq = [0; 8];
-    seq.copy_from_slice(&payload[10..18]);
-    let count = be16(payload, 18);
-    let mut at = 20;
-    let mut messages = Vec::with_capacity(count);
-    for _ in 0..count {
-        let len = be16(payload, at);
-        messages.push(payload[at + 2..at + 2 + len].to_vec());
-        at += 2 + len;
-    }
-    assert_eq!(at, payload.len(), "bytes after the last message block");
-    MoldPacket {
-        session,
-        sequence: u64::from_be_bytes(seq),
-        messages,
-    }
-}
-
-/// Every MoldUDP64 packet of one vendored capture, in capture order.
+/// Every MoldUDP64 packet of one vendored capture, in capture order, read with
+/// [`Capture`] and [`Packet::parse`]; every frame must be a UDP datagram holding one.
 pub fn capture(name: &str) -> Vec<MoldPacket> {
     let path = format!(
         "{}/../data/nasdaq-itch50/v5.0/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut reader = PcapReader::new(file).expect("pcap header");
+    let mut reader = Capture::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let mut packets = Vec::new();
-    while let Some(packet) = reader.next_packet() {
-        let packet = packet.expect("pcap record");
-        packets.push(mold(udp_payload(&packet.data)));
+    while let Some(record) = reader.next_record() {
+        let record = record.unwrap_or_else(|e| panic!("{e}"));
+        let datagram = record
+            .datagram()
+            .unwrap_or_else(|| panic!("{path}: not UDP"));
+        let packet = Packet::parse(datagram.payload).unwrap_or_else(|e| panic!("{path}: {e}"));
+        packets.push(MoldPacket {
+            session: packet.session.0,
+            sequence: packet.sequence,
+            messages: packet.messages().map(|(_, m)| m.to_vec()).collect(),
+        });
     }
     packets
 }
