@@ -4,6 +4,7 @@
 //! Markdown table (`scripts/bench.sh` runs it all).
 
 mod composite;
+mod feeds;
 mod hgrm;
 mod inbound;
 mod oneway;
@@ -78,6 +79,14 @@ enum Bench {
         #[command(flatten)]
         output: Output,
     },
+    /// ITCH 5.0 decode and book apply, FIX parse and FIX → SBE mapping, ns per message,
+    /// against a raw copy of the same bytes.
+    Feeds {
+        #[command(flatten)]
+        args: feeds::Args,
+        #[command(flatten)]
+        output: Output,
+    },
     /// One SVG per X.hgrm / X.floor.hgrm pair written by --hgrm-dir: latency against
     /// percentile, the figure and its floor.
     Plot(plot::Args),
@@ -101,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Sbe { args, output } => sbe::run(&args, &output.reporter(top)?),
         Bench::Composite { args, output } => composite::run(&args, &output.reporter(top)?),
         Bench::Inbound { args, output } => inbound::run(&args, &output.reporter(top)?),
+        Bench::Feeds { args, output } => feeds::run(&args, &output.reporter(top)?),
         Bench::Plot(args) => plot::run(&args),
         Bench::Table(args) => table::run(&args),
     }

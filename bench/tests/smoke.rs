@@ -162,6 +162,40 @@ fn inbound_bench_prints_latency_and_throughput_with_floors() {
     }
 }
 
+#[test]
+fn feeds_bench_prints_every_case_with_its_floor() {
+    let figures = run_json(&["feeds", "--quick"]);
+    check_shape(&figures, "feeds");
+    let cases: Vec<&str> = figures
+        .iter()
+        .map(|f| {
+            assert_eq!(
+                (&f["metric"], &f["unit"]),
+                (&"mean".into(), &"ns".into()),
+                "{f}"
+            );
+            f["case"].as_str().unwrap()
+        })
+        .collect();
+    // The message types of the vendored captures, then the synthetic mix and the FIX cases.
+    for t in ["A", "D", "E", "H", "I", "L", "U"] {
+        assert!(
+            cases.contains(&format!("itch_decode_{t}").as_str()),
+            "{cases:?}"
+        );
+    }
+    for case in [
+        "itch_decode_mix",
+        "itch_book_apply_mix",
+        "fix_parse_nos",
+        "fix_parse_er",
+        "fix_parse_log",
+        "fix_to_sbe_nos",
+    ] {
+        assert!(cases.contains(&case), "{cases:?}");
+    }
+}
+
 /// `--hgrm-dir`, `bench plot` and `bench table` end to end on the quickest latency bench.
 #[test]
 fn hgrm_plot_and_table_report_a_latency_bench() {
