@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark report: runs every bench (store, sbe, replication, composite, inbound) and writes
+# Benchmark report: runs store, sbe, replication, composite, inbound and feeds, and writes
 #   OUT_DIR/figures.jsonl   every figure, one JSON object a line (bench --json)
 #   OUT_DIR/figures.md      the same as a Markdown table (bench table), also printed
 #   OUT_DIR/hgrm/           each latency distribution and its floor, HdrHistogram text format
@@ -46,7 +46,7 @@ bench=$target/release/bench
 mkdir -p "$out"
 rm -rf "$out/hgrm" "$out/plots"
 : >"$out/figures.jsonl"
-for b in store sbe replication composite inbound; do
+for b in store sbe replication composite inbound feeds; do
   echo "== bench $b ${quick[*]}" >&2
   "$bench" "$b" "${quick[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
 done
