@@ -1,7 +1,9 @@
 //! Example applications built on seqstream's public API, and what the end-to-end demo needs
 //! to check them:
 //!
-//! - [`capture`]: reads the CME MDP 3.0 packet capture and arbitrates its A and B feeds;
+//! - [`feed`]: loads and counts the feed handler's captures (CME MDP 3.0, Nasdaq ITCH 5.0),
+//!   read and arbitrated with `seqstream_feeds`;
+//! - [`fixlog`]: the order messages `fixreplay` publishes from a FIX log;
 //! - [`book`]: a price-level book per instrument, kept from MDP3 incremental refreshes;
 //! - [`strategy`]: the example algo's rule, a pure function of the market data it reads;
 //! - [`audit`]: what a finished run's stores prove (nothing lost, nothing duplicated, every
@@ -11,13 +13,14 @@
 //! - [`stores`]: opening a store that a replication client has not created yet;
 //! - [`summary`]: the JSON line each application prints at exit.
 //!
-//! The binaries are `feedhandler`, `algo`, `oms`, `netfloor` and `demo` (which starts the
+//! The binaries are `feedhandler`, `fixreplay`, `algo`, `oms`, `netfloor` and `demo` (which starts the
 //! whole topology: see `scripts/demo.sh`). This crate never touches a store's files except
 //! through `Tailer` and an `Outbox`: it is written the way an application author would.
 
 pub mod audit;
 pub mod book;
-pub mod capture;
+pub mod feed;
+pub mod fixlog;
 pub mod latency;
 pub mod publish;
 pub mod stores;

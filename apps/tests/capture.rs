@@ -1,19 +1,27 @@
-//! The vendored CME capture through the feed handler's arbitration and the algo's rule.
+//! The vendored CME capture through the feed handler's loading, arbitration and the algo's
+//! rule.
 
 use std::path::PathBuf;
 
-use seqstream_apps::capture::{self, Arbiter, Arbitration};
+use seqstream_apps::feed::{self, FeedError};
 use seqstream_apps::strategy::Strategy;
+use seqstream_feeds::capture::CaptureError;
+use seqstream_feeds::mdp3::{Arbiter, Arbitration, ReadError};
 
 fn capture_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../data/cme-mdp3/cme_mdp3_v6_channel340_incremental.pcapng")
 }
 
+fn read(path: PathBuf, max_frames: Option<usize>) -> Result<usize, FeedError> {
+    feed::read_mdp3(&[path], max_frames).map(|(p, _)| p.len())
+}
+
 #[test]
 fn capture_arbitrates_to_one_copy_of_each_packet_and_the_rule_sends_hundreds_of_orders() {
-    let packets = capture::read(&capture_path(), None).unwrap();
+    let (packets, stats) = feed::read_mdp3(&[capture_path()], None).unwrap();
     assert_eq!(packets.len(), 10_000);
+    assert_eq!((stats.frames, stats.not_udp), (10_000, 0));
     let all: usize = packets.iter().map(|p| p.messages().count()).sum();
     assert_eq!(all, 20_546);
     let mut arbiter = Arbiter::default();
@@ -39,18 +47,22 @@ fn a_truncated_or_missing_capture_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.pcapng");
     std::fs::write(&cut, &bytes[..100_000]).unwrap();
-    match capture::read(&cut, None) {
-        Err(capture::CaptureError::Pcap { frames, .. }) => assert!(frames > 100, "{frames}"),
+    match read(cut.clone(), None) {
+        Err(FeedError::Mdp3(ReadError::Capture(CaptureError::Truncated { frame, .. }))) => {
+            assert!(frame > 100, "{frame}")
+        }
         other => panic!("{other:?}"),
     }
     // Up to the cut, the frames are readable.
-    assert_eq!(capture::read(&cut, Some(100)).unwrap().len(), 100);
+    assert_eq!(read(cut, Some(100)).unwrap(), 100);
     let missing = dir.path().join("missing.pcapng");
-    let e = capture::read(&missing, None).unwrap_err();
+    let e = read(missing.clone(), None).unwrap_err();
     assert!(e.to_string().contains("missing.pcapng"), "{e}");
     std::fs::write(&missing, b"not a capture at all").unwrap();
     assert!(matches!(
-        capture::read(&missing, None),
-        Err(capture::CaptureError::Pcap { frames: 0, .. })
+        read(missing, None),
+        Err(FeedError::Mdp3(ReadError::Capture(
+            CaptureError::UnknownFormat { .. }
+        )))
     ));
 }

@@ -7,6 +7,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`capture`] | pcap and pcapng files, Ethernet (802.1Q, QinQ), IPv4/UDP datagrams |
+//! | [`mdp3`] | CME MDP 3.0 packets from a capture, and A/B feed arbitration |
 //! | [`moldudp64`] | Nasdaq MoldUDP64 packets and session/sequence tracking |
 //! | [`itch`] | Nasdaq TotalView-ITCH 5.0 messages and a market-by-order book |
 //! | [`fix`] | FIX 4.2/4.4 tag=value logs, groups, and their mapping to the order schema |
@@ -16,4 +17,5 @@
 pub mod capture;
 pub mod fix;
 pub mod itch;
+pub mod mdp3;
 pub mod moldudp64;

@@ -847,8 +847,9 @@ fn main() -> Result<()> {
     }
     // Read the capture first: a bad file fails here, before anything starts, and its span
     // sizes the default timeout.
-    let packets = seqstream_apps::capture::read(&cli.capture, cli.max_frames)
-        .with_context(|| format!("reading {}", cli.capture.display()))?;
+    let (packets, _) =
+        seqstream_apps::feed::read_mdp3(std::slice::from_ref(&cli.capture), cli.max_frames)
+            .with_context(|| format!("reading {}", cli.capture.display()))?;
     let span_s = match (packets.first(), packets.last(), cli.pace) {
         (Some(a), Some(b), Pace::Recorded) => {
             b.sending_time_ns.saturating_sub(a.sending_time_ns) as f64 / 1e9 / cli.speed

@@ -1,0 +1,185 @@
+//! `fixreplay`: replays the order flow of a FIX 4.2/4.4 tag=value log into the order stream
+//! through the host's iodaemon, or counts the log (`--count`).
+//!
+//! Every NewOrderSingle (D), OrderCancelRequest (F) and ExecutionReport (8) is mapped into
+//! the order schema (`schemas/xml/orders.xml`: NewOrderSingle 1, OrderCancelRequest 2,
+//! ExecutionReport 3; the mapping is in `docs/fix.md`) and offered as one stream message, in
+//! log order, as fast as the outbox accepts. Symbols (55) become instrument ids from the
+//! `--symbol SYM=ID` list or, without one, 1, 2, … in order of first appearance
+//! (`seqstream_apps::fixlog`). Messages with a wrong BodyLength or CheckSum are skipped and
+//! counted unless `--accept-unverified`; other message types, junk lines and messages the
+//! mapping refuses are counted.
+//!
+//! At the end it waits until every message is confirmed in the sequenced stream, prints a
+//! JSON summary (and writes it to `--summary`), and exits 0 only if every order was offered
+//! (not interrupted by SIGINT/SIGTERM) and confirmed.
+//!
+//! `--count` publishes nothing (no outbox, no iodaemon) and prints one JSON line:
+//! `{"packets", "messages", "by_type", "gaps", "duplicates", "errors"}` as
+//! `seqstream_feeds::fix::count::dry_run` counts them (packets are log lines, messages the
+//! verified ones), and `"publish"`: what a replay with the same options would publish.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use seqstream_apps::fixlog::{self, Symbols};
+use seqstream_apps::publish;
+use seqstream_feeds::fix::count::dry_run;
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_store::{daemon, Idle};
+
+#[derive(Parser)]
+#[command(
+    name = "fixreplay",
+    version,
+    about = "Replay the orders of a FIX log into the order stream, or count the log"
+)]
+struct Cli {
+    /// TOML file of options (keys = long flag names); command-line flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The FIX log (tag=value, one message per line).
+    #[arg(long)]
+    log: PathBuf,
+    /// Count the log and print one JSON line; publish nothing.
+    #[arg(long)]
+    count: bool,
+    /// Symbol (55) to instrument id, SYM=ID; repeat. Without any, ids are assigned 1, 2, …
+    /// in order of first appearance; with some, other symbols are refused.
+    #[arg(long = "symbol", value_parser = fixlog::parse_symbol)]
+    symbols: Vec<(Vec<u8>, u32)>,
+    /// Publish messages whose BodyLength or CheckSum is wrong too.
+    #[arg(long)]
+    accept_unverified: bool,
+    /// The outbox file (created if absent) that the host's iodaemon drains.
+    #[arg(long, required_unless_present = "count")]
+    outbox: Option<PathBuf>,
+    /// This publisher's source id (the sequencer must allow it).
+    #[arg(long, default_value_t = 1)]
+    source_id: u32,
+    /// The order stream id.
+    #[arg(long, default_value_t = seqstream_apps::streams::ORDERS)]
+    stream_id: u32,
+    /// Most messages in flight (offered, not yet seen in the stream).
+    #[arg(long, default_value_t = 4096)]
+    window: u64,
+    /// Outbox ring size, bytes (a power of two).
+    #[arg(long, default_value_t = 1 << 20)]
+    ring_bytes: usize,
+    /// After the last offer, wait this long for every message to be confirmed, ms.
+    #[arg(long, default_value_t = 30_000)]
+    drain_timeout_ms: u64,
+    /// Idle strategy while back-pressured: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    idle: Idle,
+    /// Write the JSON summary here too.
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// Counters file for seqstat (default /dev/shm/seqstream-fixreplay-<pid>.counters).
+    #[arg(long)]
+    counters: Option<PathBuf>,
+}
+
+fn symbols_json(symbols: &Symbols) -> serde_json::Value {
+    symbols
+        .ids()
+        .iter()
+        .map(|(s, id)| (String::from_utf8_lossy(s).into_owned(), (*id).into()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn main() -> Result<()> {
+    daemon::init_logging();
+    let cli = Cli::parse_from(daemon::args_with_config()?);
+    let log = std::fs::read(&cli.log).with_context(|| format!("reading {}", cli.log.display()))?;
+    let table = if cli.symbols.is_empty() {
+        Symbols::assigned()
+    } else {
+        Symbols::fixed(cli.symbols.clone())
+    };
+    let (orders, stats, symbols) = fixlog::plan(&log, table, cli.accept_unverified);
+    if cli.count {
+        let d = dry_run(&log);
+        println!(
+            "{}",
+            serde_json::json!({
+                "packets": d.packets,
+                "messages": d.messages,
+                "by_type": d.by_type,
+                "gaps": d.gaps,
+                "duplicates": d.duplicates,
+                "errors": d.errors,
+                "publish": stats,
+            })
+        );
+        return Ok(());
+    }
+    let Some(outbox_path) = cli.outbox.clone() else {
+        bail!("--outbox is required to replay");
+    };
+    let stop = daemon::stop_flag()?;
+    let (counters, _cleanup) = daemon::counters("fixreplay", cli.counters.clone(), 8)?;
+    let c_msgs = counters.counter("messages offered")?;
+    let c_waits = counters.counter("back-pressure waits")?;
+    let mut outbox = Outbox::open_or_create(
+        &outbox_path,
+        cli.source_id,
+        cli.stream_id,
+        cli.ring_bytes,
+        cli.window,
+    )
+    .with_context(|| format!("opening the outbox {}", outbox_path.display()))?;
+    let first_source_seq = outbox.next_source_seq();
+    tracing::info!(orders = orders.len(), outbox = %outbox_path.display(), first_source_seq, "replaying");
+    let mut idle = cli.idle.build();
+    let start = Instant::now();
+    let mut offered = 0u64;
+    for o in &orders {
+        let r = publish::offer(
+            &mut outbox,
+            cli.stream_id,
+            o.template_id,
+            &o.payload,
+            &mut idle,
+            &stop,
+            &c_waits,
+        )?;
+        if r.is_none() {
+            break;
+        }
+        c_msgs.incr();
+        offered += 1;
+    }
+    let complete = offered == orders.len() as u64;
+    let confirmed = publish::drain(&outbox, Duration::from_millis(cli.drain_timeout_ms), &stop);
+    let summary = serde_json::json!({
+        "app": "fixreplay",
+        "source_id": cli.source_id,
+        "stream_id": cli.stream_id,
+        "log": cli.log.display().to_string(),
+        "published": offered,
+        "plan": stats,
+        "symbols": symbols_json(&symbols),
+        "first_source_seq": first_source_seq,
+        "last_source_seq": outbox.next_source_seq() - 1,
+        "back_pressure_waits": c_waits.get(),
+        "confirmed_ms": start.elapsed().as_millis() as u64,
+        "complete": complete,
+        "all_confirmed": confirmed,
+    });
+    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
+        .context("writing the --summary file")?;
+    if !complete {
+        bail!("interrupted after {offered} of {} orders", orders.len());
+    }
+    if !confirmed {
+        bail!(
+            "{} messages not confirmed in the stream",
+            outbox.in_flight()
+        );
+    }
+    Ok(())
+}
