@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
+use seqstream_agent::{daemon, Idle};
 use seqstream_apps::capture::{self, Arbiter, Arbitration};
 use seqstream_apps::publish;
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_store::{daemon, Idle};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Pace {
