@@ -18,12 +18,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
+use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::{Idle, IdleStrategy};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_schemas::orders::{self, NewOrderSingleDecoder, NewOrderSingleEncoder};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::counters::CountersWriter;
-use seqstream_store::{Idle, IdleStrategy, StoreConfig, StoreError, Tailer};
+use seqstream_store::{StoreConfig, StoreError, Tailer};
 
 const STREAM: u32 = 2;
 const SOURCE: u32 = 11;

@@ -3,9 +3,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use seqstream_agent::counters::Counter;
+use seqstream_agent::IdleStrategy;
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
-use seqstream_store::counters::Counter;
-use seqstream_store::IdleStrategy;
 
 /// Offers `payload` until the outbox accepts it and returns its `source_seq`, or `Ok(None)`
 /// if `stop` was set while waiting. Each refusal for back-pressure adds one to `waits` as it

@@ -41,7 +41,7 @@ fn start_oms(dir: &Path) -> Oms {
 }
 
 fn reports_sent(dir: &Path) -> u64 {
-    seqstream_store::counters::read(&dir.join("oms.counters"))
+    seqstream_agent::counters::read(&dir.join("oms.counters"))
         .ok()
         .and_then(|s| s.get("execution reports sent"))
         .unwrap_or(0)
@@ -82,7 +82,7 @@ fn oms_answers_every_order_exactly_once_across_a_kill() {
 
     let mut oms = start_oms(d);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while seqstream_store::counters::read(&d.join("oms.counters"))
+    while seqstream_agent::counters::read(&d.join("oms.counters"))
         .map_or(true, |s| s.counters.len() < 4)
     {
         assert!(Instant::now() < deadline, "the OMS did not start");

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::{Origin, PREFIX_LEN};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
 use crate::oneway::{cache_line_floor, ping, Pinning};

@@ -14,10 +14,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{StoreConfig, Tailer, TailerOptions};
 
 use crate::oneway::{ping, Pinning};

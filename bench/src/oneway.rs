@@ -36,7 +36,7 @@ impl Pinning {
 }
 
 pub fn pin(core: Option<usize>) -> Result<()> {
-    seqstream_store::affinity::pin_current_thread(core).map_err(anyhow::Error::from)
+    seqstream_agent::affinity::pin_current_thread(core).map_err(anyhow::Error::from)
 }
 
 pub fn histogram() -> Histogram<u64> {

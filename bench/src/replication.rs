@@ -19,11 +19,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::Idle;
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
-use seqstream_store::counters::{self, CountersWriter};
-use seqstream_store::{Appender, Idle, StoreConfig, Tailer, TailerOptions};
+use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
 use crate::oneway::{append_to_tailer, ping, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};

@@ -9,10 +9,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use seqstream_agent::clock::Clock;
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::daemon::LimitedWarn;
 use seqstream_schemas::wire;
-use seqstream_store::clock::Clock;
-use seqstream_store::counters::{Counter, CountersWriter};
-use seqstream_store::daemon::LimitedWarn;
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
 use crate::outbox::{OutboxError, OutboxReader};
@@ -54,6 +54,9 @@ pub enum Error {
     /// A local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The counters file refused a counter (it is full, or could not be written).
+    #[error(transparent)]
+    Counters(#[from] seqstream_agent::counters::CountersError),
     /// A socket call failed.
     #[error("{op}: {source}")]
     Io {
@@ -119,7 +122,7 @@ impl Forwarder {
     }
 
     /// As [`open`](Self::open), timing the resend timeout on `clock` (a test's
-    /// [`ManualClock`](seqstream_store::clock::ManualClock), say).
+    /// [`ManualClock`](seqstream_agent::clock::ManualClock), say).
     pub fn open_with_clock(
         cfg: ForwarderConfig,
         counters: &CountersWriter,
@@ -158,7 +161,7 @@ impl Forwarder {
             op: "set_nonblocking",
             source: e,
         })?;
-        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let counters = Counters {
             sent: c("messages sent")?,
             resent: c("messages resent")?,

@@ -5,10 +5,10 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
+use seqstream_agent::clock::ManualClock;
+use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_store::clock::ManualClock;
-use seqstream_store::counters::{self, CountersWriter};
 
 const STREAM: u32 = 6;
 

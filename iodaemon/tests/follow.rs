@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::server::{Server, ServerConfig};
-use seqstream_store::counters::{self, CountersWriter};
 use seqstream_store::digest::digest;
 use seqstream_store::{pattern, Appender, StoreConfig};
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::StoreConfig;
 
 const STREAM: u32 = 2;

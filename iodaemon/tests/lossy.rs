@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::StoreConfig;
 
 const STREAM: u32 = 1;
@@ -161,7 +161,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
         t.join().unwrap();
     }
     common::assert_exactly_once_in_order(&store, 3, PER_SOURCE);
-    let snap = seqstream_store::counters::read(&d.path().join("seq.counters")).unwrap();
+    let snap = seqstream_agent::counters::read(&d.path().join("seq.counters")).unwrap();
     let get = |l: &str| snap.counters.iter().find(|(k, _)| k == l).unwrap().1;
     assert!(
         get("duplicates dropped") > 0,

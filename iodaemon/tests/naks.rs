@@ -8,11 +8,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
-use seqstream_store::counters::{self, CountersWriter};
-use seqstream_store::ratelimit::DEFAULT_MAX_LINES;
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use seqstream_store::counters::{Counter, CountersWriter};
-use seqstream_store::daemon::LimitedWarn;
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::daemon::LimitedWarn;
+use seqstream_agent::{Idle, IdleStrategy};
 use seqstream_store::{
-    check_first_replicated_segment, Appender, Idle, IdleStrategy, StoreConfig, StoreError,
-    SEGMENT_HEADER_PREFIX,
+    check_first_replicated_segment, Appender, StoreConfig, StoreError, SEGMENT_HEADER_PREFIX,
 };
 
 use crate::framing::{Fill, Inbox, Outbox};
@@ -144,7 +144,7 @@ impl Follower {
         let c = |l: &str| {
             counters
                 .counter(&format!("{}{l}", cfg.counter_prefix))
-                .map_err(Error::Store)
+                .map_err(Error::Counters)
         };
         let counters = Counters {
             position: c("replica position")?,
@@ -198,7 +198,7 @@ impl Follower {
     /// Follows the upstream until `stop` is set: connect, stream, and on any fault log it,
     /// count it and reconnect after a growing delay (reset by a session that made progress).
     pub fn run(&mut self, stop: &AtomicBool) -> Result<()> {
-        seqstream_store::affinity::pin_current_thread(self.cfg.core)
+        seqstream_agent::affinity::pin_current_thread(self.cfg.core)
             .map_err(|e| Error::Config(e.to_string()))?;
         let mut clock = self.cfg.store_config.clock.clone();
         let mut delay = self.cfg.reconnect_min;

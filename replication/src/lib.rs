@@ -31,6 +31,9 @@ pub enum Error {
     /// that does not continue the replica — nothing of it was written).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The counters file refused a counter (it is full, or could not be written).
+    #[error(transparent)]
+    Counters(#[from] seqstream_agent::counters::CountersError),
     /// The byte stream is not SOFH-framed SBE.
     #[error("framing: {0}")]
     Framing(#[from] framing::FramingError),

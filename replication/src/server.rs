@@ -20,11 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use seqstream_store::clock::Clock;
+use seqstream_agent::clock::Clock;
 
-use seqstream_store::counters::{Counter, CountersWriter};
-use seqstream_store::daemon::LimitedWarn;
-use seqstream_store::{Idle, IdleStrategy, Tailer, TailerOptions};
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::daemon::LimitedWarn;
+use seqstream_agent::{Idle, IdleStrategy};
+use seqstream_store::{Tailer, TailerOptions};
 use subtle::ConstantTimeEq;
 
 use crate::framing::{Fill, Inbox, Outbox};
@@ -172,7 +173,7 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("set_nonblocking", e))?;
-        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let server_counters = Counters {
             accepted: c("connections accepted")?,
             refused_address: c("refused address")?,
@@ -403,7 +404,7 @@ fn serve(
     slot: &SlotCounters,
     stop: &AtomicBool,
 ) -> Result<()> {
-    seqstream_store::affinity::pin_current_thread(core)
+    seqstream_agent::affinity::pin_current_thread(core)
         .map_err(|e| Error::Config(e.to_string()))?;
     tracing::info!(%peer, resume, segment = tailer.segment_index(), "replica connected");
     stream

@@ -4,7 +4,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use seqstream_store::{counters, Appender, StoreConfig};
+use seqstream_agent::counters;
+use seqstream_store::{Appender, StoreConfig};
 
 #[test]
 fn serve_from_a_config_file_then_stop_cleanly_on_sigterm() {

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seqstream_agent::clock::ManualClock;
+use seqstream_agent::counters::CountersWriter;
 use seqstream_replication::follower::{Follower, FollowerConfig};
-use seqstream_store::clock::ManualClock;
-use seqstream_store::counters::CountersWriter;
 
 /// Waits (bounded, real time) for the next connection.
 fn accept_within(l: &TcpListener, within: Duration) -> Option<std::net::TcpStream> {

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters;
 use seqstream_replication::protocol::{self, Msg};
-use seqstream_store::{counters, pattern, Appender, StoreConfig, Tailer};
+use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 
 const STREAM: u32 = 8;
 

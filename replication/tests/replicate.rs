@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::framing::put_sofh;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
-use seqstream_store::counters::{self, CountersWriter};
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 
 const SECRET: &[u8] = b"s3cret";
@@ -483,7 +483,7 @@ fn sender_cores() -> Vec<String> {
 
 #[test]
 fn senders_keep_one_core_each_when_a_replica_reconnects() {
-    let available = seqstream_store::affinity::available_cores();
+    let available = seqstream_agent::affinity::available_cores();
     assert!(available.len() >= 2, "needs two cores: {available:?}");
     let (a, b) = (available[0], available[1]);
     let dir = tempfile::tempdir().unwrap();

@@ -19,8 +19,9 @@
 
 use std::path::PathBuf;
 
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_store::composite::{Origin, PREFIX_LEN};
-use seqstream_store::counters::{Counter, CountersWriter};
 use seqstream_store::format::{flags, FrameFields};
 use seqstream_store::{Appender, StoreConfig, StoreError, Tailer, TailerOptions};
 
@@ -43,6 +44,9 @@ pub enum Error {
     /// A store refused an operation.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The counters file refused a counter (it is full, or could not be written).
+    #[error(transparent)]
+    Counters(#[from] seqstream_agent::counters::CountersError),
     /// Two components hold the same stream, or the composite holds frames of a stream that is
     /// not a component.
     #[error("configuration: {0}")]
@@ -88,6 +92,10 @@ pub struct Compositor {
     components: Vec<Component>,
     policy: MergePolicy,
     held: Counter,
+    /// The composite's position after each duty cycle.
+    position: Counter,
+    /// `compositor stream <id>`, the agent's role name.
+    role: String,
 }
 
 impl Compositor {
@@ -119,7 +127,7 @@ impl Compositor {
             let c = |what: &str| {
                 counters
                     .counter(&format!("stream {stream_id} {what}"))
-                    .map_err(Error::Store)
+                    .map_err(Error::Counters)
             };
             components.push(Component {
                 stream_id,
@@ -139,12 +147,16 @@ impl Compositor {
             )));
         }
         Ok(Compositor {
+            role: format!("compositor stream {}", out.stream_id()),
             out,
             components,
             policy: cfg.policy,
             held: counters
                 .counter("polls held back (timestamp)")
-                .map_err(Error::Store)?,
+                .map_err(Error::Counters)?,
+            position: counters
+                .counter("composite position")
+                .map_err(Error::Counters)?,
         })
     }
 
@@ -156,10 +168,12 @@ impl Compositor {
     /// One duty cycle: merge what the components committed since the last one. Returns the
     /// work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
-        match self.policy {
+        let work = match self.policy {
             MergePolicy::Arrival => self.arrival(),
             MergePolicy::Timestamp => self.timestamp(),
-        }
+        }?;
+        self.position.set(self.out.position());
+        Ok(work)
     }
 
     fn arrival(&mut self) -> Result<usize, Error> {
@@ -283,4 +297,20 @@ fn last_seqs(dir: &std::path::Path) -> Result<Vec<(u32, u64)>, Error> {
         }
     }
     Ok(last)
+}
+
+/// The compositor as a role on the runtime: [`Compositor::do_work`] is its duty cycle.
+impl Agent for Compositor {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        Ok(Compositor::do_work(self)?)
+    }
+
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        tracing::info!(role = %self.role, next_seq = self.out.next_seq(), "stopped");
+        Ok(())
+    }
 }

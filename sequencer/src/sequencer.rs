@@ -18,11 +18,12 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use seqstream_agent::clock::Clock;
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::daemon::LimitedWarn;
+use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::wire;
-use seqstream_store::clock::Clock;
-use seqstream_store::counters::{Counter, CountersWriter};
-use seqstream_store::daemon::LimitedWarn;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
 /// The datagram framing version this sequencer speaks.
@@ -172,6 +173,9 @@ pub enum Error {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The counters file refused a counter (it is full, or could not be written).
+    #[error(transparent)]
+    Counters(#[from] seqstream_agent::counters::CountersError),
     /// A socket call failed.
     #[error("{op}: {source}")]
     Io {
@@ -341,6 +345,8 @@ pub struct Sequencer {
     clock: Clock,
     /// When (monotonic ns) the last frame was appended.
     last_append_ns: u64,
+    /// `sequencer stream <id>`, the agent's role name.
+    role: String,
 }
 
 impl Sequencer {
@@ -402,7 +408,7 @@ impl Sequencer {
             op: "set_nonblocking",
             source: e,
         })?;
-        let c = |l: &str| counters.counter(l).map_err(Error::Store);
+        let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let counters_ = Counters {
             datagrams: c("datagrams received")?,
             messages: c("messages sequenced")?,
@@ -420,6 +426,7 @@ impl Sequencer {
             );
         }
         let mut clock = cfg.store_config.clock.clone();
+        let role = format!("sequencer stream {}", appender.stream_id());
         Ok(Sequencer {
             cfg,
             socket: socket.into(),
@@ -431,6 +438,7 @@ impl Sequencer {
             nak: vec![0; 64],
             last_append_ns: clock.monotonic_ns(),
             clock,
+            role,
         })
     }
 
@@ -618,6 +626,23 @@ impl Sequencer {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+/// The sequencer as a role on the runtime: [`Sequencer::do_work`] is its duty cycle.
+impl Agent for Sequencer {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        // Its intervals run on the store's clock (injected in tests), not the cycle's reading.
+        Ok(Sequencer::do_work(self)?)
+    }
+
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        tracing::info!(role = %self.role, next_seq = self.appender.next_seq(), "stopped");
         Ok(())
     }
 }

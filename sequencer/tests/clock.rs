@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use seqstream_agent::clock::ManualClock;
+use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::clock::ManualClock;
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::{StoreConfig, Tailer};
 
 #[test]

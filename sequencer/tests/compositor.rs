@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::Origin;
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::format::flags;
 use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, Tailer};
 

@@ -1,15 +1,17 @@
-//! The `sequencer` process under a flood of garbage datagrams: each one is counted exactly,
-//! the log stays a few lines long (refusals are rate-limited per cause), and the real source
-//! is still sequenced afterwards, even after a malformed datagram in a higher epoch.
+//! The `sequencer` process under bad conditions. A flood of garbage datagrams: each one is
+//! counted exactly, the log stays a few lines long (refusals are rate-limited per cause), and
+//! the real source is still sequenced afterwards, even after a malformed datagram in a higher
+//! epoch. A store file cut under it: its agent's error is counted and logged by its runner,
+//! and the daemon stops with it (never a silent dead thread).
 
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters;
+use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_schemas::wire;
-use seqstream_store::counters;
-use seqstream_store::ratelimit::DEFAULT_MAX_LINES;
 
 const STREAM: u32 = 6;
 const GARBAGE: u64 = 10_000;
@@ -63,35 +65,53 @@ fn wait_counter(path: &Path, label: &str, value: u64) {
     }
 }
 
-#[test]
-fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
-    let d = tempfile::tempdir().unwrap();
+/// Starts the sequencer of stream [`STREAM`] for source 1 on a free port, its counters at
+/// `dir/seq.counters`, its log at `dir/sequencer.log`; returns it and its address.
+fn start_sequencer(dir: &Path) -> (Proc, String) {
     let port = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let log = d.path().join("sequencer.log");
-    let counters_path = d.path().join("seq.counters");
-    let mut p = Proc(
+    let p = Proc(
         Command::new(env!("CARGO_BIN_EXE_sequencer"))
             .arg("--store")
-            .arg(d.path().join("store"))
+            .arg(dir.join("store"))
             .args(["--stream-id", &STREAM.to_string()])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--source", "1@127.0.0.1", "--no-heartbeat"])
             .args(["--segment-size", &(1u64 << 20).to_string()])
             .arg("--counters")
-            .arg(&counters_path)
+            .arg(dir.join("seq.counters"))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.join("sequencer.log")).unwrap())
             .spawn()
             .unwrap(),
     );
-    wait_counter(&counters_path, "datagrams received", 0);
+    wait_counter(&dir.join("seq.counters"), "datagrams received", 0);
+    (p, format!("127.0.0.1:{port}"))
+}
+
+/// Waits (bounded) for the child to exit.
+fn exit_status(p: &mut Proc) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the sequencer did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("sequencer.log");
+    let counters_path = d.path().join("seq.counters");
+    let (mut p, to) = start_sequencer(d.path());
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let to = format!("127.0.0.1:{port}");
     // In bursts the receive buffer holds, so that UDP loses none and the count is exact.
     let mut sent = 0u64;
     while sent < GARBAGE {
@@ -113,14 +133,7 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
     // SIGTERM, then a bounded wait for a clean exit.
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(p.0.id() as i32, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = p.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the sequencer did not stop");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_status(&mut p);
     assert!(status.success());
     let text = std::fs::read_to_string(&log).unwrap();
     let refusals = text
@@ -133,4 +146,31 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
         "{refusals} lines for one cause:\n{text}"
     );
     assert!(text.lines().count() < 30, "a long log:\n{text}");
+}
+
+#[test]
+fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
+    let d = tempfile::tempdir().unwrap();
+    let counters_path = d.path().join("seq.counters");
+    let (mut p, to) = start_sequencer(d.path());
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(&datagram(1, 1, 3), &to).unwrap();
+    wait_counter(&counters_path, "messages sequenced", 3);
+    let segment = d.path().join("store").join("000000000000.seg");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    client.send_to(&datagram(1, 4, 1), &to).unwrap();
+    let status = exit_status(&mut p);
+    assert!(!status.success(), "{status:?}");
+    let text = std::fs::read_to_string(d.path().join("sequencer.log")).unwrap();
+    assert!(text.contains("agent failed"), "{text}");
+    assert!(text.contains("sequencer stream 6"), "{text}");
+    assert!(text.contains("shrank") && text.contains(".seg"), "{text}");
+    let snap = counters::read(&counters_path).unwrap();
+    assert_eq!(snap.get("sequencer stream 6 errors"), Some(1), "{snap:?}");
+    assert_eq!(snap.get("messages sequenced"), Some(3), "{snap:?}");
 }

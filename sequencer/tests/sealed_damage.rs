@@ -5,8 +5,8 @@
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
+use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::counters::CountersWriter;
 use seqstream_store::format::{frame, SEGMENT_HEADER_LEN};
 use seqstream_store::{Appender, FrameFields, StoreConfig, Tailer};
 

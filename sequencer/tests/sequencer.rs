@@ -6,9 +6,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_schemas::wire;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec, PROTOCOL_VERSION};
-use seqstream_store::counters::{self, CountersWriter};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 
 const STREAM: u32 = 4;

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use crate::clock::MonotonicStamp;
 use crate::config::{FlushPolicy, StoreConfig};
 use crate::error::{Result, StoreError};
 use crate::format::{self, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
@@ -17,6 +16,7 @@ use crate::lock::DirLock;
 use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
 use crate::scan::file_offset;
 use crate::segment::Segment;
+use seqstream_agent::clock::MonotonicStamp;
 
 /// Counters of one appender, cumulative since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -623,7 +623,7 @@ impl Appender {
                 .name("seg-prepare".into())
                 .spawn(move || {
                     // Not on the core of the (possibly pinned, busy-spinning) appender.
-                    crate::affinity::unpin_current_thread();
+                    seqstream_agent::affinity::unpin_current_thread();
                     prepare(&dir, &cfg, next)
                 })
                 .expect("spawning the segment preparation thread"),

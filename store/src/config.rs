@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use seqstream_agent::clock::Clock;
 
 /// 1 GiB, the default segment size.
 pub const DEFAULT_SEGMENT_SIZE: u64 = 1 << 30;
@@ -88,7 +88,7 @@ pub struct StoreConfig {
     /// for byte the same (the composite stream in timestamp mode).
     pub explicit_clock: bool,
     /// Where timestamps (realtime) and the flush interval (monotonic) are read: the system's
-    /// clocks, or a [`ManualClock`](crate::clock::ManualClock) in tests.
+    /// clocks, or a [`ManualClock`](seqstream_agent::clock::ManualClock) in tests.
     pub clock: Clock,
 }
 

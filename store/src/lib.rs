@@ -33,27 +33,18 @@
 //! | [`appender`] | the single writer |
 //! | [`tailer`] | readers, seeking |
 //! | [`recovery`] | validation and crash recovery when an appender opens a store |
-//! | [`idle`], [`affinity`] | idle strategies and core pinning for every daemon's loops |
-//! | [`ratelimit`] | rate limits of repeated log lines (every daemon's refusals) |
 
-pub mod affinity;
 pub mod appender;
-pub mod clock;
 pub mod composite;
 pub mod config;
-pub mod counters;
-#[cfg(feature = "daemon")]
-pub mod daemon;
 pub mod digest;
 pub mod error;
 pub mod format;
-pub mod idle;
 pub mod index;
 pub mod layout;
 pub mod lock;
 pub mod mapped;
 pub mod pattern;
-pub mod ratelimit;
 pub mod recovery;
 pub mod scan;
 pub mod segment;
@@ -67,6 +58,5 @@ pub use appender::{
 pub use config::{FlushPolicy, StoreConfig};
 pub use error::{Result, StoreError};
 pub use format::FrameFields;
-pub use idle::{Idle, IdleState, IdleStrategy};
 pub use recovery::RecoveryReport;
 pub use tailer::{Frame, FrameRange, Tailer, TailerOptions};

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 use crate::format::{self, FrameFault, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
-use crate::idle::IdleStrategy;
 use crate::index::Index;
 use crate::scan::{file_offset, scan};
 use crate::segment::{segment_file_name, Segment};
+use seqstream_agent::idle::IdleStrategy;
 
 /// A committed frame, borrowed from the tailer's mapping.
 #[derive(Clone, Copy)]

@@ -3,7 +3,8 @@
 mod common;
 
 use proptest::prelude::*;
-use seqstream_store::{pattern, Appender, FrameFields, Idle, StoreConfig, StoreError, Tailer};
+use seqstream_agent::Idle;
+use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, StoreError, Tailer};
 
 fn small(stream: u32) -> StoreConfig {
     StoreConfig::new(stream)

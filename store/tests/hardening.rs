@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{snapshot, storetool, KillOnDrop};
-use seqstream_store::clock::ManualClock;
+use seqstream_agent::clock::ManualClock;
 use seqstream_store::format::{self, SEGMENT_HEADER_LEN};
 use seqstream_store::tailer::REPLACED_CHECK_EVERY;
 use seqstream_store::{pattern, Appender, FlushPolicy, StoreConfig, StoreError, Tailer};

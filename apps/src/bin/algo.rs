@@ -17,15 +17,16 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use seqstream_agent::clock::WallClock;
+use seqstream_agent::{daemon, Idle, IdleStrategy};
 use seqstream_apps::latency::{self, Percentiles};
 use seqstream_apps::strategy::{OrderIntent, Strategy};
 use seqstream_apps::{publish, streams};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::orders::{self, ExecutionReportDecoder, NewOrderSingleEncoder};
-use seqstream_store::clock::WallClock;
 use seqstream_store::composite::Origin;
 use seqstream_store::format::flags;
-use seqstream_store::{daemon, Idle, IdleStrategy, StoreError, Tailer};
+use seqstream_store::{StoreError, Tailer};
 
 #[derive(Parser)]
 #[command(
@@ -144,7 +145,7 @@ fn main() -> Result<()> {
     let c_seen = counters.counter("orders seen in the replica")?;
     let c_waits = counters.counter("back-pressure waits")?;
     let c_bad = counters.counter("undecodable or foreign messages")?;
-    seqstream_store::affinity::pin_current_thread(cli.core)?;
+    seqstream_agent::affinity::pin_current_thread(cli.core)?;
 
     let mut outbox = Outbox::open_or_create(
         &cli.outbox,

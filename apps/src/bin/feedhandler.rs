@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
+use seqstream_agent::{daemon, Idle};
 use seqstream_apps::feed;
 use seqstream_apps::publish;
 use seqstream_feeds::mdp3::{self, Arbiter, Arbitration};
 use seqstream_feeds::moldudp64::SessionTracker;
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_store::{daemon, Idle};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Pace {

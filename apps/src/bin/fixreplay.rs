@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use seqstream_agent::{daemon, Idle};
 use seqstream_apps::fixlog::{self, Symbols};
 use seqstream_apps::publish;
 use seqstream_feeds::fix::count::dry_run;
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_store::{daemon, Idle};
 
 #[derive(Parser)]
 #[command(

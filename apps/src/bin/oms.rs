@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use seqstream_agent::clock::WallClock;
+use seqstream_agent::{daemon, Idle, IdleStrategy};
 use seqstream_apps::{publish, streams};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::orders::{
     self, ExecutionReportDecoder, ExecutionReportEncoder, NewOrderSingleDecoder,
 };
-use seqstream_store::clock::WallClock;
-use seqstream_store::{daemon, Idle, IdleStrategy};
 
 #[derive(Parser)]
 #[command(
@@ -86,7 +86,7 @@ fn main() -> Result<()> {
     let c_bad = counters.counter("undecodable orders")?;
     let c_foreign = counters.counter("messages of another schema")?;
     let c_waits = counters.counter("back-pressure waits")?;
-    seqstream_store::affinity::pin_current_thread(cli.core)?;
+    seqstream_agent::affinity::pin_current_thread(cli.core)?;
 
     let mut outbox = Outbox::open_or_create(
         &cli.outbox,

@@ -62,10 +62,11 @@ impl LocalStream {
     /// Sequences `stream` into `store` from `sources` (all on 127.0.0.1), forwarding
     /// `outboxes` (which must exist).
     pub fn start(store: &Path, stream: u32, sources: &[u32], outboxes: &[PathBuf]) -> LocalStream {
+        use seqstream_agent::counters::CountersWriter;
+        use seqstream_agent::{Idle, IdleStrategy};
         use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
         use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-        use seqstream_store::counters::CountersWriter;
-        use seqstream_store::{Idle, IdleStrategy, StoreConfig};
+        use seqstream_store::StoreConfig;
         use std::sync::atomic::Ordering;
         use std::time::Duration;
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::{daemon, Idle, IdleStrategy};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
-use seqstream_store::counters::CountersWriter;
-use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy};
+use seqstream_store::FlushPolicy;
 
 #[derive(Parser)]
 #[command(
@@ -188,7 +189,7 @@ fn main() -> Result<()> {
         }
     }
     let followers = start_followers(&cli, &counters, &stop)?;
-    seqstream_store::affinity::pin_current_thread(cli.core)?;
+    seqstream_agent::affinity::pin_current_thread(cli.core)?;
     let cfg = ForwarderConfig {
         outboxes: cli.outboxes.clone(),
         routes: cli.routes.clone(),

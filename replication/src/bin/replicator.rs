@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use seqstream_agent::daemon;
+use seqstream_agent::Idle;
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_replication::server::{Server, ServerConfig};
-use seqstream_store::daemon;
-use seqstream_store::{FlushPolicy, Idle};
+use seqstream_store::FlushPolicy;
 
 #[derive(Parser)]
 #[command(
@@ -116,7 +117,7 @@ fn secret(path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 fn check_cores(cores: &[usize]) -> Result<()> {
-    let available = seqstream_store::affinity::available_cores();
+    let available = seqstream_agent::affinity::available_cores();
     if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
         bail!("core {c} is not available (available: {available:?})");
     }

@@ -1,12 +1,12 @@
 //! `compositor`: merges component streams (local stores) into one composite store.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use seqstream_agent::{daemon, AgentRunner, Idle, OnError, RunnerConfig};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
-use seqstream_store::{daemon, Idle, IdleStrategy, StoreConfig};
+use seqstream_store::StoreConfig;
 
 #[derive(Parser)]
 #[command(
@@ -50,24 +50,27 @@ fn main() -> Result<()> {
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("compositor", cli.counters.clone(), 256)?;
-    seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = CompositorConfig {
         components: cli.components.clone(),
         output: cli.output.clone(),
         store_config: StoreConfig::new(cli.stream_id).segment_size(cli.segment_size),
         policy: cli.policy,
     };
-    let mut compositor = Compositor::open(cfg, &counters)
+    let compositor = Compositor::open(cfg, &counters)
         .with_context(|| format!("opening the composite {}", cli.output.display()))?;
     let out = compositor.output();
     tracing::info!(output = %cli.output.display(), policy = ?cli.policy, next_seq = out.next_seq(), counters = %counters.path().display(), "merging");
-    let position = counters.counter("composite position")?;
-    let mut idle = cli.idle.build();
-    while !stop.load(Ordering::Relaxed) {
-        let work = compositor.do_work()?;
-        position.set(compositor.output().position());
-        idle.idle(work);
-    }
-    tracing::info!(next_seq = compositor.output().next_seq(), "stopped");
+    let runner = AgentRunner::start(
+        compositor,
+        RunnerConfig {
+            core: cli.core,
+            idle: cli.idle.clone(),
+            on_error: OnError::Stop,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?;
+    runner.join()?;
     Ok(())
 }

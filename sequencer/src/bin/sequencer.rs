@@ -3,13 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use seqstream_agent::{daemon, AgentRunner, Idle, OnError, RunnerConfig};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
-use seqstream_store::{daemon, FlushPolicy, Idle, IdleStrategy, StoreConfig};
+use seqstream_store::{FlushPolicy, StoreConfig};
 
 #[derive(Parser)]
 #[command(
@@ -65,7 +65,6 @@ fn main() -> Result<()> {
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("sequencer", cli.counters.clone(), 64)?;
-    seqstream_store::affinity::pin_current_thread(cli.core)?;
     let cfg = SequencerConfig {
         store: cli.store.clone(),
         store_config: StoreConfig::new(cli.stream_id)
@@ -77,7 +76,7 @@ fn main() -> Result<()> {
         heartbeat: (!cli.no_heartbeat).then(|| Duration::from_millis(cli.heartbeat_ms)),
         nak_interval: Duration::from_millis(1),
     };
-    let mut sequencer = Sequencer::open(cfg, &counters).with_context(|| {
+    let sequencer = Sequencer::open(cfg, &counters).with_context(|| {
         format!(
             "opening the store {} and binding {}",
             cli.store.display(),
@@ -85,11 +84,17 @@ fn main() -> Result<()> {
         )
     })?;
     tracing::info!(listen = %sequencer.local_addr(), store = %cli.store.display(), next_seq = sequencer.appender().next_seq(), counters = %counters.path().display(), "sequencing");
-    let mut idle = cli.idle.build();
-    while !stop.load(Ordering::Relaxed) {
-        let work = sequencer.do_work()?;
-        idle.idle(work);
-    }
-    tracing::info!(next_seq = sequencer.appender().next_seq(), "stopped");
+    let runner = AgentRunner::start(
+        sequencer,
+        RunnerConfig {
+            core: cli.core,
+            idle: cli.idle.clone(),
+            on_error: OnError::Stop,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?;
+    runner.join()?;
     Ok(())
 }

@@ -6,14 +6,13 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use seqstream_agent::{Idle, IdleStrategy};
 use seqstream_store::composite::Origin;
 use seqstream_store::format::{flags, FrameFields, SegmentState};
 use seqstream_store::index::Index;
 use seqstream_store::scan::scan;
 use seqstream_store::segment::Segment;
-use seqstream_store::{
-    layout, pattern, Appender, FlushPolicy, Frame, Idle, IdleStrategy, StoreConfig, Tailer,
-};
+use seqstream_store::{layout, pattern, Appender, FlushPolicy, Frame, StoreConfig, Tailer};
 use serde::Serialize;
 
 #[derive(Parser)]

@@ -132,7 +132,7 @@ fn s(p: &Path) -> String {
 
 /// The value of counter `label` in the counters file `path` (0 if absent or unreadable yet).
 fn counter(path: &Path, label: &str) -> u64 {
-    seqstream_store::counters::read(path)
+    seqstream_agent::counters::read(path)
         .ok()
         .and_then(|snap| snap.get(label))
         .unwrap_or(0)
@@ -796,7 +796,7 @@ fn audit_run(
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let started = Instant::now();
-    let stop = seqstream_store::daemon::stop_flag()?;
+    let stop = seqstream_agent::daemon::stop_flag()?;
     let bin = match &cli.bin_dir {
         Some(b) => b.clone(),
         None => std::env::current_exe()?

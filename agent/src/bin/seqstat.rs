@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use seqstream_store::counters;
+use seqstream_agent::counters;
 
 #[derive(Parser)]
 #[command(

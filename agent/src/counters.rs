@@ -1,0 +1,286 @@
+//! Counters a daemon publishes and any other process reads while it runs, through a shared
+//! memory-mapped file (by convention `/dev/shm/seqstream-<daemon>-<pid>.counters`, or a path
+//! from the daemon's config). Writers update with relaxed atomic adds on their own cache line,
+//! with no system call; readers (`seqstat`) take a snapshot with one `read(2)` of the file.
+//!
+//! Layout (little-endian): a 64-byte header — magic `"SEQCNTR\0"`, version u32 (1), capacity
+//! u32, then the writer's pid u32 — followed by `capacity` 64-byte slots: value u64 (atomic),
+//! label length u8, label bytes (at most 55, UTF-8). A slot with label length 0 is unused.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use memmap2::MmapRaw;
+
+const MAGIC: [u8; 8] = *b"SEQCNTR\0";
+const VERSION: u32 = 1;
+const HEADER: usize = 64;
+const SLOT: usize = 64;
+/// Longest label, in bytes.
+pub const MAX_LABEL: usize = 55;
+
+/// Why a counters file could not be created, extended or read.
+#[derive(Debug, thiserror::Error)]
+pub enum CountersError {
+    /// A system call on the file failed (`op` names it).
+    #[error("{op} {path}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every slot of the file is allocated.
+    #[error("counters file {path} is full ({capacity} counters)")]
+    Full { path: PathBuf, capacity: usize },
+    /// The file is not a counters file of this version (`reason` says what is wrong).
+    #[error("{path}: {reason}")]
+    NotCounters { path: PathBuf, reason: &'static str },
+}
+
+/// The writer's mapping of its counters file.
+#[derive(Debug)]
+struct Mapping {
+    map: MmapRaw,
+    path: PathBuf,
+}
+
+impl Mapping {
+    /// The counter value at `offset` (a slot start).
+    fn atomic(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(SLOT) && offset + SLOT <= self.map.len());
+        // SAFETY: `offset` is a slot start inside the mapping (every caller derives it from a
+        // slot index below the capacity the file was created with), so it is 8-byte aligned
+        // (the mapping is page-aligned) and 8 bytes are in bounds. The mapping lives as long
+        // as `self`, and these bytes are only ever accessed atomically, in any process.
+        unsafe { &*self.map.as_mut_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    /// Writes `bytes` at `offset`.
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(
+            offset + bytes.len() <= self.map.len(),
+            "write past the counters file"
+        );
+        // SAFETY: the range is in bounds (checked above) and is never a counter value: the
+        // header, or the label of a slot that no reader reads until its label length byte,
+        // written last, is non-zero. Only this writer writes the file.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+    }
+}
+
+/// The writing side: creates the file and hands out [`Counter`]s.
+#[derive(Debug, Clone)]
+pub struct CountersWriter {
+    file: Arc<Mapping>,
+    capacity: usize,
+    next: Arc<std::sync::Mutex<usize>>,
+}
+
+/// One counter: a `u64` on its own cache line of the counters file.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    file: Arc<Mapping>,
+    offset: usize,
+}
+
+impl Counter {
+    #[inline]
+    fn atomic(&self) -> &AtomicU64 {
+        self.file.atomic(self.offset)
+    }
+
+    /// Adds `n` (relaxed).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.atomic().fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds 1 (relaxed).
+    #[inline]
+    pub fn incr(&self) {
+        self.add(1);
+    }
+
+    /// Subtracts `n` (relaxed, wrapping): for gauges that go down, such as live connections.
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.atomic().fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Sets the value (relaxed): for gauges such as positions and lags.
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.atomic().store(v, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.atomic().load(Ordering::Relaxed)
+    }
+}
+
+impl CountersWriter {
+    /// Creates (replacing) the counters file at `path` with room for `capacity` counters. The
+    /// file is built under a temporary name and renamed into place, so a reader of an older
+    /// file at that path never sees it half-built.
+    pub fn create(path: &Path, capacity: usize) -> Result<CountersWriter, CountersError> {
+        let io = |op, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CountersError::Io { op, path, source }
+        };
+        let len = HEADER + capacity * SLOT;
+        let tmp = path.with_extension("counters.tmp");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        f.set_len(len as u64).map_err(io("ftruncate", &tmp))?;
+        let map = MmapRaw::map_raw(&f).map_err(io("mmap", &tmp))?;
+        let file = Mapping {
+            map,
+            path: path.to_path_buf(),
+        };
+        let mut header = [0u8; 20];
+        header[..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&(capacity as u32).to_le_bytes());
+        header[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+        file.write(0, &header);
+        std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+        Ok(CountersWriter {
+            file: Arc::new(file),
+            capacity,
+            next: Arc::new(std::sync::Mutex::new(0)),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    /// Allocates a counter named `label` (truncated to [`MAX_LABEL`] bytes at a character
+    /// boundary), starting at 0. `Full` when every slot is taken.
+    pub fn counter(&self, label: &str) -> Result<Counter, CountersError> {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        if *next >= self.capacity {
+            return Err(CountersError::Full {
+                path: self.path().into(),
+                capacity: self.capacity,
+            });
+        }
+        let offset = HEADER + *next * SLOT;
+        *next += 1;
+        let mut end = label.len().min(MAX_LABEL);
+        while !label.is_char_boundary(end) {
+            end -= 1;
+        }
+        // The label first, then its length: a reader skips the slot until the length is set.
+        self.file.write(offset + 9, &label.as_bytes()[..end]);
+        self.file.write(offset + 8, &[end as u8]);
+        Ok(Counter {
+            file: self.file.clone(),
+            offset,
+        })
+    }
+}
+
+/// A reader's snapshot of one counters file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The file read.
+    pub path: PathBuf,
+    /// The writer's pid.
+    pub pid: u32,
+    /// `(label, value)` in allocation order.
+    pub counters: Vec<(String, u64)>,
+}
+
+impl Snapshot {
+    /// The value of the first counter labelled `label`, if there is one.
+    pub fn get(&self, label: &str) -> Option<u64> {
+        self.counters
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|&(_, v)| v)
+    }
+}
+
+/// Reads every counter of the file at `path` with one `read(2)` of the whole file (no
+/// mapping, so a file truncated meanwhile gives a short read, never a signal). Each value is
+/// one aligned 8-byte word the kernel copies from the shared page. Errors: `Io` when it
+/// cannot be read, `NotCounters` when it is not a counters file.
+pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
+    let bytes = std::fs::read(path).map_err(|source| CountersError::Io {
+        op: "read",
+        path: path.into(),
+        source,
+    })?;
+    let bad = |reason| CountersError::NotCounters {
+        path: path.into(),
+        reason,
+    };
+    let Some(h) = bytes.get(..HEADER) else {
+        return Err(bad("not a counters file (too short)"));
+    };
+    let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    if h[..8] != MAGIC || u32_at(8) != VERSION {
+        return Err(bad("not a counters file (magic or version)"));
+    }
+    let capacity = (u32_at(12) as usize).min((bytes.len() - HEADER) / SLOT);
+    let mut counters = Vec::new();
+    for slot in bytes[HEADER..].chunks_exact(SLOT).take(capacity) {
+        let n = usize::from(slot[8]).min(MAX_LABEL);
+        if n == 0 {
+            break;
+        }
+        let label = String::from_utf8_lossy(&slot[9..9 + n]).into_owned();
+        let mut value = [0u8; 8];
+        value.copy_from_slice(&slot[..8]);
+        counters.push((label, u64::from_le_bytes(value)));
+    }
+    Ok(Snapshot {
+        path: path.into(),
+        pid: u32_at(16),
+        counters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_counters_read_back_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.counters");
+        let w = CountersWriter::create(&path, 4).unwrap();
+        let a = w.counter("frames sent").unwrap();
+        let b = w.counter(&"é".repeat(40)).unwrap();
+        a.add(5);
+        a.incr();
+        b.set(42);
+        let s = read(&path).unwrap();
+        assert_eq!(s.pid, std::process::id());
+        assert_eq!(s.counters[0], ("frames sent".to_string(), 6));
+        assert_eq!(s.counters[1].1, 42);
+        assert!(s.counters[1].0.len() <= MAX_LABEL);
+        w.counter("c").unwrap();
+        w.counter("d").unwrap();
+        assert!(w.counter("e").is_err());
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(read(&path).is_err());
+    }
+}

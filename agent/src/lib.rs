@@ -1,0 +1,38 @@
+//! # seqstream-agent
+//!
+//! The runtime every seqstream role runs on, modelled on Aeron's media driver and Agrona. A
+//! role (sequencer, compositor, replication, forwarder) is an [`Agent`]: a duty cycle that
+//! never blocks. Where it runs is its host's choice: an [`AgentRunner`] gives an agent (or a
+//! [`CompositeAgent`] of several) a thread, a core, an idle strategy and an error policy; an
+//! [`AgentInvoker`] drives one from the caller's thread (applications, tests).
+//!
+//! This crate owns the runtime and what every daemon shares, and nothing of any role: it knows
+//! no store, no socket and no message format.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`agent`] | the [`Agent`] contract, [`CompositeAgent`] |
+//! | [`runner`] | [`AgentRunner`]: thread, pinning, idling, the per-cycle clock, error policy |
+//! | [`invoker`] | [`AgentInvoker`]: duty cycles on the caller's thread |
+//! | [`idle`] | idle strategies (busy-spin, yield, backoff, sleep) |
+//! | [`affinity`] | core pinning |
+//! | [`clock`] | realtime and monotonic time as an input; a manual clock for tests |
+//! | [`counters`] | the shared-memory counters file every daemon publishes (`seqstat` reads it) |
+//! | [`ratelimit`] | rate limits of repeated log lines |
+//! | `daemon` (feature `daemon`) | config files, SIGINT/SIGTERM, logging, counters paths |
+
+pub mod affinity;
+pub mod agent;
+pub mod clock;
+pub mod counters;
+#[cfg(feature = "daemon")]
+pub mod daemon;
+pub mod idle;
+pub mod invoker;
+pub mod ratelimit;
+pub mod runner;
+
+pub use agent::{Agent, AgentError, CompositeAgent, DutyCycle};
+pub use idle::{Idle, IdleState, IdleStrategy};
+pub use invoker::AgentInvoker;
+pub use runner::{AgentRunner, OnError, RunnerConfig, RunnerError};
