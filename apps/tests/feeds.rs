@@ -316,9 +316,8 @@ fn feedhandler_replays_the_itch_captures_into_a_stream() {
         (&json!(9), &json!(46), &json!(0))
     );
     wait_for(&store, 46);
-    // Exactly the new messages of the captures, as on the wire, in capture-time order. (The
-    // frames' template id is what the sequencer reads from payload bytes 2-3, PROTOCOL.md;
-    // an ITCH message's type is its first byte.)
+    // Exactly the new messages of the captures, as on the wire, in capture-time order, each
+    // frame's template id its ITCH message type.
     let (packets, _, _) = feed::read_itch(&feed::capture_files(&[dir]).unwrap(), None).unwrap();
     let mut tracker = SessionTracker::new();
     let mut expected = Vec::new();
@@ -326,10 +325,9 @@ fn feedhandler_replays_the_itch_captures_into_a_stream() {
         tracker.accept(&p.packet().unwrap(), |_, m| expected.push(m.to_vec()));
     }
     assert_eq!(expected.len(), 46);
-    let got: Vec<Vec<u8>> = stream_messages(&store, 46)
-        .into_iter()
-        .map(|(_, payload)| payload)
-        .collect();
+    let frames = stream_messages(&store, 46);
+    assert!(frames.iter().all(|(t, m)| *t == u16::from(m[0])));
+    let got: Vec<Vec<u8>> = frames.into_iter().map(|(_, payload)| payload).collect();
     assert_eq!(got, expected);
     let types: String = got.iter().map(|m| char::from(m[0])).collect();
     assert_eq!(types, "UADEIDLAAAAAAAAFAAAAFAAAAAAAAAAAAAAAAAAAAAAAAH");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_schemas::wire;
+use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
 use crate::outbox::{OutboxError, OutboxReader};
@@ -71,6 +71,9 @@ pub enum Error {
 
 /// Bytes of a datagram before its messages: SBE header, block, group header.
 const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
+/// Bytes of one message entry before its payload: template id (the group's block) and the
+/// payload's length.
+const MESSAGE_OVERHEAD: usize = 2 + 2;
 
 struct Link {
     reader: OutboxReader,
@@ -106,7 +109,8 @@ pub struct Forwarder {
     links: Vec<Link>,
     routes: Vec<RouteState>,
     counters: Counters,
-    batch: Vec<(u64, Vec<u8>)>,
+    /// `(source_seq, template_id, payload)` of the messages being sent.
+    batch: Vec<(u64, u16, Vec<u8>)>,
     out: Vec<u8>,
     nak: Vec<u8>,
     /// Its monotonic reading times the resend timeout.
@@ -283,9 +287,9 @@ impl Forwarder {
     fn send_new(&mut self, i: usize) -> Result<usize, Error> {
         self.batch.clear();
         let batch = &mut self.batch;
-        self.links[i]
-            .reader
-            .poll(1024, |r| batch.push((r.source_seq, r.payload.to_vec())))?;
+        self.links[i].reader.poll(1024, |r| {
+            batch.push((r.source_seq, r.template_id, r.payload.to_vec()))
+        })?;
         let n = self.batch.len();
         if n > 0 {
             let last = self.batch[n - 1].0;
@@ -304,7 +308,7 @@ impl Forwarder {
         let batch = &mut self.batch;
         self.links[i].reader.unconfirmed(|r| {
             if r.source_seq >= from {
-                batch.push((r.source_seq, r.payload.to_vec()));
+                batch.push((r.source_seq, r.template_id, r.payload.to_vec()));
             }
             true
         })?;
@@ -324,29 +328,33 @@ impl Forwarder {
         let source_id = self.links[i].reader.source_id();
         let mut start = 0;
         while start < self.batch.len() {
-            // Take messages while they fit (each costs its 2-byte length prefix).
+            // Take messages while they fit (each costs its entry: template id and length).
             let mut size = DATAGRAM_OVERHEAD;
             let mut end = start;
             while end < self.batch.len()
-                && (end == start || size + 2 + self.batch[end].1.len() <= self.cfg.mtu)
+                && (end == start
+                    || size + MESSAGE_OVERHEAD + self.batch[end].2.len() <= self.cfg.mtu)
             {
-                size += 2 + self.batch[end].1.len();
+                size += MESSAGE_OVERHEAD + self.batch[end].2.len();
                 end += 1;
             }
             if size > self.out.len() {
                 self.out.resize(size, 0);
             }
             let mut e = wire::DatagramHeaderEncoder::new(&mut self.out).expect("sized");
-            e.set_protocol_version(1)
+            e.set_protocol_version(DATAGRAM_PROTOCOL_VERSION)
                 .set_stream_id(stream_id)
                 .set_source_id(source_id)
                 .set_session_epoch(self.cfg.epoch)
                 .set_first_source_seq(self.batch[start].0);
             {
                 let mut g = e.messages().expect("sized");
-                for (_, p) in &self.batch[start..end] {
+                for (_, template_id, p) in &self.batch[start..end] {
                     g.next_entry()
-                        .and_then(|mut m| m.set_payload(p).map(|_| ()))
+                        .and_then(|mut m| {
+                            m.set_template_id(*template_id);
+                            m.set_payload(p).map(|_| ())
+                        })
                         .map_err(|err| {
                             Error::Config(format!("message too large for a datagram: {err}"))
                         })?;

@@ -25,6 +25,11 @@ generated!(
     /// seqstream wire protocol (`xml/wire.xml`).
     wire, "wire.rs"
 );
+/// The inbound datagram protocol version (`DatagramHeader.ProtocolVersion`) that iodaemons
+/// send and sequencers accept. 2: each message entry carries its template id (version 1 took
+/// it from the payload's SBE header, which a feed's raw messages do not have).
+pub const DATAGRAM_PROTOCOL_VERSION: u8 = 2;
+
 generated!(
     /// seqstream order flow (`xml/orders.xml`).
     orders, "orders.rs"

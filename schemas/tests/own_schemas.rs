@@ -102,21 +102,23 @@ fn datagram_entries_with_var_data() {
     let mut buf = [0u8; 128];
     let len = {
         let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
-        e.set_protocol_version(1)
+        e.set_protocol_version(seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)
             .set_flags(wire::DatagramFlags::default().with_retransmit(true))
             .set_stream_id(7)
             .set_source_id(3)
             .set_session_epoch(2)
             .set_first_source_seq(1000);
         let mut messages = e.messages().unwrap();
-        for p in payloads {
-            messages.next_entry().unwrap().set_payload(p).unwrap();
+        for (template_id, p) in (10..).zip(payloads) {
+            let mut m = messages.next_entry().unwrap();
+            m.set_template_id(template_id);
+            m.set_payload(p).unwrap();
         }
         assert_eq!(messages.num_in_group(), 3);
         e.encoded_length()
     };
-    // header 8 + block 24 + group header 4 + (2 + 5) + (2 + 0) + (2 + 13)
-    assert_eq!(len, 8 + 24 + 4 + 7 + 2 + 15);
+    // header 8 + block 24 + group header 4 + each entry: template id 2, length 2, payload
+    assert_eq!(len, 8 + 24 + 4 + (4 + 5) + 4 + (4 + 13));
     let Ok(wire::Message::DatagramHeader(d)) = wire::decode(&buf[..len]) else {
         panic!("not a datagram header");
     };
@@ -124,21 +126,23 @@ fn datagram_entries_with_var_data() {
     assert_eq!((d.stream_id(), d.source_id(), d.session_epoch()), (7, 3, 2));
     let messages = d.messages().unwrap();
     assert_eq!(messages.num_in_group(), 3);
-    let got: Vec<(u64, Vec<u8>)> = messages
+    let got: Vec<(u64, u16, Vec<u8>)> = messages
         .enumerate()
         .map(|(i, m)| {
+            let m = m.unwrap();
             (
                 d.first_source_seq() + i as u64,
-                m.unwrap().payload().unwrap().to_vec(),
+                m.template_id(),
+                m.payload().unwrap().to_vec(),
             )
         })
         .collect();
     assert_eq!(
         got,
         [
-            (1000, b"first".to_vec()),
-            (1001, Vec::new()),
-            (1002, b"third message".to_vec())
+            (1000, 10, b"first".to_vec()),
+            (1001, 11, Vec::new()),
+            (1002, 12, b"third message".to_vec())
         ]
     );
     assert_eq!(d.end_offset(), Ok(len));

@@ -23,11 +23,9 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_schemas::codec::DecodeError;
-use seqstream_schemas::wire;
+use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
-/// The datagram framing version this sequencer speaks.
-pub const PROTOCOL_VERSION: u8 = 1;
 /// The largest datagram read (UDP's limit).
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams received per `recvmmsg` call.
@@ -328,7 +326,8 @@ struct Checked<'a> {
     source_id: u32,
     epoch: u32,
     first_source_seq: u64,
-    payloads: Vec<&'a [u8]>,
+    /// Each message's template id and payload.
+    payloads: Vec<(u16, &'a [u8])>,
 }
 
 /// A running sequencer. Drive it with [`Sequencer::do_work`] and an idle strategy.
@@ -503,7 +502,7 @@ impl Sequencer {
     /// every message (decodable, small enough for a frame, source seqs in range).
     fn check<'a>(&self, datagram: &'a [u8], from: SocketAddr) -> Result<Checked<'a>, Refusal> {
         let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
-        if d.protocol_version() != PROTOCOL_VERSION {
+        if d.protocol_version() != DATAGRAM_PROTOCOL_VERSION {
             return Err(Refusal::Version(d.protocol_version()));
         }
         if d.stream_id() != self.cfg.store_config.stream_id {
@@ -530,14 +529,16 @@ impl Sequencer {
         let messages = d.messages().map_err(Refusal::Undecodable)?;
         let mut payloads = Vec::with_capacity(messages.num_in_group());
         for m in messages {
-            let p = m.and_then(|m| m.payload()).map_err(Refusal::Undecodable)?;
+            let (template_id, p) = m
+                .and_then(|m| Ok((m.template_id(), m.payload()?)))
+                .map_err(Refusal::Undecodable)?;
             if p.len() > self.appender.max_payload() {
                 return Err(Refusal::TooLarge {
                     source: source_id,
                     len: p.len(),
                 });
             }
-            payloads.push(p);
+            payloads.push((template_id, p));
         }
         let first_source_seq = d.first_source_seq();
         if first_source_seq
@@ -579,7 +580,7 @@ impl Sequencer {
         source.epoch = Some(epoch);
         let total = payloads.len();
         let mut gap_at = None;
-        for (i, payload) in payloads.into_iter().enumerate() {
+        for (i, (template_id, payload)) in payloads.into_iter().enumerate() {
             let source_seq = first + i as u64;
             if source_seq < source.next_source_seq {
                 self.counters.duplicates.incr();
@@ -590,11 +591,6 @@ impl Sequencer {
                 self.counters.beyond_gap.add((total - i) as u64);
                 break;
             }
-            let template_id = if payload.len() >= 8 {
-                u16::from_le_bytes([payload[2], payload[3]])
-            } else {
-                0
-            };
             let fields = FrameFields {
                 source_id,
                 source_seq,

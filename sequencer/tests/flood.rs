@@ -30,7 +30,7 @@ impl Drop for Proc {
 fn datagram(epoch: u32, first: u64, n: u64) -> Vec<u8> {
     let mut buf = vec![0u8; 4096];
     let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
-    e.set_protocol_version(1)
+    e.set_protocol_version(seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)
         .set_stream_id(STREAM)
         .set_source_id(1)
         .set_session_epoch(epoch)

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_schemas::wire;
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec, PROTOCOL_VERSION};
+use seqstream_schemas::DATAGRAM_PROTOCOL_VERSION as PROTOCOL_VERSION;
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 
 const STREAM: u32 = 4;
@@ -109,17 +110,25 @@ fn in_order_per_source_duplicates_dropped_and_gaps_nakked() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let to = seq.local_addr();
-    client.send_to(&datagram(STREAM, 1, 1, 1..4), to).unwrap();
-    client.send_to(&datagram(STREAM, 2, 1, 1..3), to).unwrap();
+    client
+        .send_to(&datagram(STREAM, 1, PROTOCOL_VERSION, 1..4), to)
+        .unwrap();
+    client
+        .send_to(&datagram(STREAM, 2, PROTOCOL_VERSION, 1..3), to)
+        .unwrap();
     // A gap: 6..8 while 4 is expected. Dropped, and a NAK asks from 4.
-    client.send_to(&datagram(STREAM, 1, 1, 6..8), to).unwrap();
+    client
+        .send_to(&datagram(STREAM, 1, PROTOCOL_VERSION, 6..8), to)
+        .unwrap();
     pump(&mut seq, |s| s.appender().next_seq() == 6);
     let mut nak = [0u8; 64];
     let (n, _) = client.recv_from(&mut nak).unwrap();
     let nak = wire::NakDecoder::decode(&nak[..n]).unwrap();
     assert_eq!((nak.source_id(), nak.from_source_seq()), (1, 4));
     // The resend overlaps what was sequenced: duplicates dropped, the rest in order.
-    client.send_to(&datagram(STREAM, 1, 1, 2..8), to).unwrap();
+    client
+        .send_to(&datagram(STREAM, 1, PROTOCOL_VERSION, 2..8), to)
+        .unwrap();
     pump(&mut seq, |s| s.appender().next_seq() == 10);
     assert_eq!(
         frames(d.path()),
@@ -148,7 +157,10 @@ fn a_restarted_sequencer_sequences_a_resent_message_once() {
     let to = seq.local_addr();
     for k in 0..10 {
         client
-            .send_to(&datagram(STREAM, 1, 1, 1 + k * 10..11 + k * 10), to)
+            .send_to(
+                &datagram(STREAM, 1, PROTOCOL_VERSION, 1 + k * 10..11 + k * 10),
+                to,
+            )
             .unwrap();
     }
     pump(&mut seq, |s| s.appender().next_seq() == 101);
@@ -157,7 +169,10 @@ fn a_restarted_sequencer_sequences_a_resent_message_once() {
     // The source resends from 51: everything up to 100 is a duplicate.
     for k in 5..15 {
         client
-            .send_to(&datagram(STREAM, 1, 1, 1 + k * 10..11 + k * 10), to)
+            .send_to(
+                &datagram(STREAM, 1, PROTOCOL_VERSION, 1 + k * 10..11 + k * 10),
+                to,
+            )
             .unwrap();
     }
     pump(&mut seq, |s| s.appender().next_seq() == 151);
@@ -171,7 +186,7 @@ fn bad_datagrams_are_counted_and_dropped_and_good_sources_keep_going() {
     let mut seq = open(d.path(), "127.0.0.1:0".parse().unwrap());
     let to = seq.local_addr();
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let good = datagram(STREAM, 1, 1, 1..5);
+    let good = datagram(STREAM, 1, PROTOCOL_VERSION, 1..5);
     let mut sent_bad = 0;
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     use rand::{Rng, SeedableRng};
@@ -194,11 +209,15 @@ fn bad_datagrams_are_counted_and_dropped_and_good_sources_keep_going() {
         .send_to(&datagram(STREAM, 1, PROTOCOL_VERSION + 1, 1..5), to)
         .unwrap();
     client
-        .send_to(&datagram(STREAM + 1, 1, 1, 1..5), to)
+        .send_to(&datagram(STREAM + 1, 1, PROTOCOL_VERSION, 1..5), to)
         .unwrap();
-    client.send_to(&datagram(STREAM, 99, 1, 1..5), to).unwrap();
+    client
+        .send_to(&datagram(STREAM, 99, PROTOCOL_VERSION, 1..5), to)
+        .unwrap();
     // Source 3 is allowed only from 127.0.0.9.
-    client.send_to(&datagram(STREAM, 3, 1, 1..5), to).unwrap();
+    client
+        .send_to(&datagram(STREAM, 3, PROTOCOL_VERSION, 1..5), to)
+        .unwrap();
     client.send_to(&good, to).unwrap();
     pump(&mut seq, |s| s.appender().next_seq() == 5);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -217,7 +236,8 @@ fn bad_datagrams_are_counted_and_dropped_and_good_sources_keep_going() {
     assert_eq!(counter(d.path(), "bad datagrams: wrong address"), 1);
     // The right address for source 3 works.
     let c3 = UdpSocket::bind("127.0.0.9:0").unwrap();
-    c3.send_to(&datagram(STREAM, 3, 1, 1..3), to).unwrap();
+    c3.send_to(&datagram(STREAM, 3, PROTOCOL_VERSION, 1..3), to)
+        .unwrap();
     pump(&mut seq, |s| s.appender().next_seq() == 7);
 }
 
@@ -247,30 +267,46 @@ fn a_malformed_datagram_changes_nothing_about_its_source() {
     client
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 1..4));
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 1..4),
+    );
     assert_eq!(seq.appender().next_seq(), 4);
 
     // Epoch: a higher epoch whose messages do not decode must not make epoch 1 stale.
-    let bad = with_a_broken_last_message(datagram_of_epoch(STREAM, 1, 1, 2, 4..6));
+    let bad = with_a_broken_last_message(datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 2, 4..6));
     deliver(&mut seq, d.path(), &client, &bad);
     // Next source seq: its first message (4, decodable and next) was not sequenced either.
     assert_eq!(seq.appender().next_seq(), 4);
-    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 4..6));
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 4..6),
+    );
     assert_eq!(seq.appender().next_seq(), 6);
 
     // Source seqs that overflow, in a higher epoch.
-    let mut overflow = datagram_of_epoch(STREAM, 1, 1, 3, 6..8);
+    let mut overflow = datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 3, 6..8);
     // FirstSourceSeq: at offset 16 of the block, after the 8-byte SBE header.
     overflow[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
     deliver(&mut seq, d.path(), &client, &overflow);
 
     // NAK state: a broken datagram beyond a gap sends no NAK and leaves none pending.
-    let bad_gap = with_a_broken_last_message(datagram_of_epoch(STREAM, 1, 1, 4, 9..11));
+    let bad_gap =
+        with_a_broken_last_message(datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 4, 9..11));
     deliver(&mut seq, d.path(), &client, &bad_gap);
     assert_eq!(counter(d.path(), "naks sent"), 0);
     assert_eq!(counter(d.path(), "messages beyond a gap dropped"), 0);
     // The real source's own gap is NAKed from 6, in its epoch.
-    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 8..9));
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 8..9),
+    );
     let mut nak = [0u8; 64];
     let (n, _) = client.recv_from(&mut nak).unwrap();
     let nak = wire::NakDecoder::decode(&nak[..n]).unwrap();
@@ -278,7 +314,12 @@ fn a_malformed_datagram_changes_nothing_about_its_source() {
         (nak.source_id(), nak.session_epoch(), nak.from_source_seq()),
         (1, 1, 6)
     );
-    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 6..9));
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 6..9),
+    );
     assert_eq!(
         frames(d.path()),
         (1..=8).map(|s| (1, s)).collect::<Vec<_>>()
@@ -318,6 +359,11 @@ fn a_message_too_large_for_a_frame_is_refused_and_the_sequencer_keeps_going() {
     let n = e.encoded_length();
     deliver(&mut seq, d.path(), &client, &buf[..n]);
     assert_eq!(counter(d.path(), "bad datagrams: message too large"), 1);
-    deliver(&mut seq, d.path(), &client, &datagram(STREAM, 1, 1, 1..3));
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 1..3),
+    );
     assert_eq!(frames(d.path()), vec![(1, 1), (1, 2)]);
 }

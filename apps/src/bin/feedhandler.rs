@@ -12,10 +12,8 @@
 //!   gaps counted; every new ITCH message becomes one stream message whose payload is the
 //!   ITCH message as on the wire (from its message type byte on, without the MoldUDP64
 //!   length), offered with the message type byte as template id (`b'A'` = 65 for Add
-//!   Order, …). The inbound protocol does not carry that id: the sequencer stamps each
-//!   frame's template id from payload bytes 2–3, an SBE header's place (`PROTOCOL.md`), so
-//!   a reader of the stream takes an ITCH message's type from its payload's first byte.
-//!   `--pace recorded` follows the frames' capture time.
+//!   Order, …), which becomes the frame's template id (`PROTOCOL.md`: each datagram
+//!   entry carries it). `--pace recorded` follows the frames' capture time.
 //!
 //! Pace: as fast as the outbox accepts (`--pace max`), or the recorded spacing divided by
 //! `--speed` (`--pace recorded`).
