@@ -77,6 +77,11 @@ impl std::fmt::Display for Idle {
     }
 }
 
+/// The longest park or sleep an idle strategy may be configured with: 1 s. A polling loop
+/// answers its stop flag (SIGINT, SIGTERM) only between idle steps, so a longer step would
+/// make it deaf to them for that long.
+pub const MAX_PARK: Duration = Duration::from_secs(1);
+
 impl std::str::FromStr for Idle {
     type Err = String;
 
@@ -94,6 +99,11 @@ impl std::str::FromStr for Idle {
             } else {
                 return Err(bad());
             };
+            if d > MAX_PARK {
+                return Err(format!(
+                    "idle strategy {s:?}: at most {MAX_PARK:?} per idle step, so that the loop still answers SIGINT and SIGTERM"
+                ));
+            }
             Ok(d)
         };
         match s {
@@ -204,6 +214,20 @@ mod tests {
         };
         assert_eq!(max_park, Duration::from_micros(50));
         assert!("backoff:0us".parse::<Idle>().is_err());
+        // A step longer than MAX_PARK would leave the loop deaf to signals (and u64::MAX µs
+        // is a value, not "forever").
+        assert_eq!(
+            "sleep:1000ms".parse::<Idle>().unwrap(),
+            Idle::Sleep(MAX_PARK)
+        );
+        for too_long in [
+            "sleep:1001ms",
+            "backoff:2000000us",
+            "sleep:18446744073709551615us",
+        ] {
+            let e = too_long.parse::<Idle>().unwrap_err();
+            assert!(e.contains("at most"), "{too_long}: {e}");
+        }
         assert_eq!(Idle::backoff().to_string(), "backoff:1000us");
         assert_eq!("backoff:1000us".parse::<Idle>().unwrap(), Idle::backoff());
         assert_eq!(

@@ -229,10 +229,17 @@ enum Refusal {
         source: u32,
         len: usize,
     },
+    /// Bytes after the last message: a datagram has no other framing, so they are not ours.
+    TrailingBytes(usize),
+    /// A datagram of no message: it sequences nothing, so it may change nothing (its epoch
+    /// included).
+    Empty {
+        source: u32,
+    },
 }
 
 /// The causes refusals are counted and logged by: their counters' labels.
-const CAUSES: [&str; 7] = [
+const CAUSES: [&str; 8] = [
     "bad datagrams: undecodable",
     "bad datagrams: protocol version",
     "bad datagrams: other stream",
@@ -240,19 +247,24 @@ const CAUSES: [&str; 7] = [
     "bad datagrams: wrong address",
     "bad datagrams: stale epoch",
     "bad datagrams: message too large",
+    "bad datagrams: no message",
 ];
 
 impl Refusal {
     /// Its index in [`CAUSES`].
     fn cause(self) -> usize {
         match self {
-            Refusal::Undecodable(_) | Refusal::NoAddress | Refusal::SeqOverflow { .. } => 0,
+            Refusal::Undecodable(_)
+            | Refusal::NoAddress
+            | Refusal::SeqOverflow { .. }
+            | Refusal::TrailingBytes(_) => 0,
             Refusal::Version(_) => 1,
             Refusal::Stream(_) => 2,
             Refusal::UnknownSource(_) => 3,
             Refusal::WrongAddress { .. } => 4,
             Refusal::StaleEpoch { .. } => 5,
             Refusal::TooLarge { .. } => 6,
+            Refusal::Empty { .. } => 7,
         }
     }
 }
@@ -279,6 +291,8 @@ impl std::fmt::Display for Refusal {
             Refusal::TooLarge { source, len } => {
                 write!(f, "source {source}: a message of {len} bytes")
             }
+            Refusal::TrailingBytes(n) => write!(f, "{n} bytes after the last message"),
+            Refusal::Empty { source } => write!(f, "source {source}: a datagram of no message"),
         }
     }
 }
@@ -499,7 +513,8 @@ impl Sequencer {
     }
 
     /// Checks a whole datagram without changing anything: header, source, address, epoch,
-    /// every message (decodable, small enough for a frame, source seqs in range).
+    /// every message (decodable, small enough for a frame, source seqs in range), at least
+    /// one message, and nothing after the last.
     fn check<'a>(&self, datagram: &'a [u8], from: SocketAddr) -> Result<Checked<'a>, Refusal> {
         let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
         if d.protocol_version() != DATAGRAM_PROTOCOL_VERSION {
@@ -539,6 +554,15 @@ impl Sequencer {
                 });
             }
             payloads.push((template_id, p));
+        }
+        // The messages must end the datagram: the end of the last payload is the end of
+        // the group (var data is the entry's last field).
+        let Some(&(_, last)) = payloads.last() else {
+            return Err(Refusal::Empty { source: source_id });
+        };
+        let end = last.as_ptr() as usize + last.len() - datagram.as_ptr() as usize;
+        if end != datagram.len() {
+            return Err(Refusal::TrailingBytes(datagram.len() - end));
         }
         let first_source_seq = d.first_source_seq();
         if first_source_seq

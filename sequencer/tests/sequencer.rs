@@ -288,6 +288,25 @@ fn a_malformed_datagram_changes_nothing_about_its_source() {
     );
     assert_eq!(seq.appender().next_seq(), 6);
 
+    // A higher epoch with no message, and one with bytes after its messages: neither is a
+    // datagram of the source, so neither may take its epoch.
+    deliver(
+        &mut seq,
+        d.path(),
+        &client,
+        &datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 9, 6..6),
+    );
+    assert_eq!(counter(d.path(), "bad datagrams: no message"), 1);
+    let mut trailing = datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 9, 6..7);
+    trailing.extend_from_slice(&[0xEE; 6]);
+    let undecodable = counter(d.path(), "bad datagrams: undecodable");
+    deliver(&mut seq, d.path(), &client, &trailing);
+    assert_eq!(
+        counter(d.path(), "bad datagrams: undecodable"),
+        undecodable + 1
+    );
+    assert_eq!(seq.appender().next_seq(), 6);
+
     // Source seqs that overflow, in a higher epoch.
     let mut overflow = datagram_of_epoch(STREAM, 1, PROTOCOL_VERSION, 3, 6..8);
     // FirstSourceSeq: at offset 16 of the block, after the 8-byte SBE header.
@@ -324,7 +343,8 @@ fn a_malformed_datagram_changes_nothing_about_its_source() {
         frames(d.path()),
         (1..=8).map(|s| (1, s)).collect::<Vec<_>>()
     );
-    assert_eq!(counter(d.path(), "bad datagrams: undecodable"), 3);
+    // The broken datagram, the trailing bytes, the broken one beyond a gap, the overflow.
+    assert_eq!(counter(d.path(), "bad datagrams: undecodable"), 4);
     assert_eq!(counter(d.path(), "bad datagrams: stale epoch"), 0);
 }
 
