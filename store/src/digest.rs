@@ -47,7 +47,8 @@ impl std::fmt::Display for StoreDigest {
 /// checking every frame's checksum.
 ///
 /// Errors: those of [`Tailer::open_with`] (`NoStore` when `dir` holds no segment) and of
-/// [`Tailer::poll_range`] (`CorruptFrame` for a frame that fails its checks).
+/// [`Tailer::poll_range`] (`CorruptFrame` for a frame that fails its checks), and of
+/// [`Tailer::check_end`] (`CorruptHeader` when an unsealed segment is followed by frames).
 pub fn digest(dir: &Path) -> Result<StoreDigest> {
     let mut tailer = Tailer::open_with(
         dir,
@@ -68,5 +69,6 @@ pub fn digest(dir: &Path) -> Result<StoreDigest> {
         d.last_seq = range.first_seq + range.frames - 1;
         d.end_position = range.position + range.bytes.len() as u64;
     }
+    tailer.check_end()?;
     Ok(d)
 }

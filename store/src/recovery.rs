@@ -231,6 +231,20 @@ pub(crate) fn open_for_append(
         None
     };
     let sealed_end = if *last_state == SegmentState::Sealed {
+        // The appender activates a segment's successor before it seals it, so a sealed last
+        // segment with no successor file means that file (and every frame in it, which
+        // replicas may hold) is gone: continuing would hand its seqs out again.
+        if segs.len() == live && !cfg.repair {
+            return Err(StoreError::CorruptHeader {
+                path: last_path.clone(),
+                reason: format!(
+                    "segment {} is sealed, but segment {} after it is missing: its frames (from seq {}) may be held by replicas; restore it from a replica, or open with repair to continue from that seq anyway",
+                    last_info.index,
+                    last_info.index + 1,
+                    scan_sealed(last_seg, last_info, last_path)?.next_seq
+                ),
+            });
+        }
         Some(scan_sealed(last_seg, last_info, last_path)?)
     } else {
         None

@@ -135,7 +135,8 @@ impl Default for TailerOptions {
 }
 
 /// Empty polls between two checks that the segment file was neither shortened nor replaced
-/// (an `fstat` and a `stat` each).
+/// (an `fstat` and a `stat` each) and that no successor holds frames (an `open` of the next
+/// segment's name).
 pub const REPLACED_CHECK_EVERY: u32 = 1024;
 
 /// A reader of one store. See the module docs.
@@ -307,7 +308,7 @@ impl Tailer {
                 self.empty_polls += 1;
                 if self.empty_polls >= REPLACED_CHECK_EVERY {
                     self.empty_polls = 0;
-                    self.segment.check_file()?;
+                    self.check_end()?;
                 }
                 return Ok(None);
             }
@@ -317,6 +318,45 @@ impl Tailer {
             }
             self.enter_segment(self.info.index + 1)?;
         }
+    }
+
+    /// Checks that what the tailer has reached is the end of the stream so far, for a reader
+    /// that is about to conclude so from a poll that returned `None` (`storetool dump`,
+    /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls): the
+    /// segment file is intact and still the store's, and, when the segment is not sealed, no
+    /// successor holds frames. The appender seals a segment before it commits a frame in the
+    /// next one, so an unsealed segment whose successor holds frames has a damaged state
+    /// word, and the frames after it would be silently skipped. Errors: `Shrunk`,
+    /// `Replaced`, and `CorruptHeader` for that damage (naming this segment).
+    pub fn check_end(&mut self) -> Result<()> {
+        self.segment.check_file()?;
+        if self.segment.state() == Some(SegmentState::Sealed) {
+            return Ok(());
+        }
+        let next_path = self.dir.join(segment_file_name(self.info.index + 1));
+        // A successor that cannot be opened (none yet, being prepared) proves nothing.
+        let Ok(next) = Segment::open(&next_path) else {
+            return Ok(());
+        };
+        let next_holds_frames = matches!(
+            next.state(),
+            Some(SegmentState::Active | SegmentState::Sealed)
+        ) && next
+            .checked_info()
+            .is_ok_and(|i| next.committed() > i.base_position);
+        // The successor's commit was read (acquire) before this state: a seal published
+        // before it is visible now.
+        if next_holds_frames && self.segment.state() != Some(SegmentState::Sealed) {
+            return Err(StoreError::CorruptHeader {
+                path: self.segment.path().into(),
+                reason: format!(
+                    "segment {} is not sealed, but segment {} after it holds frames: its state word is damaged",
+                    self.info.index,
+                    self.info.index + 1
+                ),
+            });
+        }
+        Ok(())
     }
 
     #[inline]

@@ -218,6 +218,85 @@ fn sealed_store(dir: &Path) -> u64 {
     SEGMENT_HEADER_LEN as u64 + f.unwrap() + format::frame::SOURCE_SEQ as u64
 }
 
+/// Segment 0 of a closed store of several segments, its sealed state word overwritten with
+/// "active" (the word lies outside the header checksum): the frames after it must not vanish
+/// from what readers report as the whole stream.
+#[test]
+fn a_sealed_segment_whose_state_word_says_active_is_refused_by_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_store(dir.path());
+    let before = seqstream_store::digest::digest(dir.path()).unwrap();
+    assert_eq!(before.frames, 300);
+    OpenOptions::new()
+        .write(true)
+        .open(seg_path(dir.path(), 0))
+        .unwrap()
+        .write_all_at(&1u32.to_le_bytes(), format::seg::STATE as u64)
+        .unwrap();
+    let e = seqstream_store::digest::digest(dir.path()).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::CorruptHeader { path, .. } if path.ends_with("000000000000.seg")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not sealed"), "{e}");
+    let out = Command::new(storetool())
+        .arg("dump")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not sealed"));
+    // A following tailer finds it within its periodic check instead of waiting forever.
+    let mut t = Tailer::open(dir.path()).unwrap();
+    let mut polls = 0;
+    let e = loop {
+        match t.poll() {
+            Ok(_) => polls += 1,
+            Err(e) => break e,
+        }
+        assert!(polls <= 2 * REPLACED_CHECK_EVERY + 300, "never reported");
+    };
+    assert!(matches!(e, StoreError::CorruptHeader { .. }), "{e}");
+}
+
+/// The active segment (the last) deleted: the store now ends in a sealed segment. Opening it
+/// for appending would hand the lost frames' seqs out again, which replicas may hold.
+#[test]
+fn a_store_whose_active_segment_is_missing_is_refused_unless_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_store(dir.path());
+    let last = (0..)
+        .take_while(|&i| seg_path(dir.path(), i).exists())
+        .last()
+        .unwrap();
+    // A prepared successor, if any, goes too: the store is as if the files had been lost.
+    for i in [last, last + 1] {
+        let _ = std::fs::remove_file(seg_path(dir.path(), i));
+        let _ = std::fs::remove_file(seg_path(dir.path(), i).with_extension("idx"));
+    }
+    let files = snapshot(dir.path());
+    let e = Appender::open(dir.path(), small(1)).unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+    assert_eq!(
+        snapshot(dir.path()),
+        files,
+        "a refused open changes nothing"
+    );
+    let out = Command::new(storetool())
+        .arg("verify")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("missing")
+            || String::from_utf8_lossy(&out.stderr).contains("missing")
+    );
+    // With repair the operator accepts continuing after the last sealed frame.
+    let a = Appender::open(dir.path(), small(1).repair(true)).unwrap();
+    assert!(a.next_seq() < 301);
+}
+
 #[test]
 fn a_flipped_bit_in_a_sealed_segment_is_refused_by_every_opener() {
     let dir = tempfile::tempdir().unwrap();

@@ -524,7 +524,10 @@ fn dump(dir: &Path, opts: &DumpOpts, follow: bool, last_n: Option<u64>) -> Resul
                 out.flush()?;
                 idle.idle(0);
             }
-            None => break,
+            None => {
+                tailer.check_end()?;
+                break;
+            }
         }
     }
     if opts.summary {
@@ -694,6 +697,15 @@ fn verify(dir: &Path) -> Result<ExitCode> {
             Some(_) => {}
         }
         expect = Some((end.end_position, end.next_seq));
+    }
+    if !active_seen {
+        if let Some((index, path)) = listing.segments.last() {
+            faults.push(format!(
+                "{}: no active segment: the last one is sealed, so segment {} after it is missing (restore it from a replica)",
+                path.display(),
+                index + 1
+            ));
+        }
     }
     if faults.is_empty() {
         println!("ok: {frames} frames, {} segments", listing.segments.len());
