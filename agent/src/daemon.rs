@@ -1,7 +1,8 @@
 //! Plumbing every seqstream daemon shares (feature `daemon`): options from a TOML file,
 //! shutdown on SIGINT/SIGTERM, logging (and rate-limited refusal lines), and where counters live.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ fn merge_config(args: Vec<String>) -> Result<Vec<String>> {
             2,
         ),
     };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let text = read_config(Path::new(path))?;
     let table: toml::Table = text.parse().with_context(|| format!("parsing {path}"))?;
     let mut from_file = Vec::new();
     for (key, value) in table {
@@ -72,6 +73,32 @@ fn plain(v: &toml::Value) -> Result<String> {
         toml::Value::Boolean(b) => b.to_string(),
         other => bail!("unsupported config value {other}"),
     })
+}
+
+/// The longest config file read: 1 MiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of a config file: a regular file of at most [`MAX_CONFIG_BYTES`] (a device such
+/// as `/dev/zero` would be read forever).
+fn read_config(path: &Path) -> Result<String> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{}: a config file must be a regular file", path.display());
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        bail!(
+            "{}: a config file of more than {MAX_CONFIG_BYTES} bytes",
+            path.display()
+        );
+    }
+    Ok(text)
 }
 
 /// A flag set by SIGINT or SIGTERM.
@@ -227,5 +254,16 @@ mod tests {
             args(&["d", "--x"])
         );
         assert!(merge_config(args(&["d", "--config"])).is_err());
+    }
+
+    #[test]
+    fn a_config_that_is_no_regular_file_or_too_large_is_refused() {
+        let e = merge_config(args(&["d", "--config", "/dev/zero"])).unwrap_err();
+        assert!(e.to_string().contains("regular file"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; (MAX_CONFIG_BYTES + 1) as usize]).unwrap();
+        let e = merge_config(args(&["d", "--config", big.to_str().unwrap()])).unwrap_err();
+        assert!(e.to_string().contains("more than"), "{e}");
     }
 }

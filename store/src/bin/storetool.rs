@@ -124,8 +124,8 @@ struct DumpOpts {
     /// Stop after this many frames.
     #[arg(long)]
     count: Option<u64>,
-    /// Stop after the frame with this seq (waits for it with tail -f).
-    #[arg(long)]
+    /// Stop after the frame with this seq (waits for it with tail -f). Seqs start at 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     until_seq: Option<u64>,
     /// JSON lines instead of text.
     #[arg(long)]
