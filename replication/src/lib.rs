@@ -1,14 +1,16 @@
 //! Replication of a seqstream store over TCP: a [`server::Server`] on the host that holds a
 //! store streams it to any number of replicas, one sender thread each; a
 //! [`follower::Follower`] on a consumer host writes a byte-identical local copy that local
-//! tailers read as usual, and can itself be served further (tree fan-out).
+//! tailers read as usual, and can itself be served further (tree fan-out). The follower is an
+//! [`Agent`](seqstream_agent::Agent) whose duty cycle never blocks: `replicator follow` and
+//! `iodaemon --follow` run each on its own [`AgentRunner`](seqstream_agent::AgentRunner).
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
 //! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`) |
 //! | [`server`] | the upstream side: admission, one sender duty cycle per replica |
-//! | [`follower`] | the replica side: connect, resume, check, write, acknowledge, reconnect |
+//! | [`follower`] | the replica side, an agent: connect, resume, check, write, acknowledge, reconnect |
 
 pub mod follower;
 pub mod framing;

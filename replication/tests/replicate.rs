@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::framing::put_sofh;
 use seqstream_replication::protocol::{self, Msg};
@@ -35,10 +36,11 @@ fn append_pattern(a: &mut Appender, n: u64) {
     }
 }
 
-/// A server thread; stopped and joined on drop.
+/// A server thread or a follower's runner; stopped and joined on drop.
 struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    runner: Option<AgentRunner>,
 }
 
 impl Drop for Running {
@@ -47,7 +49,15 @@ impl Drop for Running {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(r) = self.runner.take() {
+            let _ = r.join();
+        }
     }
+}
+
+/// The runner configuration of tests: backoff idling (2 cores), stop on error.
+fn runner_cfg() -> RunnerConfig {
+    RunnerConfig::default()
 }
 
 fn serve(
@@ -74,6 +84,7 @@ fn serve(
         Running {
             stop,
             thread: Some(thread),
+            runner: None,
         },
     )
 }
@@ -84,13 +95,13 @@ fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) ->
     cfg.heartbeat = Duration::from_millis(20);
     cfg.reconnect_max = Duration::from_millis(100);
     let w = CountersWriter::create(counters, 64).unwrap();
-    let mut f = Follower::new(cfg, &w).unwrap();
+    let f = Follower::new(cfg, &w).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || f.run(&s).unwrap());
+    let runner = AgentRunner::start(f, runner_cfg(), stop.clone()).unwrap();
     Running {
         stop,
-        thread: Some(thread),
+        thread: None,
+        runner: Some(runner),
     }
 }
 

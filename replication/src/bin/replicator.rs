@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use seqstream_agent::daemon;
-use seqstream_agent::Idle;
+use seqstream_agent::{daemon, AgentRunner, Idle, OnError, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::FlushPolicy;
@@ -94,7 +93,7 @@ struct FollowArgs {
     /// The upstream to follow.
     #[arg(long)]
     upstream: SocketAddr,
-    /// Core of the receiving thread.
+    /// Core of the replication client's runner thread.
     #[arg(long)]
     core: Option<usize>,
     /// Flush policy of the replica: none, frames:N, ms:T.
@@ -168,8 +167,6 @@ fn main() -> Result<()> {
             let mut cfg =
                 FollowerConfig::new(c.store.clone(), c.stream_id, a.upstream, secret.clone());
             cfg.store_config = cfg.store_config.flush(a.flush);
-            cfg.core = a.core;
-            cfg.idle = c.idle.clone();
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
             cfg.max_segment_size = a.max_segment_size;
@@ -188,8 +185,21 @@ fn main() -> Result<()> {
                 }
                 None => None,
             };
-            let mut follower = Follower::new(cfg, &counters)?;
-            follower.run(&stop)?;
+            let follower = Follower::new(cfg, &counters)?;
+            // The client never fails as an agent (a session fault is counted, logged and
+            // retried with backoff), so `stop` only guards against a bug.
+            let runner = AgentRunner::start(
+                follower,
+                RunnerConfig {
+                    core: a.core,
+                    idle: c.idle.clone(),
+                    on_error: OnError::Stop,
+                    counters: Some(counters.clone()),
+                    ..RunnerConfig::default()
+                },
+                stop.clone(),
+            )?;
+            runner.join()?;
             if let Some(t) = relay {
                 t.join().expect("relay thread")?;
             }
