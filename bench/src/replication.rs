@@ -107,11 +107,18 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
     cfg.idle = idle.clone();
     cfg.max_consumers = followers + 1;
     let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
-    let mut server = Server::bind(cfg, &w)?;
+    let server = Server::bind(cfg, &w)?;
     let addr = server.local_addr();
-    let s = stop.clone();
+    let acceptor = AgentRunner::start(
+        server,
+        RunnerConfig {
+            idle: Idle::Sleep(Duration::from_millis(1)),
+            ..RunnerConfig::default()
+        },
+        stop.clone(),
+    )?;
     threads.push(std::thread::spawn(move || {
-        server.run(&s).expect("replication server");
+        acceptor.join().expect("replication server");
     }));
     let mut replicas = Vec::new();
     let mut counter_files = Vec::new();

@@ -17,7 +17,7 @@ use seqstream_store::FlushPolicy;
 #[command(
     name = "replicator",
     version,
-    about = "Replicate a seqstream store over TCP: byte-identical replicas, one sender thread per replica"
+    about = "Replicate a seqstream store over TCP: byte-identical replicas, one sender agent per replica"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -71,8 +71,9 @@ struct ServeArgs {
     /// Addresses replicas may connect from (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', required = true)]
     allow: Vec<IpAddr>,
-    /// Cores for the per-replica sender threads: consumer slot i runs on the i-th (modulo the
+    /// Cores of the per-replica senders' runners: consumer slot i runs on the i-th (modulo the
     /// list), so live senders never share a core while replicas <= cores (none: unpinned).
+    /// The acceptor is the slow path: it runs unpinned and sleeps 1 ms when idle.
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
     /// Most replicas at once (1 to 100).
@@ -123,6 +124,26 @@ fn check_cores(cores: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Runs a server's acceptor on its runner (the slow path: unpinned, 1 ms sleeps when idle);
+/// it starts a runner per replica's sender itself, as the server's config says.
+fn acceptor(
+    server: Server,
+    counters: &seqstream_agent::counters::CountersWriter,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<AgentRunner> {
+    Ok(AgentRunner::start(
+        server,
+        RunnerConfig {
+            core: None,
+            idle: Idle::Sleep(Duration::from_millis(1)),
+            on_error: OnError::Stop,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?)
+}
+
 fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
@@ -157,9 +178,9 @@ fn main() -> Result<()> {
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
             let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
-            let mut server = Server::bind(cfg, &counters)?;
+            let server = Server::bind(cfg, &counters)?;
             tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
-            server.run(&stop)?;
+            acceptor(server, &counters, stop)?.join()?;
         }
         Cmd::Follow(a) => {
             let c = &a.common;
@@ -178,10 +199,9 @@ fn main() -> Result<()> {
                     let mut scfg = ServerConfig::new(c.store.clone(), c.stream_id, listen, secret);
                     scfg.allow = a.serve_allow;
                     scfg.idle = c.idle.clone();
-                    let mut server = Server::bind(scfg, &counters)?;
+                    let server = Server::bind(scfg, &counters)?;
                     tracing::info!(listen = %server.local_addr(), "relaying the replica");
-                    let stop = stop.clone();
-                    Some(std::thread::spawn(move || server.run(&stop)))
+                    Some(acceptor(server, &counters, stop.clone())?)
                 }
                 None => None,
             };
@@ -200,8 +220,8 @@ fn main() -> Result<()> {
                 stop.clone(),
             )?;
             runner.join()?;
-            if let Some(t) = relay {
-                t.join().expect("relay thread")?;
+            if let Some(r) = relay {
+                r.join()?;
             }
         }
     }
