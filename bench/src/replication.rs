@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_agent::Idle;
+use seqstream_agent::{AgentRunner, Idle, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
@@ -107,11 +107,18 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
     cfg.idle = idle.clone();
     cfg.max_consumers = followers + 1;
     let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
-    let mut server = Server::bind(cfg, &w)?;
+    let server = Server::bind(cfg, &w)?;
     let addr = server.local_addr();
-    let s = stop.clone();
+    let acceptor = AgentRunner::start(
+        server,
+        RunnerConfig {
+            idle: Idle::Sleep(Duration::from_millis(1)),
+            ..RunnerConfig::default()
+        },
+        stop.clone(),
+    )?;
     threads.push(std::thread::spawn(move || {
-        server.run(&s).expect("replication server");
+        acceptor.join().expect("replication server");
     }));
     let mut replicas = Vec::new();
     let mut counter_files = Vec::new();
@@ -120,12 +127,18 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
         let cpath = dir.join(format!("{name}-follower-{i}.counters"));
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, SECRET.to_vec());
         fcfg.store_config = store_cfg();
-        fcfg.idle = idle.clone();
         let w = CountersWriter::create(&cpath, 64)?;
-        let mut f = Follower::new(fcfg, &w)?;
-        let s = stop.clone();
+        let f = Follower::new(fcfg, &w)?;
+        let runner = AgentRunner::start(
+            f,
+            RunnerConfig {
+                idle: idle.clone(),
+                ..RunnerConfig::default()
+            },
+            stop.clone(),
+        )?;
         threads.push(std::thread::spawn(move || {
-            f.run(&s).expect("follower");
+            runner.join().expect("follower");
         }));
         replicas.push(replica);
         counter_files.push(cpath);

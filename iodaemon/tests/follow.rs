@@ -4,11 +4,12 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::digest::digest;
@@ -64,15 +65,14 @@ fn follow_keeps_an_identical_replica_live_and_stops_cleanly() {
         "127.0.0.1:0".parse().unwrap(),
         b"s3cret".to_vec(),
     );
-    let mut server = Server::bind(
+    let server = Server::bind(
         server_cfg,
         &CountersWriter::create(&d.path().join("s.counters"), 256).unwrap(),
     )
     .unwrap();
     let upstream = server.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let server_thread = std::thread::spawn(move || server.run(&s).unwrap());
+    let server = AgentRunner::start(server, RunnerConfig::default(), stop.clone()).unwrap();
     let outbox = d.path().join("app.outbox");
     drop(Outbox::open_or_create(&outbox, 1, STREAM, 1 << 16, 16).unwrap());
 
@@ -111,8 +111,7 @@ fn follow_keeps_an_identical_replica_live_and_stops_cleanly() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(status.success(), "{status}");
-    stop.store(true, Ordering::Relaxed);
-    server_thread.join().unwrap();
+    server.close().unwrap();
 }
 
 #[test]

@@ -1,6 +1,27 @@
-//! The replica side: connects to an upstream (a primary's server or another replica's),
-//! resumes from the end of its own local store, checks every frame (length, CRC32C, seq,
-//! timestamp) before it writes it, acknowledges what it wrote, and reconnects with backoff.
+//! The replica side, the replication client: connects to an upstream (a primary's server or
+//! another replica's), resumes from the end of its own local store, checks every frame
+//! (length, CRC32C, seq, timestamp) before it writes it, acknowledges what it wrote, and
+//! reconnects with backoff.
+//!
+//! A [`Follower`] is an [`Agent`]: a state machine whose duty cycle never blocks and never
+//! sleeps, run by an [`AgentRunner`](seqstream_agent::AgentRunner) (its thread, core and idle
+//! strategy are the runner's) or stepped by an [`AgentInvoker`](seqstream_agent::AgentInvoker).
+//!
+//! ```text
+//!  Disconnected { until } ──(until passed)──▶ Connecting ──(connected)──▶ Handshaking
+//!        ▲                                   (non-blocking connect,     (hello sent, waiting
+//!        │                                    connect_timeout)           for the upstream's
+//!        │                                                               first message,
+//!        │                                                               handshake_timeout)
+//!        │                                                                     │
+//!        └──── any session fault: counted, logged (rate-limited), ◀── Streaming ◀┘
+//!              backoff reconnect_min doubling to reconnect_max     (bounded reads, writes,
+//!              (reset by a session that wrote something)           acks, heartbeats,
+//!                                                                  peer_timeout)
+//! ```
+//!
+//! Every interval (connect, handshake and peer timeouts, heartbeats, the backoff) runs on the
+//! monotonic reading of the local store's clock (`store_config.clock`), injected in tests.
 //!
 //! The local store is written only through [`Appender::append_replicated`] and
 //! [`Appender::begin_replicated_segment`], so its files are byte-identical to the upstream's
@@ -9,15 +30,16 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Idle, IdleStrategy};
+use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_store::{
     check_first_replicated_segment, Appender, StoreConfig, StoreError, SEGMENT_HEADER_PREFIX,
 };
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::protocol::{self, Msg};
@@ -29,17 +51,18 @@ pub struct FollowerConfig {
     /// The local replica (created on first contact).
     pub store: PathBuf,
     /// Stream id, index stride, flush policy and pretouch of the local store (the segment
-    /// size is the upstream's). Its clock also times the follower's heartbeats, peer timeout
-    /// and reconnect delays (monotonic) and stamps its heartbeats (realtime).
+    /// size is the upstream's). Its clock also times the follower's timeouts, heartbeats and
+    /// reconnect delays (monotonic) and stamps its heartbeats (realtime).
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
     /// The shared secret.
     pub secret: Vec<u8>,
-    /// Core of the receiving thread (None: unpinned).
-    pub core: Option<usize>,
-    /// Idle strategy of the receiving loop.
-    pub idle: Idle,
+    /// A connect that has not completed after this long is abandoned (a session fault).
+    pub connect_timeout: Duration,
+    /// Once connected, the upstream's first message (its answer to the hello) must arrive
+    /// within this long; the replica sends nothing but its hello until then.
+    pub handshake_timeout: Duration,
     /// Heartbeat after this long without sending.
     pub heartbeat: Duration,
     /// Reconnect when the upstream is silent this long (it heartbeats when idle).
@@ -61,16 +84,16 @@ pub struct FollowerConfig {
 pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
 
 impl FollowerConfig {
-    /// Defaults: backoff idling, 100 ms heartbeats, 5 s peer timeout, reconnect 50 ms → 2 s,
-    /// segments of at most [`DEFAULT_MAX_SEGMENT_SIZE`].
+    /// Defaults: 2 s connect timeout, 5 s handshake timeout, 100 ms heartbeats, 5 s peer
+    /// timeout, reconnect 50 ms → 2 s, segments of at most [`DEFAULT_MAX_SEGMENT_SIZE`].
     pub fn new(store: PathBuf, stream_id: u32, upstream: SocketAddr, secret: Vec<u8>) -> Self {
         FollowerConfig {
             store,
             store_config: StoreConfig::new(stream_id),
             upstream,
             secret,
-            core: None,
-            idle: Idle::backoff(),
+            connect_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(5),
             heartbeat: Duration::from_millis(100),
             peer_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(50),
@@ -129,17 +152,86 @@ impl Warns {
     }
 }
 
-/// A replica of one stream, kept up to date from an upstream.
-pub struct Follower {
+/// Where a follower's connection is (see the module's state diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No connection; the next attempt starts once the backoff delay has passed.
+    Disconnected,
+    /// A non-blocking connect in flight.
+    Connecting,
+    /// Connected, hello sent; waiting for the upstream's first message.
+    Handshaking,
+    /// The upstream has answered: data, acks and heartbeats flow.
+    Streaming,
+}
+
+/// The connection state machine.
+enum State {
+    Disconnected {
+        /// Monotonic ns from which the next connect may start.
+        until_ns: u64,
+    },
+    Connecting {
+        socket: Socket,
+        deadline_ns: u64,
+    },
+    Handshaking {
+        link: Box<Link>,
+        deadline_ns: u64,
+    },
+    Streaming {
+        link: Box<Link>,
+    },
+}
+
+/// One connection's session: the socket, its buffers and what was received but not written.
+struct Link {
+    stream: TcpStream,
+    inbox: Inbox,
+    outbox: Outbox,
+    scratch: Vec<u8>,
+    unwritten: Unwritten,
+    /// When (monotonic ns) the last message went out, and the last one came in.
+    last_send_ns: u64,
+    last_recv_ns: u64,
+}
+
+/// What one cycle's reads brought.
+#[derive(Default)]
+struct Received {
+    work: usize,
+    messages: usize,
+    wrote: bool,
+}
+
+/// The local replica and what writes it: the part of a follower that outlives connections.
+struct Replica {
     cfg: FollowerConfig,
     appender: Option<Appender>,
     counters: Counters,
-    warns: Warns,
 }
+
+/// A replica of one stream, kept up to date from an upstream: the replication client agent.
+pub struct Follower {
+    replica: Replica,
+    state: State,
+    warns: Warns,
+    /// The store's clock: every interval of the follower runs on its monotonic reading.
+    clock: Clock,
+    /// The next reconnect delay.
+    delay: Duration,
+    /// The replica's position when the current session's connect began.
+    session_from: u64,
+    /// `follow stream <id>`, the agent's role name.
+    role: String,
+}
+
+/// Most reads of one duty cycle (each up to the 1 MiB receive buffer).
+const READS_PER_CYCLE: usize = 64;
 
 impl Follower {
     /// Opens the local replica if it exists (recovering it like any store) and registers the
-    /// counters.
+    /// counters. The follower starts disconnected, with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
         let c = |l: &str| {
             counters
@@ -170,23 +262,268 @@ impl Follower {
         if let Some(a) = &appender {
             tracing::info!(store = %cfg.store.display(), position = a.position(), next_seq = a.next_seq(), "replica opened");
         }
-        let f = Follower {
-            cfg,
+        let replica = Replica {
             appender,
             counters,
-            warns: Warns::new(),
+            cfg,
         };
-        f.publish_position();
-        Ok(f)
+        replica.publish_position();
+        Ok(Follower {
+            clock: replica.cfg.store_config.clock.clone(),
+            delay: replica.cfg.reconnect_min,
+            role: format!("follow stream {}", replica.cfg.store_config.stream_id),
+            session_from: replica.position(),
+            state: State::Disconnected { until_ns: 0 },
+            warns: Warns::new(),
+            replica,
+        })
     }
 
     /// The committed position of the local replica (0 before its first segment).
     pub fn position(&self) -> u64 {
-        self.appender.as_ref().map_or(0, |a| a.position())
+        self.replica.position()
     }
 
     /// The seq the local replica expects next.
     pub fn next_seq(&self) -> u64 {
+        self.replica.next_seq()
+    }
+
+    /// Where the connection is.
+    pub fn phase(&self) -> Phase {
+        match self.state {
+            State::Disconnected { .. } => Phase::Disconnected,
+            State::Connecting { .. } => Phase::Connecting,
+            State::Handshaking { .. } => Phase::Handshaking,
+            State::Streaming { .. } => Phase::Streaming,
+        }
+    }
+
+    /// One duty cycle: advances the state machine by what is ready, without blocking. A
+    /// session fault is counted, logged and followed by the backoff; it is never an error of
+    /// the agent.
+    fn duty_cycle(&mut self) -> usize {
+        let now = self.clock.monotonic_ns();
+        let state = std::mem::replace(&mut self.state, State::Disconnected { until_ns: 0 });
+        let work = match self.step(state, now) {
+            Ok((next, work)) => {
+                self.state = next;
+                work
+            }
+            Err(e) => {
+                self.state = self.fault(e, now);
+                1
+            }
+        };
+        if work == 0 {
+            self.warns.tick();
+        }
+        work
+    }
+
+    /// The next state and the work done; an error ends the session (its socket is dropped).
+    fn step(&mut self, state: State, now: u64) -> Result<(State, usize)> {
+        match state {
+            State::Disconnected { until_ns } if now < until_ns => {
+                Ok((State::Disconnected { until_ns }, 0))
+            }
+            State::Disconnected { .. } => {
+                self.session_from = self.replica.position();
+                self.connect(now)
+            }
+            State::Connecting {
+                socket,
+                deadline_ns,
+            } => {
+                if let Some(e) = socket.take_error().map_err(|e| Error::io("connect", e))? {
+                    return Err(Error::io("connect", e));
+                }
+                match socket.peer_addr() {
+                    Ok(_) => Ok((self.connected(socket.into(), now)?, 1)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+                        if now > deadline_ns {
+                            return Err(Error::io(
+                                "connect",
+                                std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    "not connected within the connect timeout",
+                                ),
+                            ));
+                        }
+                        Ok((
+                            State::Connecting {
+                                socket,
+                                deadline_ns,
+                            },
+                            0,
+                        ))
+                    }
+                    Err(e) => Err(Error::io("connect", e)),
+                }
+            }
+            State::Handshaking {
+                mut link,
+                deadline_ns,
+            } => {
+                let r = self.replica.receive(&mut link)?;
+                if r.messages == 0 {
+                    if now > deadline_ns {
+                        return Err(Error::Protocol(
+                            "no answer to the hello within the handshake timeout".into(),
+                        ));
+                    }
+                    return Ok((State::Handshaking { link, deadline_ns }, r.work));
+                }
+                link.last_recv_ns = now;
+                link.last_send_ns = now;
+                let work = r.work
+                    + self
+                        .replica
+                        .acknowledge(&mut link, r.wrote, now, &mut self.clock)?;
+                Ok((State::Streaming { link }, work))
+            }
+            State::Streaming { mut link } => {
+                let r = self.replica.receive(&mut link)?;
+                if r.messages > 0 {
+                    link.last_recv_ns = now;
+                }
+                let work = r.work
+                    + self
+                        .replica
+                        .acknowledge(&mut link, r.wrote, now, &mut self.clock)?;
+                let peer_timeout = self.replica.cfg.peer_timeout.as_nanos() as u64;
+                if now.saturating_sub(link.last_recv_ns) > peer_timeout {
+                    return Err(Error::Protocol(
+                        "upstream silent past the peer timeout".into(),
+                    ));
+                }
+                if let Some(a) = self.replica.appender.as_mut() {
+                    a.flush_if_due()?;
+                }
+                Ok((State::Streaming { link }, work))
+            }
+        }
+    }
+
+    /// Starts a non-blocking connect to the upstream.
+    fn connect(&mut self, now: u64) -> Result<(State, usize)> {
+        let upstream = self.replica.cfg.upstream;
+        let socket = Socket::new(
+            Domain::for_address(upstream),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )
+        .map_err(|e| Error::io("socket", e))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("set_nonblocking", e))?;
+        socket
+            .set_nodelay(true)
+            .map_err(|e| Error::io("set_nodelay", e))?;
+        match socket.connect(&upstream.into()) {
+            Ok(()) => Ok((self.connected(socket.into(), now)?, 1)),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINPROGRESS)
+                    || e.kind() == std::io::ErrorKind::Interrupted =>
+            {
+                let deadline_ns = now + self.replica.cfg.connect_timeout.as_nanos() as u64;
+                Ok((
+                    State::Connecting {
+                        socket,
+                        deadline_ns,
+                    },
+                    1,
+                ))
+            }
+            Err(e) => Err(Error::io("connect", e)),
+        }
+    }
+
+    /// A connection is up: sends the hello (what the socket does not take now waits in the
+    /// outbox) and waits for the answer.
+    fn connected(&mut self, mut stream: TcpStream, now: u64) -> Result<State> {
+        self.replica.counters.connects.incr();
+        let mut outbox = Outbox::default();
+        let mut scratch = Vec::with_capacity(256);
+        protocol::encode(
+            &Msg::Hello {
+                stream_id: self.replica.cfg.store_config.stream_id,
+                resume_position: self.position(),
+                credentials: &self.replica.cfg.secret,
+            },
+            &mut scratch,
+        );
+        outbox
+            .send(&mut stream, &[&scratch])
+            .map_err(|e| Error::io("write", e))?;
+        tracing::info!(upstream = %self.replica.cfg.upstream, resume = self.position(), "connected");
+        let link = Box::new(Link {
+            stream,
+            inbox: Inbox::new(1 << 20, crate::framing::MAX_MESSAGE),
+            outbox,
+            scratch,
+            unwritten: Unwritten::default(),
+            last_send_ns: now,
+            last_recv_ns: now,
+        });
+        Ok(State::Handshaking {
+            link,
+            deadline_ns: now + self.replica.cfg.handshake_timeout.as_nanos() as u64,
+        })
+    }
+
+    /// A session fault: counts and logs it, and schedules the next connect after the backoff
+    /// (back to its minimum when the session wrote something).
+    fn fault(&mut self, e: Error, now: u64) -> State {
+        let counters = &self.replica.counters;
+        counters.errors.incr();
+        let upstream = self.replica.cfg.upstream;
+        if e.is_lie() {
+            counters.rejected.incr();
+            self.warns
+                .lied
+                .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+        } else if matches!(e, Error::Closed) {
+            self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
+        } else {
+            self.warns
+                .failed
+                .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+        }
+        if self.position() > self.session_from {
+            self.delay = self.replica.cfg.reconnect_min;
+        }
+        let until_ns = now + self.delay.as_nanos() as u64;
+        self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
+        State::Disconnected { until_ns }
+    }
+}
+
+/// The replication client as a role on the runtime.
+impl Agent for Follower {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    /// Its intervals run on the store's clock (injected in tests), not the cycle's reading.
+    fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
+        Ok(self.duty_cycle())
+    }
+
+    /// Drops the connection; the next start connects at once.
+    fn on_close(&mut self) -> std::result::Result<(), AgentError> {
+        self.state = State::Disconnected { until_ns: 0 };
+        tracing::info!(role = %self.role, position = self.position(), next_seq = self.next_seq(), "stopped");
+        Ok(())
+    }
+}
+
+impl Replica {
+    fn position(&self) -> u64 {
+        self.appender.as_ref().map_or(0, |a| a.position())
+    }
+
+    fn next_seq(&self) -> u64 {
         self.appender.as_ref().map_or(1, |a| a.next_seq())
     }
 
@@ -195,151 +532,74 @@ impl Follower {
         self.counters.next_seq.set(self.next_seq());
     }
 
-    /// Follows the upstream until `stop` is set: connect, stream, and on any fault log it,
-    /// count it and reconnect after a growing delay (reset by a session that made progress).
-    pub fn run(&mut self, stop: &AtomicBool) -> Result<()> {
-        seqstream_agent::affinity::pin_current_thread(self.cfg.core)
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let mut clock = self.cfg.store_config.clock.clone();
-        let mut delay = self.cfg.reconnect_min;
-        while !stop.load(Ordering::Relaxed) {
-            let before = self.position();
-            match self.session(stop) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    self.counters.errors.incr();
-                    let upstream = self.cfg.upstream;
-                    if e.is_lie() {
-                        self.counters.rejected.incr();
-                        self.warns
-                            .lied
-                            .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
-                    } else if matches!(e, Error::Closed) {
-                        self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
-                    } else {
-                        self.warns
-                            .failed
-                            .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
-                    }
-                }
-            }
-            if self.position() > before {
-                delay = self.cfg.reconnect_min;
-            }
-            let until = clock.monotonic_ns() + delay.as_nanos() as u64;
-            while clock.monotonic_ns() < until && !stop.load(Ordering::Relaxed) {
-                self.warns.tick();
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            delay = (delay * 2).min(self.cfg.reconnect_max);
+    /// Drains the outbox, then reads (a bounded number of times) and applies every whole
+    /// message as it arrives.
+    fn receive(&mut self, link: &mut Link) -> Result<Received> {
+        let mut r = Received::default();
+        if !link
+            .outbox
+            .flush(&mut link.stream)
+            .map_err(|e| Error::io("write", e))?
+        {
+            r.work += 1;
         }
-        Ok(())
+        for _ in 0..READS_PER_CYCLE {
+            let fill = link
+                .inbox
+                .fill(&mut link.stream)
+                .map_err(|e| Error::io("read", e))?;
+            if let Fill::Bytes(n) = fill {
+                r.work += 1;
+                self.counters.bytes.add(n as u64);
+            }
+            while let Some(m) = link.inbox.next_message()? {
+                r.messages += 1;
+                r.wrote |= self.handle(protocol::decode(m)?, &mut link.unwritten)?;
+            }
+            match fill {
+                Fill::Closed => return Err(Error::Closed),
+                Fill::WouldBlock => break,
+                Fill::Bytes(_) | Fill::Full => {}
+            }
+        }
+        Ok(r)
     }
 
-    /// One connection, until `stop` (Ok) or a fault (Err).
-    fn session(&mut self, stop: &AtomicBool) -> Result<()> {
-        let mut stream = TcpStream::connect_timeout(&self.cfg.upstream, Duration::from_secs(2))
-            .map_err(|e| Error::io("connect", e))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| Error::io("set_nodelay", e))?;
-        stream
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("set_nonblocking", e))?;
-        self.counters.connects.incr();
-        let mut outbox = Outbox::default();
-        let mut scratch = Vec::with_capacity(256);
-        protocol::encode(
-            &Msg::Hello {
-                stream_id: self.cfg.store_config.stream_id,
-                resume_position: self.position(),
-                credentials: &self.cfg.secret,
-            },
-            &mut scratch,
-        );
-        outbox
-            .send(&mut stream, &[&scratch])
-            .map_err(|e| Error::io("write", e))?;
-        tracing::info!(upstream = %self.cfg.upstream, resume = self.position(), "connected");
-        let mut inbox = Inbox::new(1 << 20, crate::framing::MAX_MESSAGE);
-        let mut unwritten = Unwritten::default();
-        let mut idle = self.cfg.idle.build();
-        let mut clock = self.cfg.store_config.clock.clone();
-        let (heartbeat, peer_timeout) = (
-            self.cfg.heartbeat.as_nanos() as u64,
-            self.cfg.peer_timeout.as_nanos() as u64,
-        );
-        let mut last_send = clock.monotonic_ns();
-        let mut last_recv = last_send;
-        while !stop.load(Ordering::Relaxed) {
-            let mut work = 0;
-            if !outbox
-                .flush(&mut stream)
-                .map_err(|e| Error::io("write", e))?
-            {
-                work += 1;
-            }
-            let mut wrote = false;
-            // Parse as bytes arrive, a bounded number of reads per cycle.
-            for _ in 0..64 {
-                let fill = inbox.fill(&mut stream).map_err(|e| Error::io("read", e))?;
-                if let Fill::Bytes(n) = fill {
-                    work += 1;
-                    self.counters.bytes.add(n as u64);
-                }
-                while let Some(m) = inbox.next_message()? {
-                    last_recv = clock.monotonic_ns();
-                    wrote |= self.handle(protocol::decode(m)?, &mut unwritten)?;
-                }
-                match fill {
-                    Fill::Closed => return Err(Error::Closed),
-                    Fill::WouldBlock => break,
-                    Fill::Bytes(_) | Fill::Full => {}
-                }
-            }
-            let now = clock.monotonic_ns();
-            if wrote {
-                self.publish_position();
-                scratch.clear();
-                protocol::encode(
-                    &Msg::Ack {
-                        position: self.position(),
-                        next_seq: self.next_seq(),
-                    },
-                    &mut scratch,
-                );
-                outbox
-                    .send(&mut stream, &[&scratch])
-                    .map_err(|e| Error::io("write", e))?;
-                last_send = now;
-            } else if now.saturating_sub(last_send) >= heartbeat {
-                scratch.clear();
-                protocol::encode(
-                    &Msg::Heartbeat {
-                        committed_position: self.position(),
-                        timestamp_ns: clock.realtime_ns(),
-                    },
-                    &mut scratch,
-                );
-                outbox
-                    .send(&mut stream, &[&scratch])
-                    .map_err(|e| Error::io("write", e))?;
-                last_send = now;
-            }
-            if now.saturating_sub(last_recv) > peer_timeout {
-                return Err(Error::Protocol(
-                    "upstream silent past the peer timeout".into(),
-                ));
-            }
-            if let Some(a) = self.appender.as_mut() {
-                a.flush_if_due()?;
-            }
-            if work == 0 {
-                self.warns.tick();
-            }
-            idle.idle(work);
+    /// Acknowledges what was written, or heartbeats when nothing was sent for a heartbeat
+    /// interval; the work done.
+    fn acknowledge(
+        &mut self,
+        link: &mut Link,
+        wrote: bool,
+        now: u64,
+        clock: &mut Clock,
+    ) -> Result<usize> {
+        link.scratch.clear();
+        if wrote {
+            self.publish_position();
+            protocol::encode(
+                &Msg::Ack {
+                    position: self.position(),
+                    next_seq: self.next_seq(),
+                },
+                &mut link.scratch,
+            );
+        } else if now.saturating_sub(link.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
+            protocol::encode(
+                &Msg::Heartbeat {
+                    committed_position: self.position(),
+                    timestamp_ns: clock.realtime_ns(),
+                },
+                &mut link.scratch,
+            );
+        } else {
+            return Ok(0);
         }
-        Ok(())
+        link.outbox
+            .send(&mut link.stream, &[&link.scratch])
+            .map_err(|e| Error::io("write", e))?;
+        link.last_send_ns = now;
+        Ok(1)
     }
 
     /// Applies one message; returns whether it wrote to the store. Everything a message says

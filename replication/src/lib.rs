@@ -1,14 +1,20 @@
 //! Replication of a seqstream store over TCP: a [`server::Server`] on the host that holds a
-//! store streams it to any number of replicas, one sender thread each; a
-//! [`follower::Follower`] on a consumer host writes a byte-identical local copy that local
-//! tailers read as usual, and can itself be served further (tree fan-out).
+//! store streams it to any number of replicas; a [`follower::Follower`] on a consumer host
+//! writes a byte-identical local copy that local tailers read as usual, and can itself be
+//! served further (tree fan-out).
+//!
+//! Every role here is an [`Agent`](seqstream_agent::Agent) whose duty cycle never blocks, on
+//! an [`AgentRunner`](seqstream_agent::AgentRunner): the server's acceptor (one runner: the
+//! listener and every handshake, polled with `mio`), one sender per replica (a runner each,
+//! pinned as the server's config says, ended with its session), and the follower (one runner
+//! per followed stream in `replicator follow` and `iodaemon --follow`).
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
 //! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`) |
-//! | [`server`] | the upstream side: admission, one sender duty cycle per replica |
-//! | [`follower`] | the replica side: connect, resume, check, write, acknowledge, reconnect |
+//! | [`server`] | the upstream side: the acceptor agent (admission), one sender agent per replica |
+//! | [`follower`] | the replica side, an agent: connect, resume, check, write, acknowledge, reconnect |
 
 pub mod follower;
 pub mod framing;

@@ -1,30 +1,55 @@
-//! The replication server: accepts replicas of one store and runs, for each, a sender thread
-//! (pinned to a configured core, driven by an idle strategy) whose duty cycle sends the bytes
-//! the store committed since the last cycle, straight from the store mapping.
+//! The replication server, as agents: an **acceptor** (the slow path) accepts replicas of one
+//! store and checks them without ever blocking, and hands each admitted replica to a
+//! **sender**, an agent of its own whose duty cycle sends the bytes the store committed since
+//! the last cycle, straight from the store mapping.
 //!
-//! The server only reads the store: a slow or stalled replica never slows the appender or
-//! another replica. A replica that falls behind is served from the mapped files (the page
-//! cache, or the disk) until it reaches the live tail. It never writes to the store.
+//! ```text
+//!  listener ──▶ acceptor (mio: the listener and every connection in its handshake)
+//!                 │ address, handshake limit, hello (deadline), secret, stream, resume
+//!                 │ position, consumer slot
+//!                 ▼
+//!               sender[slot] on its own AgentRunner (core cores[slot % n], the config's idle
+//!               strategy), owning its socket, its tailer and its slot's counters; its runner
+//!               ends when its session ends
+//! ```
+//!
+//! The acceptor is its senders' host: it starts one [`AgentRunner`] per admitted replica, as
+//! [`ServerConfig::cores`] and [`ServerConfig::idle`] say (the runner pins, not the sender),
+//! reaps the runners whose session ended, and stops and joins the others when it closes. Run
+//! the acceptor itself on a runner: `AgentRunner::start(server, …)`.
+//!
+//! The server only reads the store: a slow or stalled replica never slows the appender,
+//! another replica's sender or the acceptor. A replica that falls behind is served from the
+//! mapped files (the page cache, or the disk) until it reaches the live tail. It never writes
+//! to the store.
 //!
 //! Limits, and what happens at each (all counted and logged):
-//! - `max_consumers`: a connection beyond it is closed after accept (`refused limit`);
+//! - `max_consumers`: a connection beyond it is closed after accept (`refused limit`), and so
+//!   is one beyond `max_consumers` connections still in their handshake;
 //! - the peer's address must be in `allow`, its secret must match (compared in constant
 //!   time), its stream id must be the store's (`refused address`, `refused auth`);
+//! - `handshake_timeout`: a connection whose hello has not arrived by then is closed;
 //! - `send_buffer`: the socket's `SO_SNDBUF`; beyond it the sender keeps at most one batch
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
+//!
+//! A sender whose session fails (a fault of its replica, or of its socket) logs it
+//! (`replica dropped`, rate-limited), counts it (`disconnects`), gives its slot back and ends
+//! its runner: the server carries on.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mio::net::{TcpListener, TcpStream as MioStream};
+use mio::{Events, Interest, Poll, Token};
 use seqstream_agent::clock::Clock;
-
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Idle, IdleStrategy};
+use seqstream_agent::runner::ErrorChain;
+use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, Idle, OnError, RunnerConfig};
 use seqstream_store::{Tailer, TailerOptions};
 use subtle::ConstantTimeEq;
 
@@ -45,12 +70,12 @@ pub struct ServerConfig {
     pub secret: Vec<u8>,
     /// Addresses replicas may connect from; anything else is refused.
     pub allow: Vec<IpAddr>,
-    /// Cores for the sender threads (empty: unpinned). The sender of consumer slot `i` (the
-    /// lowest slot free when its replica connected) runs on `cores[i % cores.len()]`, so
+    /// Cores of the senders' runners (empty: unpinned). The sender of consumer slot `i` (the
+    /// lowest slot free when its replica was admitted) runs on `cores[i % cores.len()]`, so
     /// live senders never share a core while there are at least as many cores as replicas,
     /// and a replica that reconnects takes back a free core.
     pub cores: Vec<usize>,
-    /// Idle strategy of the sender threads.
+    /// Idle strategy of the senders' runners.
     pub idle: Idle,
     /// Most replicas served at once.
     pub max_consumers: usize,
@@ -104,7 +129,7 @@ struct Counters {
 }
 
 /// The rate-limited WARN lines of the server's refusals, one per cause, shared by the
-/// listener and the sender threads.
+/// acceptor and the senders.
 #[derive(Debug)]
 struct Warns {
     accept: LimitedWarn,
@@ -141,11 +166,6 @@ impl Warns {
     }
 }
 
-/// Locks the shared warnings (a panicked holder leaves them usable).
-fn warns(w: &Mutex<Warns>) -> std::sync::MutexGuard<'_, Warns> {
-    w.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Counters of one consumer slot.
 #[derive(Debug, Clone)]
 struct SlotCounters {
@@ -156,23 +176,113 @@ struct SlotCounters {
     connections: Counter,
 }
 
-/// A running server: the listener and its consumer slots.
-pub struct Server {
-    cfg: ServerConfig,
-    listener: TcpListener,
+/// What the acceptor and its senders share, each touched only when a session starts or ends
+/// (never in a sender's steady duty cycle): the server-wide counters, the free consumer
+/// slots, the log lines' rate limits.
+#[derive(Debug)]
+struct Shared {
     counters: Counters,
-    slots: Arc<Mutex<Vec<Option<SlotCounters>>>>,
-    handshaking: Arc<AtomicUsize>,
-    warns: Arc<Mutex<Warns>>,
+    slots: Mutex<Vec<Option<SlotCounters>>>,
+    warns: Mutex<Warns>,
+}
+
+impl Shared {
+    /// The shared warnings (a panicked holder leaves them usable).
+    fn warns(&self) -> std::sync::MutexGuard<'_, Warns> {
+        self.warns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The lowest free consumer slot, taken.
+    fn take_slot(self: &Arc<Self>) -> Option<Lease> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let index = slots.iter().position(|s| s.is_some())?;
+        let slot = slots[index].take();
+        Some(Lease {
+            shared: self.clone(),
+            index,
+            slot,
+        })
+    }
+}
+
+/// A consumer slot held by a sender. Dropped (the session ended, or its runner could not
+/// start or pin), it frees the slot, then counts the session's end.
+struct Lease {
+    shared: Arc<Shared>,
+    index: usize,
+    slot: Option<SlotCounters>,
+}
+
+impl Lease {
+    fn counters(&self) -> &SlotCounters {
+        self.slot
+            .as_ref()
+            .expect("a lease holds its slot until dropped")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut slots = self.shared.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots[self.index] = self.slot.take();
+        drop(slots);
+        self.shared.counters.consumers.sub(1);
+        self.shared.counters.disconnects.incr();
+    }
+}
+
+/// A connection in its handshake, registered with the acceptor's poll until its hello is in.
+struct Pending {
+    stream: MioStream,
+    peer: SocketAddr,
+    inbox: Inbox,
+    deadline_ns: u64,
+    /// The socket may have bytes (mio is edge-triggered: set by an event, cleared when a read
+    /// would block).
+    ready: bool,
+}
+
+/// The listener's poll token; connection `i` in its handshake is `Token(i + 1)`.
+const LISTENER: Token = Token(0);
+/// Most connections accepted in one duty cycle.
+const ACCEPTS_PER_CYCLE: usize = 16;
+/// Most reads of one connection's hello in one duty cycle.
+const HELLO_READS_PER_CYCLE: usize = 16;
+
+/// The acceptor agent of a replication server: its listener, the connections in their
+/// handshake, the consumer slots, and the runners of its senders.
+pub struct Server {
+    cfg: Arc<ServerConfig>,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    poll: Poll,
+    events: Events,
+    listener_ready: bool,
+    pending: Vec<Option<Pending>>,
+    shared: Arc<Shared>,
+    senders: Vec<AgentRunner>,
+    clock: Clock,
+    /// `repl-accept stream <id>`, the agent's role name.
+    role: String,
 }
 
 impl Server {
     /// Binds the listener and registers the counters in `counters`.
     pub fn bind(cfg: ServerConfig, counters: &CountersWriter) -> Result<Server> {
-        let listener = TcpListener::bind(cfg.listen).map_err(|e| Error::io("bind", e))?;
+        let listener = std::net::TcpListener::bind(cfg.listen).map_err(|e| Error::io("bind", e))?;
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("set_nonblocking", e))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?;
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new().map_err(|e| Error::io("epoll_create", e))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| Error::io("epoll_ctl", e))?;
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let server_counters = Counters {
             accepted: c("connections accepted")?,
@@ -193,133 +303,248 @@ impl Server {
             }));
         }
         Ok(Server {
-            cfg,
+            role: format!("repl-accept stream {}", cfg.stream_id),
+            clock: cfg.clock.clone(),
+            pending: (0..cfg.max_consumers).map(|_| None).collect(),
+            events: Events::with_capacity(cfg.max_consumers + 1),
+            cfg: Arc::new(cfg),
             listener,
-            counters: server_counters,
-            slots: Arc::new(Mutex::new(slots)),
-            handshaking: Arc::new(AtomicUsize::new(0)),
-            warns: Arc::new(Mutex::new(Warns::new())),
+            local_addr,
+            poll,
+            listener_ready: true,
+            shared: Arc::new(Shared {
+                counters: server_counters,
+                slots: Mutex::new(slots),
+                warns: Mutex::new(Warns::new()),
+            }),
+            senders: Vec::new(),
         })
     }
 
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.local_addr
     }
 
-    /// Accepts replicas until `stop` is set, then waits for every sender thread to end.
-    pub fn run(&mut self, stop: &Arc<AtomicBool>) -> Result<()> {
-        let mut threads = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    if let Some(t) = self.admit(stream, peer, stop) {
-                        threads.push(t);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    warns(&self.warns).tick();
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => {
-                    // E.g. out of file descriptors under a connection flood: wait as when idle.
-                    warns(&self.warns).accept.warn(format_args!("{e}"));
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+    /// One accepted connection: the checks that need no byte from it, then its handshake.
+    fn admit(&mut self, mut stream: MioStream, peer: SocketAddr, now: u64) {
+        let counters = &self.shared.counters;
+        counters.accepted.incr();
+        if !self.cfg.allow.contains(&peer.ip()) {
+            counters.refused_address.incr();
+            self.shared.warns().address.warn(format_args!("{peer}"));
+            return;
+        }
+        // Connections still in their handshake are bounded too, so silent ones cannot pile up.
+        let Some(free) = self.pending.iter().position(|p| p.is_none()) else {
+            counters.refused_limit.incr();
+            self.shared.warns().handshaking.warn(format_args!("{peer}"));
+            return;
+        };
+        if let Err(e) =
+            self.poll
+                .registry()
+                .register(&mut stream, Token(free + 1), Interest::READABLE)
+        {
+            self.shared
+                .warns()
+                .handshake
+                .warn(format_args!("{peer}: epoll_ctl: {e}"));
+            return;
+        }
+        self.pending[free] = Some(Pending {
+            stream,
+            peer,
+            inbox: Inbox::new(4096, MAX_HELLO),
+            deadline_ns: now + self.cfg.handshake_timeout.as_nanos() as u64,
+            ready: true,
+        });
+    }
+
+    /// Moves the handshake of connection `i` on by what has arrived; the work done.
+    fn handshake(&mut self, i: usize, now: u64) -> usize {
+        let Some(p) = self.pending[i].as_mut() else {
+            return 0;
+        };
+        let outcome = if p.ready {
+            read_hello(&self.cfg, p, &self.shared.counters)
+        } else {
+            Ok(None)
+        };
+        let outcome = match outcome {
+            Ok(Some(resume)) => Ok(resume),
+            Ok(None) if now > p.deadline_ns => Err(Error::Protocol("no hello in time".into())),
+            Ok(None) => return 0,
+            Err(e) => Err(e),
+        };
+        let mut p = self.pending[i].take().expect("a pending connection");
+        let _ = self.poll.registry().deregister(&mut p.stream);
+        let peer = p.peer;
+        // Everything the replica said is checked (its hello, and that its resume position is
+        // a frame start or the end of the stream) before it takes a slot.
+        let hello =
+            outcome.and_then(|resume| open_at(&self.cfg, resume).map(|tailer| (resume, tailer)));
+        let (resume, tailer) = match hello {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.shared
+                    .warns()
+                    .handshake
+                    .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
+                return 1;
             }
-            threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
-        }
-        for t in threads {
-            let _ = t.join();
-        }
-        Ok(())
+        };
+        // A consumer slot (its counters) only once the replica has identified itself.
+        let Some(lease) = self.shared.take_slot() else {
+            self.shared.counters.refused_limit.incr();
+            self.shared
+                .warns()
+                .limit
+                .warn(format_args!("{peer} (max {})", self.cfg.max_consumers));
+            return 1;
+        };
+        self.shared.counters.consumers.add(1);
+        lease.counters().connections.incr();
+        self.launch(p.stream.into(), peer, resume, tailer, lease);
+        1
     }
 
-    fn admit(
+    /// Starts the sender of an admitted replica on a runner of its own.
+    fn launch(
         &mut self,
         stream: TcpStream,
         peer: SocketAddr,
-        stop: &Arc<AtomicBool>,
-    ) -> Option<std::thread::JoinHandle<()>> {
-        self.counters.accepted.incr();
-        if !self.cfg.allow.contains(&peer.ip()) {
-            self.counters.refused_address.incr();
-            warns(&self.warns).address.warn(format_args!("{peer}"));
-            return None;
+        resume: u64,
+        tailer: Tailer,
+        lease: Lease,
+    ) {
+        let index = lease.index;
+        let cores = &self.cfg.cores;
+        let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+        let done = Arc::new(AtomicBool::new(false));
+        let session = Session::new(
+            self.cfg.clone(),
+            stream,
+            resume,
+            tailer,
+            lease.counters().clone(),
+        );
+        let sender = Sender {
+            role: format!("repl-send[{index}]"),
+            peer,
+            session: Some(session),
+            opened: false,
+            lease: Some(lease),
+            shared: self.shared.clone(),
+            done: done.clone(),
+        };
+        let cfg = RunnerConfig {
+            core,
+            idle: self.cfg.idle.clone(),
+            on_error: OnError::Stop,
+            clock: Clock::system(),
+            counters: None,
+        };
+        // A sender that cannot start is dropped here, which frees its slot and counts it.
+        match AgentRunner::start(sender, cfg, done) {
+            Ok(r) => self.senders.push(r),
+            Err(e) => tracing::error!(%peer, error = %ErrorChain(&e), "starting a sender"),
         }
-        // Connections still in their handshake are bounded too, so silent ones cannot pile up.
-        if self.handshaking.load(Ordering::Relaxed) >= self.cfg.max_consumers {
-            self.counters.refused_limit.incr();
-            warns(&self.warns).handshaking.warn(format_args!("{peer}"));
-            return None;
-        }
-        let cfg = self.cfg.clone();
-        let counters = self.counters.clone();
-        let slots = self.slots.clone();
-        let handshaking = self.handshaking.clone();
-        let warn = self.warns.clone();
-        let stop = stop.clone();
-        handshaking.fetch_add(1, Ordering::Relaxed);
-        let spawned = std::thread::Builder::new()
-            .name("repl-send".into())
-            .spawn(move || {
-                let mut stream = stream;
-                // Everything the replica said is checked (its hello, and that its resume
-                // position is a frame start or the end of the stream) before it takes a slot.
-                let hello = handshake(&cfg, &mut stream, &counters, &stop)
-                    .and_then(|resume| open_at(&cfg, resume).map(|tailer| (resume, tailer)));
-                handshaking.fetch_sub(1, Ordering::Relaxed);
-                let (resume, tailer) = match hello {
-                    Ok(ok) => ok,
-                    Err(e) => {
-                        warns(&warn)
-                            .handshake
-                            .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
-                        return;
-                    }
-                };
-                // A consumer slot (its counters) only once the replica has identified itself.
-                let taken = {
-                    let mut slots = slots.lock().expect("slots lock");
-                    let free = slots.iter().position(|s| s.is_some());
-                    free.map(|i| (i, slots[i].take().expect("free slot")))
-                };
-                let Some((index, slot)) = taken else {
-                    counters.refused_limit.incr();
-                    warns(&warn)
-                        .limit
-                        .warn(format_args!("{peer} (max {})", cfg.max_consumers));
-                    return;
-                };
-                counters.consumers.add(1);
-                slot.connections.incr();
-                let core = (!cfg.cores.is_empty()).then(|| cfg.cores[index % cfg.cores.len()]);
-                let result = serve(&cfg, stream, peer, resume, tailer, core, &slot, &stop);
-                match &result {
-                    Ok(()) => tracing::info!(%peer, slot = index, "replica disconnected"),
-                    // A replica closing its connection is how it stops, not a fault.
-                    Err(crate::Error::Closed) => {
-                        tracing::info!(%peer, slot = index, "replica disconnected (closed its connection)")
-                    }
-                    Err(e) => warns(&warn).dropped.warn(format_args!(
-                        "{peer} (slot {index}): {}",
-                        crate::error_chain(e)
-                    )),
-                }
-                counters.disconnects.incr();
-                counters.consumers.sub(1);
-                slots.lock().expect("slots lock")[index] = Some(slot);
-            });
-        match spawned {
-            Ok(t) => Some(t),
-            Err(e) => {
-                self.handshaking.fetch_sub(1, Ordering::Relaxed);
-                tracing::error!("spawning a sender thread: {e}");
-                None
+    }
+
+    /// Joins the runners of senders whose session has ended, and logs those that failed
+    /// (one that could not pin to its core).
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.senders.len() {
+            if !self.senders[i].is_finished() {
+                i += 1;
+                continue;
+            }
+            if let Err(e) = self.senders.swap_remove(i).join() {
+                self.shared
+                    .warns()
+                    .dropped
+                    .warn(format_args!("{}", ErrorChain(&e)));
             }
         }
+    }
+
+    /// One duty cycle: new connections, handshakes that moved or expired, ended senders.
+    fn duty_cycle(&mut self) -> Result<usize> {
+        let now = self.clock.monotonic_ns();
+        match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("epoll_wait", e)),
+        }
+        for ev in self.events.iter() {
+            match ev.token() {
+                LISTENER => self.listener_ready = true,
+                Token(t) => {
+                    if let Some(Some(p)) = self.pending.get_mut(t - 1) {
+                        p.ready = true;
+                    }
+                }
+            }
+        }
+        let mut work = 0;
+        if self.listener_ready {
+            for _ in 0..ACCEPTS_PER_CYCLE {
+                match self.listener.accept() {
+                    Ok((stream, peer)) => {
+                        work += 1;
+                        self.admit(stream, peer, now);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        self.listener_ready = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // E.g. out of file descriptors under a connection flood: retried on
+                        // the next cycles, at the pace of the idle strategy.
+                        self.shared.warns().accept.warn(format_args!("{e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        for i in 0..self.pending.len() {
+            work += self.handshake(i, now);
+        }
+        self.reap();
+        if work == 0 {
+            self.shared.warns().tick();
+        }
+        Ok(work)
+    }
+}
+
+/// The acceptor as a role on the runtime.
+impl Agent for Server {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    /// Its intervals run on the configured clock (injected in tests), not the cycle's reading.
+    fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
+        Ok(self.duty_cycle()?)
+    }
+
+    /// Closes the connections in their handshake, then stops and joins every sender.
+    fn on_close(&mut self) -> std::result::Result<(), AgentError> {
+        for p in self.pending.iter_mut() {
+            if let Some(mut p) = p.take() {
+                let _ = self.poll.registry().deregister(&mut p.stream);
+            }
+        }
+        for r in self.senders.drain(..) {
+            if let Err(e) = r.close() {
+                tracing::warn!(error = %ErrorChain(&e), "sender");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -328,21 +553,11 @@ const MAX_HELLO: usize = (64 << 10) + 64;
 /// Largest message a replica sends (ack, heartbeat).
 const MAX_FROM_REPLICA: usize = 256;
 
-/// Reads the hello with a deadline, checking everything it says. Polls `stop` every 100 ms.
-fn handshake(
-    cfg: &ServerConfig,
-    stream: &mut TcpStream,
-    counters: &Counters,
-    stop: &AtomicBool,
-) -> Result<u64> {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| Error::io("set_read_timeout", e))?;
-    let mut inbox = Inbox::new(4096, MAX_HELLO);
-    let mut clock = cfg.clock.clone();
-    let deadline = clock.monotonic_ns() + cfg.handshake_timeout.as_nanos() as u64;
-    loop {
-        if let Some(m) = inbox.next_message()? {
+/// Reads what has arrived of a hello (a bounded number of reads), checking everything it
+/// says: its resume position once it is whole, `None` while it is not.
+fn read_hello(cfg: &ServerConfig, p: &mut Pending, counters: &Counters) -> Result<Option<u64>> {
+    for _ in 0..HELLO_READS_PER_CYCLE {
+        if let Some(m) = p.inbox.next_message()? {
             let resume = match protocol::decode(m)? {
                 Msg::Hello {
                     stream_id,
@@ -364,20 +579,161 @@ fn handshake(
                 }
                 other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
             };
-            if inbox.next_message()?.is_some() {
+            if p.inbox.next_message()?.is_some() {
                 return Err(Error::Protocol("a message after the hello, unasked".into()));
             }
-            return Ok(resume);
+            return Ok(Some(resume));
         }
-        if clock.monotonic_ns() > deadline || stop.load(Ordering::Relaxed) {
-            return Err(Error::Protocol("no hello in time".into()));
-        }
-        match inbox.fill(stream) {
+        match p.inbox.fill(&mut p.stream) {
             Ok(Fill::Closed) => return Err(Error::Protocol("closed before hello".into())),
+            Ok(Fill::WouldBlock) => {
+                p.ready = false;
+                return Ok(None);
+            }
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut) => {}
             Err(e) => return Err(Error::io("read", e)),
         }
+    }
+    Ok(None)
+}
+
+/// The sender agent of one replica: owns its session (socket, tailer, buffers) and its slot,
+/// and sets its runner's stop flag (`done`) when the session ends, so that the runner ends.
+struct Sender {
+    role: String,
+    peer: SocketAddr,
+    session: Option<Session>,
+    opened: bool,
+    lease: Option<Lease>,
+    shared: Arc<Shared>,
+    done: Arc<AtomicBool>,
+}
+
+impl Sender {
+    /// Ends the session: logs why, closes the socket, frees the slot (counted), ends the
+    /// runner.
+    fn end(&mut self, result: Result<()>) {
+        let peer = self.peer;
+        let slot = self.lease.as_ref().map_or(usize::MAX, |l| l.index);
+        match &result {
+            Ok(()) => tracing::info!(%peer, slot, "replica disconnected"),
+            // A replica closing its connection is how it stops, not a fault.
+            Err(Error::Closed) => {
+                tracing::info!(%peer, slot, "replica disconnected (closed its connection)")
+            }
+            Err(e) => self.shared.warns().dropped.warn(format_args!(
+                "{peer} (slot {slot}): {}",
+                crate::error_chain(e)
+            )),
+        }
+        self.session = None;
+        self.lease = None;
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+impl Agent for Sender {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    /// A session fault ends the session, never the agent with an error: the server carries
+    /// on, and this sender's runner ends.
+    fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(0);
+        };
+        let result = if self.opened {
+            session.do_work()
+        } else {
+            self.opened = true;
+            session.open(self.peer).map(|()| 1)
+        };
+        match result {
+            Ok(work) => Ok(work),
+            Err(e) => {
+                self.end(Err(e));
+                Ok(0)
+            }
+        }
+    }
+
+    /// The server is stopping: the session ends as a disconnect.
+    fn on_close(&mut self) -> std::result::Result<(), AgentError> {
+        if self.session.is_some() {
+            self.end(Ok(()));
+        }
+        Ok(())
+    }
+}
+
+/// One replica's session: what its sender's duty cycle reads and writes.
+struct Session {
+    cfg: Arc<ServerConfig>,
+    stream: TcpStream,
+    tailer: Tailer,
+    inbox: Inbox,
+    outbox: Outbox,
+    scratch: Vec<u8>,
+    announced: Option<u64>,
+    /// When (monotonic ns) the last message went out, and the last one came in.
+    last_send_ns: u64,
+    last_recv_ns: u64,
+    clock: Clock,
+    sent_position: u64,
+    sent_seq: u64,
+    acked_position: u64,
+    acked_seq: u64,
+    slot: SlotCounters,
+}
+
+impl Session {
+    fn new(
+        cfg: Arc<ServerConfig>,
+        stream: TcpStream,
+        resume: u64,
+        tailer: Tailer,
+        slot: SlotCounters,
+    ) -> Session {
+        let mut clock = cfg.clock.clone();
+        let start_ns = clock.monotonic_ns();
+        Session {
+            cfg,
+            stream,
+            inbox: Inbox::new(MAX_FROM_REPLICA * 16, MAX_FROM_REPLICA),
+            outbox: Outbox::default(),
+            scratch: Vec::with_capacity(256),
+            announced: None,
+            last_send_ns: start_ns,
+            last_recv_ns: start_ns,
+            clock,
+            sent_position: resume,
+            sent_seq: tailer.next_seq(),
+            acked_position: resume,
+            acked_seq: tailer.next_seq(),
+            tailer,
+            slot,
+        }
+    }
+
+    /// The sender's first cycle: socket options, then the header of the resume segment.
+    fn open(&mut self, peer: SocketAddr) -> Result<()> {
+        tracing::info!(%peer, resume = self.sent_position, segment = self.tailer.segment_index(), "replica connected");
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("set_nonblocking", e))?;
+        self.stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io("set_nodelay", e))?;
+        if let Some(bytes) = self.cfg.send_buffer {
+            socket2::SockRef::from(&self.stream)
+                .set_send_buffer_size(bytes)
+                .map_err(|e| Error::io("SO_SNDBUF", e))?;
+        }
+        let now = self.clock.monotonic_ns();
+        self.last_send_ns = now;
+        self.last_recv_ns = now;
+        self.announce()
     }
 }
 
@@ -393,80 +749,7 @@ fn open_at(cfg: &ServerConfig, resume: u64) -> Result<Tailer> {
     Ok(tailer)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn serve(
-    cfg: &ServerConfig,
-    stream: TcpStream,
-    peer: SocketAddr,
-    resume: u64,
-    tailer: Tailer,
-    core: Option<usize>,
-    slot: &SlotCounters,
-    stop: &AtomicBool,
-) -> Result<()> {
-    seqstream_agent::affinity::pin_current_thread(core)
-        .map_err(|e| Error::Config(e.to_string()))?;
-    tracing::info!(%peer, resume, segment = tailer.segment_index(), "replica connected");
-    stream
-        .set_nonblocking(true)
-        .map_err(|e| Error::io("set_nonblocking", e))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| Error::io("set_nodelay", e))?;
-    if let Some(bytes) = cfg.send_buffer {
-        socket2::SockRef::from(&stream)
-            .set_send_buffer_size(bytes)
-            .map_err(|e| Error::io("SO_SNDBUF", e))?;
-    }
-    let mut clock = cfg.clock.clone();
-    let start_ns = clock.monotonic_ns();
-    let mut session = Session {
-        cfg,
-        stream,
-        inbox: Inbox::new(MAX_FROM_REPLICA * 16, MAX_FROM_REPLICA),
-        outbox: Outbox::default(),
-        scratch: Vec::with_capacity(256),
-        announced: None,
-        last_send_ns: start_ns,
-        last_recv_ns: start_ns,
-        clock,
-        sent_position: resume,
-        sent_seq: tailer.next_seq(),
-        acked_position: resume,
-        acked_seq: tailer.next_seq(),
-        tailer,
-        slot,
-    };
-    session.announce()?;
-    let mut idle = cfg.idle.build();
-    while !stop.load(Ordering::Relaxed) {
-        let work = session.do_work()?;
-        idle.idle(work);
-    }
-    Ok(())
-}
-
-/// One replica's sender: the duty cycle of its thread.
-struct Session<'a> {
-    cfg: &'a ServerConfig,
-    stream: TcpStream,
-    tailer: Tailer,
-    inbox: Inbox,
-    outbox: Outbox,
-    scratch: Vec<u8>,
-    announced: Option<u64>,
-    /// When (monotonic ns) the last message went out, and the last one came in.
-    last_send_ns: u64,
-    last_recv_ns: u64,
-    clock: Clock,
-    sent_position: u64,
-    sent_seq: u64,
-    acked_position: u64,
-    acked_seq: u64,
-    slot: &'a SlotCounters,
-}
-
-impl Session<'_> {
+impl Session {
     /// Sends the header of the tailer's segment if this replica has not had it yet.
     fn announce(&mut self) -> Result<()> {
         let index = self.tailer.segment_index();

@@ -121,3 +121,146 @@ impl Drop for Proc {
         let _ = self.0.wait();
     }
 }
+
+/// Waits (bounded) until `cond` holds.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on() {
+    use seqstream_replication::protocol::{self, Msg};
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = dir.join("primary");
+    let mut a = Appender::open_or_create(
+        &store,
+        StoreConfig::new(4).segment_size(1 << 20).pretouch(false),
+    )
+    .unwrap();
+    for _ in 0..10 {
+        a.append(b"frame").unwrap();
+    }
+    std::fs::write(dir.join("secret"), "abc\n").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let counters_path = dir.join("serve.counters");
+    let mut proc = Proc(
+        Command::new(env!("CARGO_BIN_EXE_replicator"))
+            .arg("serve")
+            .arg("--store")
+            .arg(&store)
+            .args(["--stream-id", "4", "--allow", "127.0.0.1", "--listen"])
+            .arg(addr.to_string())
+            .arg("--secret-file")
+            .arg(dir.join("secret"))
+            .arg("--counters")
+            .arg(&counters_path)
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut stderr = proc.0.stderr.take().unwrap();
+    let log_writer = log.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            log_writer
+                .lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let get = |label: &str| {
+        counters::read(&counters_path)
+            .ok()
+            .and_then(|s| s.get(label))
+            .unwrap_or(0)
+    };
+    // A replica that acknowledges what was never sent: its sender drops it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        if let Ok(s) = std::net::TcpStream::connect(addr) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let send = |s: &mut std::net::TcpStream, m: Msg<'_>| {
+        let mut v = Vec::new();
+        protocol::encode(&m, &mut v);
+        s.write_all(&v).unwrap();
+    };
+    send(
+        &mut s,
+        Msg::Hello {
+            stream_id: 4,
+            resume_position: 0,
+            credentials: b"abc",
+        },
+    );
+    eventually("the replica admitted", || {
+        get("consumer[0] connections") == 1
+    });
+    send(
+        &mut s,
+        Msg::Ack {
+            position: 1 << 40,
+            next_seq: 1 << 20,
+        },
+    );
+    eventually("the failed session counted", || get("disconnects") == 1);
+    eventually("the failed session logged", || {
+        log.lock().unwrap().contains("replica dropped")
+    });
+    assert_eq!(get("consumers"), 0);
+    // The server serves on: a real replica gets the whole store.
+    let fc = dir.join("f.counters");
+    let mut cfg = seqstream_replication::follower::FollowerConfig::new(
+        dir.join("replica"),
+        4,
+        addr,
+        b"abc".to_vec(),
+    );
+    cfg.store_config = cfg.store_config.clone().pretouch(false);
+    let w = seqstream_agent::counters::CountersWriter::create(&fc, 64).unwrap();
+    let follower = seqstream_replication::follower::Follower::new(cfg, &w).unwrap();
+    let runner = seqstream_agent::AgentRunner::start(
+        follower,
+        seqstream_agent::RunnerConfig::default(),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    )
+    .unwrap();
+    eventually("the replica served", || {
+        counters::read(&fc)
+            .ok()
+            .and_then(|s| s.get("replica position"))
+            == Some(a.position())
+    });
+    runner.close().unwrap();
+    // SAFETY: a plain kill(2) of our own child, which has not been reaped yet.
+    unsafe { libc::kill(proc.0.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = proc.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "replicator did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    reader.join().unwrap();
+    assert!(status.success(), "{status}: {}", log.lock().unwrap());
+    assert!(!log.lock().unwrap().contains("panicked"));
+}

@@ -1,6 +1,7 @@
-//! The follower's peer timeout and reconnect delay run on the clock it is given (issue 11,
+//! The follower's timeouts and reconnect delay run on the clock it is given (issue 11,
 //! class 5): a silent upstream is left only when the injected monotonic clock says so, however
-//! the wall clock moves and however little real time passed.
+//! the wall clock moves and however little real time passed. Here the upstream never answers
+//! the hello (the handshake timeout, 5 s); `client_agent.rs` steps every timeout one by one.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 
 /// Waits (bounded, real time) for the next connection.
@@ -38,11 +40,10 @@ fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
     );
     cfg.store_config = cfg.store_config.clone().clock(clock.clock());
     let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
-    let mut follower = Follower::new(cfg, &w).unwrap();
+    let follower = Follower::new(cfg, &w).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || follower.run(&s));
-    let stop_on_drop = StopOnDrop(stop, Some(thread));
+    let runner = AgentRunner::start(follower, RunnerConfig::default(), stop.clone()).unwrap();
+    let stop_on_drop = StopOnDrop(stop, Some(runner));
 
     let first = accept_within(&upstream, Duration::from_secs(20)).expect("no first connection");
     clock.set_realtime(hour);
@@ -66,11 +67,8 @@ fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
     drop((first, second, stop_on_drop));
 }
 
-/// Stops and joins the follower thread even when the test fails.
-struct StopOnDrop(
-    Arc<AtomicBool>,
-    Option<std::thread::JoinHandle<seqstream_replication::Result<()>>>,
-);
+/// Stops and joins the follower's runner even when the test fails.
+struct StopOnDrop(Arc<AtomicBool>, Option<AgentRunner>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::framing::put_sofh;
 use seqstream_replication::protocol::{self, Msg};
@@ -35,19 +36,24 @@ fn append_pattern(a: &mut Appender, n: u64) {
     }
 }
 
-/// A server thread; stopped and joined on drop.
+/// A server's acceptor or a follower, on its runner; stopped and joined on drop.
 struct Running {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    runner: Option<AgentRunner>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(r) = self.runner.take() {
+            let _ = r.join();
         }
     }
+}
+
+/// The runner configuration of tests: backoff idling (2 cores), stop on error.
+fn runner_cfg() -> RunnerConfig {
+    RunnerConfig::default()
 }
 
 fn serve(
@@ -64,16 +70,15 @@ fn serve(
     cfg.heartbeat = Duration::from_millis(20);
     tweak(&mut cfg);
     let w = CountersWriter::create(counters, 256).unwrap();
-    let mut server = Server::bind(cfg, &w).unwrap();
+    let server = Server::bind(cfg, &w).unwrap();
     let addr = server.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || server.run(&s).unwrap());
+    let runner = AgentRunner::start(server, runner_cfg(), stop.clone()).unwrap();
     (
         addr,
         Running {
             stop,
-            thread: Some(thread),
+            runner: Some(runner),
         },
     )
 }
@@ -84,13 +89,12 @@ fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) ->
     cfg.heartbeat = Duration::from_millis(20);
     cfg.reconnect_max = Duration::from_millis(100);
     let w = CountersWriter::create(counters, 64).unwrap();
-    let mut f = Follower::new(cfg, &w).unwrap();
+    let f = Follower::new(cfg, &w).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || f.run(&s).unwrap());
+    let runner = AgentRunner::start(f, runner_cfg(), stop.clone()).unwrap();
     Running {
         stop,
-        thread: Some(thread),
+        runner: Some(runner),
     }
 }
 
@@ -463,13 +467,14 @@ fn frames_larger_than_a_batch_are_replicated_in_pieces() {
     assert_complete(&d.path("replica"), 20);
 }
 
-/// The cores of this process's `repl-send` threads (from `/proc/self/task/*/status`).
+/// The cores of this process's sender runners' threads, `repl-send[<slot>]` (from
+/// `/proc/self/task/*/status`).
 fn sender_cores() -> Vec<String> {
     let mut cores = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap() {
         let dir = task.unwrap().path();
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim() != "repl-send" {
+        if !comm.trim().starts_with("repl-send[") {
             continue;
         }
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
@@ -921,4 +926,82 @@ fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() 
     wait("consumer[0] position acked", p);
     drop(f);
     assert_identical(&d.path("primary"), &d.path("replica"));
+}
+
+#[test]
+fn a_stuck_replica_stalls_no_other_sender_nor_new_handshakes() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 100);
+    let sc = d.path("s.counters");
+    // The stuck replica is never dropped for its silence during the test.
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| {
+        c.peer_timeout = Duration::from_secs(600);
+        c.handshake_timeout = Duration::from_secs(600);
+        c.send_buffer = Some(64 << 10);
+    });
+    // A replica that says hello and then never reads nor acknowledges: its sender's socket
+    // fills and stays full.
+    let mut stuck = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(
+        &mut stuck,
+        &encoded(&[Msg::Hello {
+            stream_id: STREAM,
+            resume_position: 0,
+            credentials: SECRET,
+        }]),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(&sc, "consumer[0] connections") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck replica was not admitted"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Two connections that never send their hello: they stay in the acceptor's handshake.
+    let silent: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    // Far more than the stuck socket's buffers hold.
+    for _ in 0..60 {
+        append_pattern(&mut a, 500);
+    }
+    let end = a.position();
+    // A replica admitted after the stall, and another after it: both are served to the end.
+    let _f1 = follow(&d.path("r1"), &d.path("f1.counters"), addr, SECRET);
+    wait_for(&d.path("f1.counters"), end, Duration::from_secs(60));
+    let _f2 = follow(&d.path("r2"), &d.path("f2.counters"), addr, SECRET);
+    wait_for(&d.path("f2.counters"), end, Duration::from_secs(60));
+    assert_eq!(counter(&sc, "consumers"), 3);
+    assert!(
+        counter(&sc, "consumer[0] position sent") < end / 4,
+        "the stuck replica was sent {} of {end} bytes: it was not back-pressured",
+        counter(&sc, "consumer[0] position sent")
+    );
+    assert_eq!(counter(&sc, "disconnects"), 0);
+    // The stuck replica goes away: its sender ends, counted; the others are untouched.
+    drop(stuck);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(&sc, "disconnects") < 1 {
+        assert!(Instant::now() < deadline, "the stuck sender never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(counter(&sc, "consumers"), 2);
+    append_pattern(&mut a, 100);
+    wait_for(
+        &d.path("f1.counters"),
+        a.position(),
+        Duration::from_secs(30),
+    );
+    wait_for(
+        &d.path("f2.counters"),
+        a.position(),
+        Duration::from_secs(30),
+    );
+    drop((_f1, _f2, _server, silent));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("r1"));
+    assert_identical(&d.path("primary"), &d.path("r2"));
 }

@@ -1,5 +1,5 @@
 //! `iodaemon`: the host daemon. It keeps this host's replicas of the streams it follows
-//! (`--follow`, one replication client thread each), forwards the host's outboxes to the
+//! (`--follow`, one replication client agent on its own runner each), forwards the host's outboxes to the
 //! streams' sequencers over UDP (`--route`), and resends until each message appears in the
 //! host's copy of its stream.
 
@@ -7,13 +7,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::counters::CountersWriter;
-use seqstream_agent::{daemon, Idle, IdleStrategy};
+use seqstream_agent::{daemon, AgentRunner, Idle, IdleStrategy, OnError, RunnerConfig};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_store::FlushPolicy;
@@ -36,17 +35,17 @@ struct Cli {
     #[arg(long = "route", required = true, value_parser = parse_route)]
     routes: Vec<Route>,
     /// A stream to replicate to this host, STREAM_ID=UPSTREAM_ADDR=LOCAL_STORE_DIR (repeat):
-    /// a replication client thread keeps LOCAL_STORE_DIR a byte-identical copy of the
+    /// a replication client (an agent on its own runner) keeps LOCAL_STORE_DIR a byte-identical copy of the
     /// upstream's store. A route's local store is normally one of these.
     #[arg(long = "follow", value_parser = parse_follow, requires = "secret_file")]
     follows: Vec<Follow>,
     /// File holding the replication shared secret (its bytes, trailing newline removed).
     #[arg(long)]
     secret_file: Option<PathBuf>,
-    /// Idle strategy of the replication client threads.
+    /// Idle strategy of the replication clients' runners.
     #[arg(long, default_value = "backoff")]
     follow_idle: Idle,
-    /// Cores for the replication client threads, in --follow order (none: unpinned).
+    /// Cores for the replication clients' runners, in --follow order (none: unpinned).
     #[arg(long, value_delimiter = ',')]
     follow_cores: Vec<usize>,
     /// Flush policy of the replicas: none, frames:N, ms:T.
@@ -111,15 +110,17 @@ fn parse_follow(s: &str) -> Result<Follow, String> {
     })
 }
 
-/// Starts one replication client thread per `--follow`. Each retries every session fault
-/// (upstream down or refusing, a replica write that failed) with backoff, logging its cause
-/// and counting it; a thread that ends while the daemon runs (it could not pin to its core)
-/// sets `stop`, so the daemon exits with its error.
+/// Starts one replication client agent per `--follow`, each on its own runner (pinned to its
+/// `--follow-cores` entry by the runner), so that a busy stream never delays another's. A
+/// client retries every session fault (upstream down or refusing, a replica write that
+/// failed) with backoff, logging its cause and counting it; it is never an error of the agent.
+/// The runners share the daemon's `stop`: a runner that fails (it could not pin to its core)
+/// sets it, so the daemon exits with its error.
 fn start_followers(
     cli: &Cli,
     counters: &CountersWriter,
     stop: &Arc<AtomicBool>,
-) -> Result<Vec<(u32, JoinHandle<Result<()>>)>> {
+) -> Result<Vec<(u32, AgentRunner)>> {
     let secret = match &cli.secret_file {
         Some(p) => {
             seqstream_replication::read_secret(p).with_context(|| p.display().to_string())?
@@ -141,29 +142,30 @@ fn start_followers(
             );
         }
     }
-    let mut threads = Vec::new();
+    let mut runners = Vec::new();
     for (i, f) in cli.follows.iter().enumerate() {
         let mut cfg = FollowerConfig::new(f.store.clone(), f.stream_id, f.upstream, secret.clone());
-        cfg.idle = cli.follow_idle.clone();
-        cfg.core = cli.follow_cores.get(i).copied();
         cfg.store_config = cfg.store_config.flush(cli.follow_flush);
         cfg.max_segment_size = cli.follow_max_segment_size;
         cfg.counter_prefix = format!("stream {} ", f.stream_id);
-        let mut follower = Follower::new(cfg, counters)
+        let follower = Follower::new(cfg, counters)
             .with_context(|| format!("opening the replica {}", f.store.display()))?;
         tracing::info!(stream_id = f.stream_id, upstream = %f.upstream, store = %f.store.display(), "following");
-        let stop = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("follow-{}", f.stream_id))
-            .spawn(move || {
-                let r = follower.run(&stop).context("replication client");
-                stop.store(true, Ordering::Relaxed);
-                r
-            })
-            .context("spawning a replication client thread")?;
-        threads.push((f.stream_id, handle));
+        let runner = AgentRunner::start(
+            follower,
+            RunnerConfig {
+                core: cli.follow_cores.get(i).copied(),
+                idle: cli.follow_idle.clone(),
+                on_error: OnError::Stop,
+                counters: Some(counters.clone()),
+                ..RunnerConfig::default()
+            },
+            stop.clone(),
+        )
+        .context("starting a replication client")?;
+        runners.push((f.stream_id, runner));
     }
-    Ok(threads)
+    Ok(runners)
 }
 
 fn main() -> Result<()> {
@@ -209,11 +211,10 @@ fn main() -> Result<()> {
         Ok::<_, anyhow::Error>(())
     })();
     stop.store(true, Ordering::Relaxed);
-    for (stream_id, t) in followers {
-        match t.join() {
-            Ok(r) => r.with_context(|| format!("stream {stream_id}"))?,
-            Err(_) => bail!("the replication client of stream {stream_id} panicked"),
-        }
+    for (stream_id, runner) in followers {
+        runner
+            .join()
+            .with_context(|| format!("the replication client of stream {stream_id}"))?;
     }
     forwarded?;
     tracing::info!("stopped");

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use seqstream_agent::daemon;
-use seqstream_agent::Idle;
+use seqstream_agent::{daemon, AgentRunner, Idle, OnError, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::FlushPolicy;
@@ -18,7 +17,7 @@ use seqstream_store::FlushPolicy;
 #[command(
     name = "replicator",
     version,
-    about = "Replicate a seqstream store over TCP: byte-identical replicas, one sender thread per replica"
+    about = "Replicate a seqstream store over TCP: byte-identical replicas, one sender agent per replica"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -72,8 +71,9 @@ struct ServeArgs {
     /// Addresses replicas may connect from (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', required = true)]
     allow: Vec<IpAddr>,
-    /// Cores for the per-replica sender threads: consumer slot i runs on the i-th (modulo the
+    /// Cores of the per-replica senders' runners: consumer slot i runs on the i-th (modulo the
     /// list), so live senders never share a core while replicas <= cores (none: unpinned).
+    /// The acceptor is the slow path: it runs unpinned and sleeps 1 ms when idle.
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
     /// Most replicas at once (1 to 100).
@@ -94,7 +94,7 @@ struct FollowArgs {
     /// The upstream to follow.
     #[arg(long)]
     upstream: SocketAddr,
-    /// Core of the receiving thread.
+    /// Core of the replication client's runner thread.
     #[arg(long)]
     core: Option<usize>,
     /// Flush policy of the replica: none, frames:N, ms:T.
@@ -122,6 +122,26 @@ fn check_cores(cores: &[usize]) -> Result<()> {
         bail!("core {c} is not available (available: {available:?})");
     }
     Ok(())
+}
+
+/// Runs a server's acceptor on its runner (the slow path: unpinned, 1 ms sleeps when idle);
+/// it starts a runner per replica's sender itself, as the server's config says.
+fn acceptor(
+    server: Server,
+    counters: &seqstream_agent::counters::CountersWriter,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<AgentRunner> {
+    Ok(AgentRunner::start(
+        server,
+        RunnerConfig {
+            core: None,
+            idle: Idle::Sleep(Duration::from_millis(1)),
+            on_error: OnError::Stop,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?)
 }
 
 fn main() -> Result<()> {
@@ -158,9 +178,9 @@ fn main() -> Result<()> {
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
             let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
-            let mut server = Server::bind(cfg, &counters)?;
+            let server = Server::bind(cfg, &counters)?;
             tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
-            server.run(&stop)?;
+            acceptor(server, &counters, stop)?.join()?;
         }
         Cmd::Follow(a) => {
             let c = &a.common;
@@ -168,8 +188,6 @@ fn main() -> Result<()> {
             let mut cfg =
                 FollowerConfig::new(c.store.clone(), c.stream_id, a.upstream, secret.clone());
             cfg.store_config = cfg.store_config.flush(a.flush);
-            cfg.core = a.core;
-            cfg.idle = c.idle.clone();
             cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
             cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
             cfg.max_segment_size = a.max_segment_size;
@@ -181,17 +199,29 @@ fn main() -> Result<()> {
                     let mut scfg = ServerConfig::new(c.store.clone(), c.stream_id, listen, secret);
                     scfg.allow = a.serve_allow;
                     scfg.idle = c.idle.clone();
-                    let mut server = Server::bind(scfg, &counters)?;
+                    let server = Server::bind(scfg, &counters)?;
                     tracing::info!(listen = %server.local_addr(), "relaying the replica");
-                    let stop = stop.clone();
-                    Some(std::thread::spawn(move || server.run(&stop)))
+                    Some(acceptor(server, &counters, stop.clone())?)
                 }
                 None => None,
             };
-            let mut follower = Follower::new(cfg, &counters)?;
-            follower.run(&stop)?;
-            if let Some(t) = relay {
-                t.join().expect("relay thread")?;
+            let follower = Follower::new(cfg, &counters)?;
+            // The client never fails as an agent (a session fault is counted, logged and
+            // retried with backoff), so `stop` only guards against a bug.
+            let runner = AgentRunner::start(
+                follower,
+                RunnerConfig {
+                    core: a.core,
+                    idle: c.idle.clone(),
+                    on_error: OnError::Stop,
+                    counters: Some(counters.clone()),
+                    ..RunnerConfig::default()
+                },
+                stop.clone(),
+            )?;
+            runner.join()?;
+            if let Some(r) = relay {
+                r.join()?;
             }
         }
     }

@@ -1,0 +1,217 @@
+//! The replication client as an agent, stepped by an `AgentInvoker` on a `ManualClock`: its
+//! duty cycle never waits for the network (a connect that cannot complete, an upstream that
+//! never answers), and every state change happens when the injected clock says so.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use seqstream_agent::clock::ManualClock;
+use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::AgentInvoker;
+use seqstream_replication::follower::{Follower, FollowerConfig, Phase};
+use seqstream_replication::framing::{Fill, Inbox};
+use seqstream_replication::protocol::{self, Msg};
+
+const STREAM: u32 = 5;
+const SECRET: &[u8] = b"agent";
+const MS: u64 = 1_000_000;
+
+fn follower(dir: &Path, upstream: SocketAddr, clock: &ManualClock) -> AgentInvoker<Follower> {
+    let mut cfg = FollowerConfig::new(dir.join("replica"), STREAM, upstream, SECRET.to_vec());
+    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
+    let w = CountersWriter::create(&dir.join("f.counters"), 64).unwrap();
+    AgentInvoker::new(Follower::new(cfg, &w).unwrap(), clock.clock())
+}
+
+fn counter(dir: &Path, label: &str) -> u64 {
+    counters::read(&dir.join("f.counters"))
+        .unwrap()
+        .get(label)
+        .unwrap()
+}
+
+/// Invokes (bounded in real time: the network moves on its own) until the phase is `want`.
+fn invoke_until(inv: &mut AgentInvoker<Follower>, want: Phase) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        inv.invoke().unwrap();
+        if inv.agent().phase() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {:?}, expected {want:?}",
+            inv.agent().phase()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A listener whose accept queue is full and that never accepts: a connect to it stays in
+/// progress (the kernel drops its SYNs), as to a blackholed host.
+fn full_listener() -> (socket2::Socket, Vec<socket2::Socket>) {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap();
+    let fillers = (0..3)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr);
+            s
+        })
+        .collect();
+    (l, fillers)
+}
+
+#[test]
+fn a_connect_that_cannot_complete_never_holds_the_duty_cycle() {
+    let d = tempfile::tempdir().unwrap();
+    let (listener, _fillers) = full_listener();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut inv = follower(d.path(), addr, &clock);
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    // Each cycle returns with the connect still in flight: nothing waited for it.
+    for _ in 0..20 {
+        inv.invoke().unwrap();
+        assert_eq!(inv.agent().phase(), Phase::Connecting);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(counter(d.path(), "connects"), 0);
+    // The connect timeout (2 s) passes on the injected clock only.
+    clock.advance(2_000 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Connecting);
+    clock.advance(MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    assert_eq!(counter(d.path(), "session errors"), 1);
+    // The backoff (50 ms) too.
+    clock.advance(49 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    clock.advance(MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Connecting);
+    assert_eq!(
+        inv.errors(),
+        0,
+        "a session fault is never an error of the agent"
+    );
+}
+
+/// Reads the next message the follower sent (bounded by the socket's read timeout).
+fn next_msg(s: &mut TcpStream, inbox: &mut Inbox) -> Vec<u8> {
+    loop {
+        if let Some(m) = inbox.next_message().unwrap() {
+            return m.to_vec();
+        }
+        match inbox.fill(s) {
+            Ok(Fill::Closed) => panic!("the follower closed the connection"),
+            Ok(_) => {}
+            Err(e) => panic!("no message from the follower: {e}"),
+        }
+    }
+}
+
+fn accept(l: &TcpListener) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((s, _)) = l.accept() {
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the follower never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut inv = follower(d.path(), upstream.local_addr().unwrap(), &clock);
+
+    // Connected: the hello goes out, and the follower waits for an answer without blocking.
+    invoke_until(&mut inv, Phase::Handshaking);
+    assert_eq!(counter(d.path(), "connects"), 1);
+    let mut s = accept(&upstream);
+    let mut inbox = Inbox::new(4096, 1 << 20);
+    let hello = next_msg(&mut s, &mut inbox);
+    assert_eq!(
+        protocol::decode(&hello).unwrap(),
+        Msg::Hello {
+            stream_id: STREAM,
+            resume_position: 0,
+            credentials: SECRET
+        }
+    );
+    for _ in 0..20 {
+        inv.invoke().unwrap();
+    }
+    clock.advance(4_900 * MS); // past the heartbeat interval: still only the hello is sent
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Handshaking);
+    // No answer within the handshake timeout (5 s): a session fault, then the backoff.
+    clock.advance(101 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    assert_eq!(counter(d.path(), "session errors"), 1);
+    drop(s);
+
+    clock.advance(50 * MS);
+    invoke_until(&mut inv, Phase::Handshaking);
+    let mut s = accept(&upstream);
+    let mut inbox = Inbox::new(4096, 1 << 20);
+    next_msg(&mut s, &mut inbox);
+    // The upstream answers with the first segment's header: streaming (nothing is written
+    // before a frame arrives).
+    let mut header = [0u8; 64];
+    seqstream_store::format::write_prepared_header(&mut header, STREAM, 0, 64 << 10);
+    seqstream_store::format::write_activation(&mut header, 0, 1, 1_700_000_000_000_000_000);
+    let mut answer = Vec::new();
+    protocol::encode(
+        &Msg::Segment {
+            index: 0,
+            header: &header,
+        },
+        &mut answer,
+    );
+    s.write_all(&answer).unwrap();
+    invoke_until(&mut inv, Phase::Streaming);
+    assert!(!d.path().join("replica").join("000000000000.seg").exists());
+    // A heartbeat when the heartbeat interval (100 ms) has passed on the clock.
+    clock.advance(100 * MS);
+    inv.invoke().unwrap();
+    let hb = next_msg(&mut s, &mut inbox);
+    assert!(
+        matches!(
+            protocol::decode(&hb).unwrap(),
+            Msg::Heartbeat {
+                committed_position: 0,
+                ..
+            }
+        ),
+        "{:?}",
+        protocol::decode(&hb)
+    );
+    // The upstream silent past the peer timeout (5 s): a session fault.
+    clock.advance(4_900 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Streaming);
+    clock.advance(200 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    assert_eq!(counter(d.path(), "session errors"), 2);
+    assert_eq!(inv.errors(), 0);
+    inv.close().unwrap();
+}
