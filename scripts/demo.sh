@@ -8,7 +8,7 @@
 # algo trade on it and an OMS answer every order; stops everything; and audits the stores.
 # The last line printed is a JSON summary; the exit status is 0 only if every check passed.
 #
-# Usage: scripts/demo.sh [demo options]      e.g. --pace max, --network loopback, --keep
+# Usage: scripts/demo.sh [demo options]      e.g. --pace max, --network loopback, --keep, --feeds both
 #        scripts/demo.sh --help
 set -euo pipefail
 cd "$(dirname "$0")/.."

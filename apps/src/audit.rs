@@ -215,3 +215,51 @@ pub fn composite(dir: &Path, components: &[(u32, &Path)]) -> Result<CompositeAud
     a.missing = expected.values().filter(|e| !e.seen).count() as u64;
     Ok(a)
 }
+
+/// One source's messages in a stream against what it was given to publish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PayloadAudit {
+    /// Expected messages present once, with the expected payload at their `source_seq`.
+    pub matched: u64,
+    /// Expected messages absent.
+    pub missing: u64,
+    /// Frames of the source whose `source_seq` was already present.
+    pub duplicates: u64,
+    /// Frames of the source whose payload differs from the expected message at their
+    /// `source_seq`, or whose `source_seq` is beyond the expected ones.
+    pub mismatched: u64,
+}
+
+/// Checks that the stream in `dir` holds, from source `source_id`, exactly the messages
+/// `expected` (the first at `source_seq` `first_source_seq`, then in order), each once and
+/// unchanged.
+///
+/// Errors: the tailer's.
+pub fn payloads(
+    dir: &Path,
+    source_id: u32,
+    first_source_seq: u64,
+    expected: &[Vec<u8>],
+) -> Result<PayloadAudit, StoreError> {
+    let mut seen = vec![false; expected.len()];
+    let mut a = PayloadAudit::default();
+    for_each_message(dir, |f| {
+        if f.source_id() != source_id {
+            return;
+        }
+        let i = f.source_seq().checked_sub(first_source_seq);
+        match i
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < expected.len())
+        {
+            Some(i) if seen[i] => a.duplicates += 1,
+            Some(i) if f.payload() == expected[i].as_slice() => {
+                seen[i] = true;
+                a.matched += 1;
+            }
+            _ => a.mismatched += 1,
+        }
+    })?;
+    a.missing = seen.iter().filter(|s| !**s).count() as u64;
+    Ok(a)
+}

@@ -321,3 +321,22 @@ pub fn count_itch(files: &[PathBuf]) -> Count {
     c.duplicates = tracker.stats().duplicates;
     c
 }
+
+/// The ITCH messages a replay of `files` publishes, in order: the packets of [`read_itch`]
+/// through one [`SessionTracker`], each message seen for the first time as on the wire (from
+/// its message type byte on). What the demo's audit compares the ITCH stream with.
+///
+/// Errors: those of [`read_itch`].
+pub fn itch_messages(
+    files: &[PathBuf],
+    max_frames: Option<usize>,
+) -> Result<Vec<Vec<u8>>, FeedError> {
+    let (packets, _, _) = read_itch(files, max_frames)?;
+    let mut tracker = SessionTracker::new();
+    let mut messages = Vec::new();
+    for p in &packets {
+        let packet = p.packet().expect("checked by read_itch");
+        tracker.accept(&packet, |_, m| messages.push(m.to_vec()));
+    }
+    Ok(messages)
+}

@@ -35,4 +35,7 @@ pub mod streams {
     pub const ORDERS: u32 = 2;
     /// The composite of market data and order flow, merged by arrival.
     pub const COMPOSITE: u32 = 3;
+    /// Nasdaq market data: one frame per TotalView-ITCH 5.0 message, its bytes as on the
+    /// wire (the message type is payload byte 0; the frame's template id means nothing).
+    pub const ITCH: u32 = 4;
 }

@@ -46,6 +46,33 @@ fn stream_audit_counts_missing_and_repeated_source_messages() {
     assert_eq!(audit.sources[&8].missing, 0);
 }
 
+#[test]
+fn payload_audit_finds_missing_repeated_and_altered_messages_of_one_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = store(dir.path(), 4);
+    let expected: Vec<Vec<u8>> = [b"A1", b"A2", b"D3", b"E4"].map(|m| m.to_vec()).into();
+    // Source 4 from source seq 10: A1, A2 twice, D3 altered, E4 missing, one beyond.
+    for (seq, m) in [
+        (10, b"A1"),
+        (11, b"A2"),
+        (11, b"A2"),
+        (12, b"Dx"),
+        (14, b"X5"),
+    ] {
+        a.append_with(&fields(4, seq, 0), m).unwrap();
+    }
+    a.append_with(&fields(9, 1, 0), b"other source").unwrap();
+    a.append_heartbeat(None).unwrap();
+    drop(a);
+    let p = audit::payloads(dir.path(), 4, 10, &expected).unwrap();
+    assert_eq!(
+        (p.matched, p.missing, p.duplicates, p.mismatched),
+        (2, 2, 1, 2)
+    );
+    let clean = audit::payloads(dir.path(), 4, 10, &expected[..2]).unwrap();
+    assert_eq!((clean.matched, clean.missing), (2, 0));
+}
+
 fn nos(id: &[u8]) -> Vec<u8> {
     let mut buf = [0u8; 256];
     let mut e = NewOrderSingleEncoder::new(&mut buf).unwrap();

@@ -7,30 +7,10 @@
 //! Segments of 64 KiB make every store roll several times during the run. The demo kills its
 //! processes when it ends in any way; this test kills the demo if it overruns its time.
 
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-
-/// Waits up to `limit` for the demo to exit and returns its status and stdout; kills it and
-/// panics with `overran` if it does not.
-fn finish(child: &mut Child, limit: Duration, overran: &str) -> (ExitStatus, String) {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{overran}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-    (status, out)
-}
 
 #[test]
 fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
@@ -55,7 +35,7 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (status, out) = finish(
+    let (status, out) = common::finish(
         &mut child,
         Duration::from_secs(200),
         "the demo overran 200 s",
@@ -137,7 +117,7 @@ fn demo_fails_at_once_naming_a_component_that_dies() {
         .status()
         .unwrap();
     assert!(killed.success(), "no iodaemon-h2 to kill");
-    let (status, out) = finish(
+    let (status, out) = common::finish(
         &mut child,
         Duration::from_secs(60),
         "the demo did not notice the dead iodaemon within 60 s",

@@ -2,7 +2,9 @@
 //! data and order flow merged, from this host's replica), keeps a book per instrument from
 //! the MDP3 book refreshes, and sends a NewOrderSingle through the host's iodaemon whenever
 //! the rule of [`seqstream_apps::strategy`] says so. ExecutionReports for its orders come back
-//! in the same composite stream.
+//! in the same composite stream. Messages of the ITCH market-data stream (`--itch-stream`),
+//! when the composite has one, are counted by ITCH message type (payload byte 0) and not
+//! traded on: the books and the rule are CME MDP3's.
 //!
 //! It also measures the end-to-end latency of its own orders: from just before `offer()` to
 //! the moment it sees the order in this host's replica of the order stream (`--orders`),
@@ -53,6 +55,9 @@ struct Cli {
     /// The market-data stream id (a component of the composite).
     #[arg(long, default_value_t = streams::MARKET_DATA)]
     md_stream: u32,
+    /// The ITCH market-data stream id (a component of the composite, if it has one).
+    #[arg(long, default_value_t = streams::ITCH)]
+    itch_stream: u32,
     /// The order stream id.
     #[arg(long, default_value_t = streams::ORDERS)]
     orders_stream: u32,
@@ -140,6 +145,7 @@ fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("algo", cli.counters.clone(), 16)?;
     let c_md = counters.counter("market data messages")?;
+    let c_itch = counters.counter("itch messages")?;
     let c_orders = counters.counter("orders sent")?;
     let c_reports = counters.counter("execution reports")?;
     let c_seen = counters.counter("orders seen in the replica")?;
@@ -187,6 +193,7 @@ fn main() -> Result<()> {
     let prefix = format!("A{}-", cli.source_id);
     let mut idle = cli.idle.build();
     let mut buf = [0u8; 256];
+    let mut itch_by_type: std::collections::BTreeMap<String, u64> = Default::default();
     while !stop.load(Ordering::Relaxed) {
         let mut work = 0;
         if let Some(t) = order_replica.get()? {
@@ -254,6 +261,10 @@ fn main() -> Result<()> {
                     offered_at.push(now);
                     c_orders.incr();
                 }
+            } else if origin.stream_id == cli.itch_stream {
+                c_itch.incr();
+                let t = payload.first().map_or('?', |&b| char::from(b));
+                *itch_by_type.entry(t.to_string()).or_default() += 1;
             } else if origin.stream_id == cli.orders_stream
                 && f.template_id() == ExecutionReportDecoder::TEMPLATE_ID
             {
@@ -271,6 +282,8 @@ fn main() -> Result<()> {
         "source_id": cli.source_id,
         "market_data_messages": c_md.get(),
         "book": strategy.books.stats,
+        "itch_messages": c_itch.get(),
+        "itch_by_type": itch_by_type,
         "orders_sent": c_orders.get(),
         "first_source_seq": first_seq,
         "last_source_seq": outbox.next_source_seq() - 1,

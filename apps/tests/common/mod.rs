@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The workspace binaries the demo starts, next to this package's.
 pub const DAEMONS: [&str; 5] = [
@@ -68,7 +69,6 @@ impl LocalStream {
         use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
         use seqstream_store::StoreConfig;
         use std::sync::atomic::Ordering;
-        use std::time::Duration;
 
         let dir = store.parent().unwrap();
         let mut sequencer = Sequencer::open(
@@ -130,4 +130,28 @@ impl Drop for LocalStream {
             let _ = t.join();
         }
     }
+}
+
+/// Waits up to `limit` for the demo to exit and returns its status and stdout; kills it and
+/// panics with `overran` if it does not.
+pub fn finish(
+    child: &mut std::process::Child,
+    limit: Duration,
+    overran: &str,
+) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{overran}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    (status, out)
 }

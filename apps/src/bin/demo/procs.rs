@@ -106,11 +106,15 @@ impl Procs {
 
     /// Fails, naming it and showing its log, if a process that should still run has exited.
     pub fn check_running(&mut self) -> Result<()> {
-        self.check_running_except("")
+        self.check_running_except(&[])
     }
 
-    fn check_running_except(&mut self, except: &str) -> Result<()> {
-        for p in self.procs.iter_mut().filter(|p| p.name != except) {
+    fn check_running_except(&mut self, except: &[&str]) -> Result<()> {
+        for p in self
+            .procs
+            .iter_mut()
+            .filter(|p| !except.contains(&p.name.as_str()))
+        {
             if p.exit.is_none() {
                 if let Some(status) = p.child.try_wait()? {
                     p.exit = Some(status);
@@ -124,25 +128,42 @@ impl Procs {
     /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, if it exits
     /// with an error, if another process dies meanwhile, or on SIGINT/SIGTERM.
     pub fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        self.wait_all(&[name], timeout)
+    }
+
+    /// Waits up to `timeout` for every process of `names` to exit by itself; fails if one
+    /// does not, if one exits with an error, if another process dies meanwhile, or on
+    /// SIGINT/SIGTERM.
+    pub fn wait_all(&mut self, names: &[&str], timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            let p = self.get(name)?;
-            if let Some(status) = p.child.try_wait()? {
-                p.exit = Some(status);
-                if !status.success() {
-                    bail!("{name} failed ({status}):\n{}", tail(&p.log));
+            let mut running = 0;
+            for name in names {
+                let p = self.get(name)?;
+                let exit = match p.exit {
+                    Some(status) => Some(status),
+                    None => p.child.try_wait()?,
+                };
+                match exit {
+                    Some(status) => {
+                        p.exit = Some(status);
+                        if !status.success() {
+                            bail!("{name} failed ({status}):\n{}", tail(&p.log));
+                        }
+                    }
+                    None if Instant::now() > deadline => bail!(
+                        "{name} did not finish within {timeout:?}:\n{}",
+                        tail(&p.log)
+                    ),
+                    None => running += 1,
                 }
+            }
+            if running == 0 {
                 return Ok(());
             }
-            if Instant::now() > deadline {
-                bail!(
-                    "{name} did not finish within {timeout:?}:\n{}",
-                    tail(&p.log)
-                );
-            }
-            self.check_running_except(name)?;
+            self.check_running_except(names)?;
             if self.interrupted.load(Ordering::Relaxed) {
-                bail!("interrupted while waiting for {name}");
+                bail!("interrupted while waiting for {}", names.join(" and "));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
