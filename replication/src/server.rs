@@ -28,7 +28,9 @@
 //!   is one beyond `max_consumers` connections still in their handshake;
 //! - the peer's address must be in `allow`, its secret must match (compared in constant
 //!   time), its stream id must be the store's (`refused address`, `refused auth`);
-//! - `handshake_timeout`: a connection whose hello has not arrived by then is closed;
+//! - `handshake_timeout`: a connection whose hello has not arrived by then is closed; it and
+//!   every other failed handshake but credentials and stream (a malformed or unexpected
+//!   message, a resume position that is no frame start) count as `refused handshake`;
 //! - `send_buffer`: the socket's `SO_SNDBUF`; beyond it the sender keeps at most one batch
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
@@ -124,6 +126,10 @@ struct Counters {
     refused_address: Counter,
     refused_auth: Counter,
     refused_limit: Counter,
+    /// Handshakes that failed other than on their credentials or stream (`refused auth`):
+    /// no hello in time, a malformed or unexpected message, a resume position that is no
+    /// frame start, a connection closed before its hello.
+    refused_handshake: Counter,
     disconnects: Counter,
     consumers: Counter,
 }
@@ -289,6 +295,7 @@ impl Server {
             refused_address: c("refused address")?,
             refused_auth: c("refused auth")?,
             refused_limit: c("refused limit")?,
+            refused_handshake: c("refused handshake")?,
             disconnects: c("disconnects")?,
             consumers: c("consumers")?,
         };
@@ -387,6 +394,10 @@ impl Server {
         let (resume, tailer) = match hello {
             Ok(ok) => ok,
             Err(e) => {
+                // Credentials and stream are counted where they are checked (`refused auth`).
+                if !matches!(e, Error::Refused(_)) {
+                    self.shared.counters.refused_handshake.incr();
+                }
                 self.shared
                     .warns()
                     .handshake

@@ -891,9 +891,11 @@ fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() 
         }
     };
 
-    // A resume position inside a frame: refused before it takes the slot.
+    // A resume position inside a frame: refused before it takes the slot, and counted.
     closed_by_upstream(raw_replica(addr, 3, 0));
+    wait("refused handshake", 1);
     assert_eq!(counter(&sc, "consumer[0] connections"), 0);
+    assert_eq!(counter(&sc, "refused auth"), 0);
 
     // Acks that cannot be true: dropped, and nothing of the slot's state changed.
     let bad_acks = [

@@ -56,8 +56,8 @@ struct Common {
     /// Heartbeat interval when idle, ms.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_ms: u64,
-    /// Disconnect a peer silent this long, ms.
-    #[arg(long, default_value_t = 5000)]
+    /// Disconnect a peer silent this long, ms (at least 1).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     peer_timeout_ms: u64,
 }
 
@@ -101,8 +101,9 @@ struct FollowArgs {
     #[arg(long, default_value = "none")]
     flush: FlushPolicy,
     /// The longest segment, bytes, the upstream may make this replica allocate (a longer
-    /// segment header is refused as a lie); raise it to follow larger segments.
-    #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE)]
+    /// segment header is refused as a lie); raise it to follow larger segments. At least
+    /// 8 KiB (a segment header and a page of frames).
+    #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE, value_parser = clap::value_parser!(u64).range(8192..))]
     max_segment_size: u64,
     /// Serve the replica further (tree fan-out) on this address, with the same secret.
     #[arg(long, requires = "serve_allow")]
@@ -145,9 +146,9 @@ fn acceptor(
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     match cli.cmd {
         Cmd::Serve(a) => {
             let c = &a.common;
