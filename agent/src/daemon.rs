@@ -101,7 +101,9 @@ fn read_config(path: &Path) -> Result<String> {
     Ok(text)
 }
 
-/// A flag set by SIGINT or SIGTERM.
+/// A flag set by SIGINT or SIGTERM. Call it first in `main`: until a handler is installed a
+/// signal takes its inherited action, and a process started in the background by a shell
+/// inherits SIGINT *ignored*, so a SIGINT sent right after its start was lost.
 pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -140,9 +140,9 @@ fn cl_ord_id(source_id: u32, n: u64) -> String {
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("algo", cli.counters.clone(), 16)?;
     let c_md = counters.counter("market data messages")?;
     let c_itch = counters.counter("itch messages")?;

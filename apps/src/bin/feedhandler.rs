@@ -120,6 +120,7 @@ struct Step<'a> {
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     if cli.speed.is_nan() || cli.speed <= 0.0 {
@@ -137,7 +138,6 @@ fn main() -> Result<()> {
     let Some(outbox_path) = cli.outbox.clone() else {
         bail!("--outbox is required to replay");
     };
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("feedhandler", cli.counters.clone(), 16)?;
     let c_packets = counters.counter("packets replayed")?;
     let c_dups = counters.counter("duplicates dropped (other feed)")?;

@@ -77,9 +77,9 @@ struct Order {
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("oms", cli.counters.clone(), 16)?;
     let c_orders = counters.counter("orders seen")?;
     let c_reports = counters.counter("execution reports sent")?;

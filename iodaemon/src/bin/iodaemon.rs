@@ -169,9 +169,9 @@ fn start_followers(
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("iodaemon", cli.counters.clone(), 128)?;
     for r in &cli.routes {
         if let Some(f) = cli

@@ -46,9 +46,9 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("compositor", cli.counters.clone(), 256)?;
     let cfg = CompositorConfig {
         components: cli.components.clone(),

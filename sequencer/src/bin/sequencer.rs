@@ -61,9 +61,9 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
+    let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("sequencer", cli.counters.clone(), 64)?;
     let cfg = SequencerConfig {
         store: cli.store.clone(),
