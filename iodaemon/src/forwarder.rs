@@ -12,6 +12,7 @@ use std::time::Duration;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
+use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
@@ -445,5 +446,22 @@ impl Forwarder {
             ));
         }
         Ok((from_seq > link.confirmed).then_some((i, from_seq)))
+    }
+}
+
+/// The forwarder as a role on the runtime: [`Forwarder::do_work`] is its duty cycle.
+impl Agent for Forwarder {
+    fn role_name(&self) -> &str {
+        "forwarder"
+    }
+
+    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        // Its resend timeout runs on its own (injectable) clock, not the cycle's reading.
+        Ok(Forwarder::do_work(self)?)
+    }
+
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        tracing::info!("forwarder stopped");
+        Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::counters::CountersWriter;
-use seqstream_agent::{daemon, AgentRunner, Idle, IdleStrategy, OnError, RunnerConfig};
+use seqstream_agent::{daemon, AgentRunner, Idle, OnError, RunnerConfig};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_replication::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_store::FlushPolicy;
@@ -191,7 +191,6 @@ fn main() -> Result<()> {
         }
     }
     let followers = start_followers(&cli, &counters, &stop)?;
-    seqstream_agent::affinity::pin_current_thread(cli.core)?;
     let cfg = ForwarderConfig {
         outboxes: cli.outboxes.clone(),
         routes: cli.routes.clone(),
@@ -200,23 +199,29 @@ fn main() -> Result<()> {
         resend_timeout: Duration::from_millis(cli.resend_timeout_ms),
         epoch: cli.epoch,
     };
-    let mut forwarder = Forwarder::open(cfg, &counters).context("opening the outboxes")?;
+    let forwarder = Forwarder::open(cfg, &counters).context("opening the outboxes")?;
     tracing::info!(bind = %forwarder.local_addr(), outboxes = cli.outboxes.len(), counters = %counters.path().display(), "forwarding");
-    let mut idle = cli.idle.build();
-    let forwarded = (|| {
-        while !stop.load(Ordering::Relaxed) {
-            let work = forwarder.do_work().context("forwarder")?;
-            idle.idle(work);
-        }
-        Ok::<_, anyhow::Error>(())
-    })();
+    let forwarder = AgentRunner::start(
+        forwarder,
+        RunnerConfig {
+            core: cli.core,
+            idle: cli.idle.clone(),
+            on_error: OnError::Stop,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop.clone(),
+    )
+    .context("starting the forwarder")?;
+    // Every runner shares `stop`: a signal, or an agent's error, ends them all.
+    let forwarded = forwarder.join();
     stop.store(true, Ordering::Relaxed);
     for (stream_id, runner) in followers {
         runner
             .join()
             .with_context(|| format!("the replication client of stream {stream_id}"))?;
     }
-    forwarded?;
+    forwarded.context("the forwarder")?;
     tracing::info!("stopped");
     Ok(())
 }
