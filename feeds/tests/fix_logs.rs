@@ -313,3 +313,22 @@ fn log4fix_parties_and_sub_parties() {
     // Through the flat path, the same nested group is found by its first occurrence.
     assert_eq!(m.group(453).unwrap().count(), 3);
 }
+
+#[test]
+fn the_mapping_reads_the_first_of_a_repeated_tag_as_get_does() {
+    // A NewOrderSingle with 38 twice and 054 (tag 54) before 54: the first of each counts.
+    let body = "35=D|34=3|49=CLIENT1|56=TW|11=2|38=100|38=900|40=1|054=2|54=1|55=DELL|\
+                60=20040521-13:27:16|"
+        .replace('|', "\x01");
+    let mut data = format!("8=FIX.4.2\x019={}\x01{body}", body.len()).into_bytes();
+    let sum = seqstream_feeds::fix::checksum(&data);
+    data.extend_from_slice(format!("10={sum:03}\x01").as_bytes());
+    let m = Reader::new(&data).next().unwrap().unwrap();
+    assert_eq!((m.get(38), m.get(54)), (Some(&b"100"[..]), Some(&b"2"[..])));
+    let mut buf = [0u8; 128];
+    let e = orders::encode(&m, SYMBOLS, &mut buf).unwrap();
+    let sbe::Message::NewOrderSingle(o) = sbe::decode(&buf[..e.len]).unwrap() else {
+        panic!("not a NewOrderSingle");
+    };
+    assert_eq!((o.order_qty(), o.side()), (100, Some(sbe::Side::Sell)));
+}

@@ -10,7 +10,10 @@ use seqstream_schemas::orders::{
 use thiserror::Error;
 
 use super::reader::Message;
-use super::value::{parse_qty, parse_uint, FieldError, ValueError};
+use super::value::{
+    parse_char, parse_decimal, parse_qty, parse_uint, parse_utc_timestamp, typed, FieldError,
+    ValueError,
+};
 
 /// Decimal places of the schema's `PRICENULL9` (exponent −9).
 pub const PRICE_SCALE: u32 = 9;
@@ -77,10 +80,6 @@ pub struct Encoded {
 
 fn invalid(tag: u32, error: ValueError) -> MapError {
     MapError::Field(FieldError::Invalid { tag, error })
-}
-
-fn code(m: &Message<'_>, tag: u32) -> Result<u8, MapError> {
-    Ok(m.char(tag)?)
 }
 
 fn unsupported(tag: u32, c: u8) -> MapError {
@@ -160,33 +159,93 @@ pub fn exec_inst(v: &[u8]) -> Result<ExecInst, MapError> {
     Ok(set)
 }
 
-fn coded<T>(m: &Message<'_>, tag: u32, table: fn(u8) -> Option<T>) -> Result<T, MapError> {
-    let c = code(m, tag)?;
-    table(c).ok_or(unsupported(tag, c))
-}
+/// The tags one mapping reads (all below 256, none twice): for each tag, its slot plus one
+/// in [`Picked`], 0 for a tag not read.
+struct Tags<const N: usize>([u8; 256]);
 
-fn cl_ord_id<'a>(m: &Message<'a>, tag: u32) -> Result<&'a [u8], MapError> {
-    let v = m.get(tag).ok_or(FieldError::Missing(tag))?;
-    if v.len() > CL_ORD_ID_LEN || !v.iter().all(|b| (0x20..=0x7e).contains(b)) {
-        return Err(MapError::ClOrdId { tag });
-    }
-    Ok(v)
-}
-
-fn instrument(m: &Message<'_>, symbols: &(impl SymbolTable + ?Sized)) -> Result<u32, MapError> {
-    let symbol = m.get(55).ok_or(FieldError::Missing(55))?;
-    symbols.instrument_id(symbol).ok_or(MapError::UnknownSymbol)
-}
-
-fn optional_price(m: &Message<'_>, tag: u32) -> Result<Option<i64>, MapError> {
-    match m.get(tag) {
-        None => Ok(None),
-        Some(_) => Ok(Some(m.decimal(tag, PRICE_SCALE)?)),
+impl<const N: usize> Tags<N> {
+    const fn new(tags: [u32; N]) -> Self {
+        let mut slots = [0u8; 256];
+        let mut i = 0;
+        while i < N {
+            let tag = tags[i] as usize;
+            assert!(tag < 256 && slots[tag] == 0 && N < 256);
+            slots[tag] = i as u8 + 1;
+            i += 1;
+        }
+        Tags(slots)
     }
 }
 
-fn u64_id(m: &Message<'_>, tag: u32) -> Result<u64, MapError> {
-    Ok(m.uint(tag)?)
+/// The first value of each of a mapping's tags, picked in one pass over the message: what
+/// [`Message::get`] gives for each.
+struct Picked<'a, const N: usize> {
+    tags: &'static Tags<N>,
+    values: [Option<&'a [u8]>; N],
+}
+
+impl<'a, const N: usize> Picked<'a, N> {
+    fn new(m: &Message<'a>, tags: &'static Tags<N>) -> Self {
+        let mut values = [None; N];
+        let mut left = N;
+        for f in m.fields() {
+            let Some(&slot) = tags.0.get(f.tag as usize) else {
+                continue;
+            };
+            if let Some(v @ None) = values.get_mut(usize::from(slot).wrapping_sub(1)) {
+                *v = Some(f.value);
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        Picked { tags, values }
+    }
+
+    /// The value of `tag`, one of the mapping's tags.
+    fn get(&self, tag: u32) -> Option<&'a [u8]> {
+        let slot = self.tags.0.get(tag as usize).map_or(0, |&s| usize::from(s));
+        debug_assert!(slot != 0, "tag {tag} is not picked");
+        self.values.get(slot.wrapping_sub(1)).copied().flatten()
+    }
+
+    fn typed<T>(
+        &self,
+        tag: u32,
+        parse: impl FnOnce(&[u8]) -> Result<T, ValueError>,
+    ) -> Result<T, MapError> {
+        Ok(typed(tag, self.get(tag), parse)?)
+    }
+
+    fn coded<T>(&self, tag: u32, table: fn(u8) -> Option<T>) -> Result<T, MapError> {
+        let c = self.typed(tag, parse_char)?;
+        table(c).ok_or(unsupported(tag, c))
+    }
+
+    fn cl_ord_id(&self, tag: u32) -> Result<&'a [u8], MapError> {
+        let v = self.get(tag).ok_or(FieldError::Missing(tag))?;
+        if v.len() > CL_ORD_ID_LEN || !v.iter().all(|b| (0x20..=0x7e).contains(b)) {
+            return Err(MapError::ClOrdId { tag });
+        }
+        Ok(v)
+    }
+
+    fn instrument(&self, symbols: &(impl SymbolTable + ?Sized)) -> Result<u32, MapError> {
+        let symbol = self.get(55).ok_or(FieldError::Missing(55))?;
+        symbols.instrument_id(symbol).ok_or(MapError::UnknownSymbol)
+    }
+
+    fn price(&self, tag: u32) -> Result<i64, MapError> {
+        self.typed(tag, |v| parse_decimal(v, PRICE_SCALE))
+    }
+
+    fn optional_price(&self, tag: u32) -> Result<Option<i64>, MapError> {
+        match self.get(tag) {
+            None => Ok(None),
+            Some(_) => Ok(Some(self.price(tag)?)),
+        }
+    }
 }
 
 /// Maps `m` (a verified or unverified D, F or 8 of FIX 4.2 or 4.4) into `buf`, header
@@ -207,32 +266,36 @@ pub fn encode(
     }
 }
 
+/// What [`new_order_single`] reads.
+const NOS_TAGS: Tags<10> = Tags::new([44, 38, 60, 11, 1, 55, 54, 40, 59, 18]);
+
 fn new_order_single(
     m: &Message<'_>,
     symbols: &(impl SymbolTable + ?Sized),
     buf: &mut [u8],
 ) -> Result<Encoded, MapError> {
-    let price = optional_price(m, 44)?;
-    let qty = m.qty(38)?;
-    let transact_time = m.utc_timestamp(60)?;
-    let id = cl_ord_id(m, 11)?;
-    let account = match m.get(1) {
+    let f = Picked::new(m, &NOS_TAGS);
+    let price = f.optional_price(44)?;
+    let qty = f.typed(38, parse_qty)?;
+    let transact_time = f.typed(60, parse_utc_timestamp)?;
+    let id = f.cl_ord_id(11)?;
+    let account = match f.get(1) {
         None => 0,
         Some(v) => parse_uint(v)
             .and_then(|n| u32::try_from(n).map_err(|_| ValueError::OutOfRange))
             .map_err(|e| invalid(1, e))?,
     };
-    let instrument_id = instrument(m, symbols)?;
-    let side = coded(m, 54, side)?;
-    let ord_type = coded(m, 40, ord_type)?;
+    let instrument_id = f.instrument(symbols)?;
+    let side = f.coded(54, side)?;
+    let ord_type = f.coded(40, ord_type)?;
     if ord_type == OrdType::Limit && price.is_none() {
         return Err(FieldError::Missing(44).into());
     }
-    let tif = match m.get(59) {
+    let tif = match f.get(59) {
         None => TimeInForce::Day,
-        Some(_) => coded(m, 59, time_in_force)?,
+        Some(_) => f.coded(59, time_in_force)?,
     };
-    let inst = m.get(18).map_or(Ok(ExecInst::default()), exec_inst)?;
+    let inst = f.get(18).map_or(Ok(ExecInst::default()), exec_inst)?;
     let mut e = NewOrderSingleEncoder::new(buf)?;
     e.price().set_mantissa(price);
     e.set_order_qty(qty)
@@ -250,16 +313,20 @@ fn new_order_single(
     })
 }
 
+/// What [`order_cancel_request`] reads.
+const OCR_TAGS: Tags<5> = Tags::new([60, 11, 41, 55, 54]);
+
 fn order_cancel_request(
     m: &Message<'_>,
     symbols: &(impl SymbolTable + ?Sized),
     buf: &mut [u8],
 ) -> Result<Encoded, MapError> {
-    let transact_time = m.utc_timestamp(60)?;
-    let id = cl_ord_id(m, 11)?;
-    let orig = cl_ord_id(m, 41)?;
-    let instrument_id = instrument(m, symbols)?;
-    let side = coded(m, 54, side)?;
+    let f = Picked::new(m, &OCR_TAGS);
+    let transact_time = f.typed(60, parse_utc_timestamp)?;
+    let id = f.cl_ord_id(11)?;
+    let orig = f.cl_ord_id(41)?;
+    let instrument_id = f.instrument(symbols)?;
+    let side = f.coded(54, side)?;
     let mut e = OrderCancelRequestEncoder::new(buf)?;
     e.set_transact_time(transact_time)
         .set_instrument_id(instrument_id)
@@ -272,43 +339,49 @@ fn order_cancel_request(
     })
 }
 
+/// What [`execution_report`] reads.
+const ER_TAGS: Tags<17> = Tags::new([
+    20, 37, 17, 44, 38, 150, 39, 31, 32, 151, 14, 60, 52, 11, 55, 54, 58,
+]);
+
 fn execution_report(
     m: &Message<'_>,
     symbols: &(impl SymbolTable + ?Sized),
     buf: &mut [u8],
 ) -> Result<Encoded, MapError> {
-    if let Some(t) = m.get(20) {
+    let f = Picked::new(m, &ER_TAGS);
+    if let Some(t) = f.get(20) {
         if t != b"0" {
             return Err(unsupported(20, t[0]));
         }
     }
-    let order_id = u64_id(m, 37)?;
-    let exec_id = u64_id(m, 17)?;
-    let price = optional_price(m, 44)?;
-    let qty = m
+    let order_id = f.typed(37, parse_uint)?;
+    let exec_id = f.typed(17, parse_uint)?;
+    let price = f.optional_price(44)?;
+    let qty = f
         .get(38)
         .map_or(Ok(0), parse_qty)
         .map_err(|e| invalid(38, e))?;
-    let exec_type = coded(m, 150, exec_type)?;
-    let ord_status = coded(m, 39, ord_status)?;
+    let exec_type = f.coded(150, exec_type)?;
+    let ord_status = f.coded(39, ord_status)?;
     let (last_px, last_qty) = if exec_type == ExecType::Trade {
-        (Some(m.decimal(31, PRICE_SCALE)?), Some(m.qty(32)?))
+        (Some(f.price(31)?), Some(f.typed(32, parse_qty)?))
     } else {
         (None, None)
     };
-    let leaves = m.qty(151)?;
-    let cum = m.qty(14)?;
-    let transact_time = match m.get(60) {
-        Some(_) => m.utc_timestamp(60)?,
-        None => m.utc_timestamp(52)?,
+    let leaves = f.typed(151, parse_qty)?;
+    let cum = f.typed(14, parse_qty)?;
+    let transact_time = match f.get(60) {
+        Some(_) => f.typed(60, parse_utc_timestamp)?,
+        None => f.typed(52, parse_utc_timestamp)?,
     };
-    let id = match m.get(11) {
-        Some(_) => cl_ord_id(m, 11)?,
+    let id = match f.get(11) {
+        Some(_) => f.cl_ord_id(11)?,
         None => &[],
     };
-    let instrument_id = instrument(m, symbols)?;
-    let side = coded(m, 54, side)?;
-    let text = m.get(58).unwrap_or_default();
+    let instrument_id = f.instrument(symbols)?;
+    let side = f.coded(54, side)?;
+    let text = f.get(58).unwrap_or_default();
     let mut e = ExecutionReportEncoder::new(buf)?;
     e.set_order_id(order_id).set_exec_id(exec_id);
     e.price().set_mantissa(price);

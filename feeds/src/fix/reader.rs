@@ -104,22 +104,22 @@ pub struct Field<'a> {
 /// Parses one `tag=value<SOH>` at the start of `bytes`: the field and the bytes it took
 /// (SOH included). `None` if malformed.
 pub(crate) fn parse_field(bytes: &[u8]) -> Option<(Field<'_>, usize)> {
-    let eq = bytes.iter().take(10).position(|&b| b == b'=')?;
-    if eq == 0 {
-        return None;
-    }
+    // The tag: 1 to 9 digits, then `=`.
     let mut tag: u32 = 0;
-    for &b in &bytes[..eq] {
-        if !b.is_ascii_digit() {
-            return None;
+    let mut eq = 0;
+    loop {
+        match *bytes.get(eq)? {
+            b'=' => break,
+            b @ b'0'..=b'9' if eq < 9 => tag = tag * 10 + u32::from(b - b'0'),
+            _ => return None,
         }
-        tag = tag * 10 + u32::from(b - b'0');
+        eq += 1;
     }
     if tag == 0 {
         return None;
     }
     let rest = &bytes[eq + 1..];
-    let soh = rest.iter().position(|&b| b == SOH)?;
+    let soh = memchr::memchr(SOH, rest)?;
     if soh == 0 {
         return None;
     }
@@ -289,10 +289,7 @@ fn frame(line: &[u8]) -> Framed<'_> {
     let well_formed =
         digits.len() >= 4 && digits[..3].iter().all(u8::is_ascii_digit) && digits[3] == SOH;
     if !well_formed {
-        let len = digits
-            .iter()
-            .position(|&b| b == SOH)
-            .map_or(line.len(), |p| trailer + 4 + p);
+        let len = memchr::memchr(SOH, digits).map_or(line.len(), |p| trailer + 4 + p);
         return fail(len, FixError::MalformedCheckSum);
     }
     let declared_sum = digits[..3]
@@ -417,8 +414,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// Where the first `8=FIX` in `hay` starts.
+fn find_begin(hay: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'8', hay).find(|&at| hay[at..].starts_with(b"8=FIX"))
 }
 
 impl<'a> Iterator for Reader<'a> {
@@ -426,7 +424,7 @@ impl<'a> Iterator for Reader<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(at) = find(&self.line[self.in_line..], b"8=FIX") {
+            if let Some(at) = find_begin(&self.line[self.in_line..]) {
                 let start = self.in_line + at;
                 let framed = frame(&self.line[start..]);
                 self.in_line = start + framed.len;
@@ -443,7 +441,7 @@ impl<'a> Iterator for Reader<'a> {
                 return None;
             }
             let rest = &self.input[self.pos..];
-            let len = rest.iter().position(|&b| b == b'\n');
+            let len = memchr::memchr(b'\n', rest);
             let mut line = &rest[..len.unwrap_or(rest.len())];
             self.line_start = self.pos;
             self.pos += len.map_or(rest.len(), |n| n + 1);
@@ -452,17 +450,19 @@ impl<'a> Iterator for Reader<'a> {
             }
             self.line_no += 1;
             self.stats.lines += 1;
-            self.line = line;
+            self.line = &[];
             self.in_line = 0;
             if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
                 self.stats.blank_lines += 1;
                 continue;
             }
-            if find(line, b"8=FIX").is_none() {
-                self.line = &[];
+            // The first candidate is framed from here at the top of the loop.
+            let Some(first) = find_begin(line) else {
                 let offset = self.line_start;
                 return Some(Err(self.refuse(offset, FixError::JunkLine, None)));
-            }
+            };
+            self.line = line;
+            self.in_line = first;
         }
     }
 }

@@ -181,14 +181,23 @@ pub fn parse_utc_timestamp(v: &[u8]) -> Result<u64, ValueError> {
         .ok_or(ValueError::OutOfRange)
 }
 
+/// `value`, the value of `tag` if the message has one, read by `parse`.
+pub(crate) fn typed<T>(
+    tag: u32,
+    value: Option<&[u8]>,
+    parse: impl FnOnce(&[u8]) -> Result<T, ValueError>,
+) -> Result<T, FieldError> {
+    let v = value.ok_or(FieldError::Missing(tag))?;
+    parse(v).map_err(|error| FieldError::Invalid { tag, error })
+}
+
 impl Message<'_> {
     fn typed<T>(
         &self,
         tag: u32,
         parse: impl FnOnce(&[u8]) -> Result<T, ValueError>,
     ) -> Result<T, FieldError> {
-        let v = self.get(tag).ok_or(FieldError::Missing(tag))?;
-        parse(v).map_err(|error| FieldError::Invalid { tag, error })
+        typed(tag, self.get(tag), parse)
     }
 
     /// MsgSeqNum (34).
