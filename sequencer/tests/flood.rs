@@ -2,7 +2,8 @@
 //! counted exactly, the log stays a few lines long (refusals are rate-limited per cause), and
 //! the real source is still sequenced afterwards, even after a malformed datagram in a higher
 //! epoch. A store file cut under it: its agent's error is counted and logged by its runner,
-//! and the daemon stops with it (never a silent dead thread).
+//! and the daemon stops with it (never a silent dead thread), or, with `--on-error
+//! restart:<N>ms`, the role is restarted and each restart counted.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -65,9 +66,10 @@ fn wait_counter(path: &Path, label: &str, value: u64) {
     }
 }
 
-/// Starts the sequencer of stream [`STREAM`] for source 1 on a free port, its counters at
-/// `dir/seq.counters`, its log at `dir/sequencer.log`; returns it and its address.
-fn start_sequencer(dir: &Path) -> (Proc, String) {
+/// Starts the sequencer of stream [`STREAM`] for source 1 on a free port with `extra`
+/// arguments, its counters at `dir/seq.counters`, its log at `dir/sequencer.log`; returns it
+/// and its address.
+fn start_sequencer(dir: &Path, extra: &[&str]) -> (Proc, String) {
     let port = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -83,6 +85,7 @@ fn start_sequencer(dir: &Path) -> (Proc, String) {
             .args(["--segment-size", &(1u64 << 20).to_string()])
             .arg("--counters")
             .arg(dir.join("seq.counters"))
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("sequencer.log")).unwrap())
@@ -110,7 +113,7 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
     let d = tempfile::tempdir().unwrap();
     let log = d.path().join("sequencer.log");
     let counters_path = d.path().join("seq.counters");
-    let (mut p, to) = start_sequencer(d.path());
+    let (mut p, to) = start_sequencer(d.path(), &[]);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     // In bursts the receive buffer holds, so that UDP loses none and the count is exact.
     let mut sent = 0u64;
@@ -152,7 +155,7 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
 fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
     let d = tempfile::tempdir().unwrap();
     let counters_path = d.path().join("seq.counters");
-    let (mut p, to) = start_sequencer(d.path());
+    let (mut p, to) = start_sequencer(d.path(), &[]);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
     wait_counter(&counters_path, "messages sequenced", 3);
@@ -173,4 +176,45 @@ fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
     let snap = counters::read(&counters_path).unwrap();
     assert_eq!(snap.get("sequencer stream 6 errors"), Some(1), "{snap:?}");
     assert_eq!(snap.get("messages sequenced"), Some(3), "{snap:?}");
+}
+
+#[test]
+fn under_restart_a_failing_sequencer_is_restarted_and_counted_until_stopped() {
+    let d = tempfile::tempdir().unwrap();
+    let counters_path = d.path().join("seq.counters");
+    let (mut p, to) = start_sequencer(d.path(), &["--on-error", "restart:20ms"]);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(&datagram(1, 1, 3), &to).unwrap();
+    wait_counter(&counters_path, "messages sequenced", 3);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("store").join("000000000000.seg"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // Every append after the cut fails on the shrunk store: each time the role is restarted
+    // (the source resends, as an iodaemon would), counted, and the daemon stays up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        client.send_to(&datagram(1, 4, 1), &to).unwrap();
+        let restarts = counters::read(&counters_path)
+            .ok()
+            .and_then(|s| s.get("sequencer stream 6 restarts"));
+        if restarts.is_some_and(|r| r >= 2) {
+            break;
+        }
+        assert!(p.0.try_wait().unwrap().is_none(), "it stopped instead");
+        assert!(Instant::now() < deadline, "restarts: {restarts:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let snap = counters::read(&counters_path).unwrap();
+    assert!(
+        snap.get("sequencer stream 6 errors").unwrap() >= 2,
+        "{snap:?}"
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(p.0.id() as i32, libc::SIGTERM) }, 0);
+    assert!(exit_status(&mut p).success());
+    let text = std::fs::read_to_string(d.path().join("sequencer.log")).unwrap();
+    assert!(text.contains("agent restarting"), "{text}");
 }

@@ -70,6 +70,10 @@ struct Cli {
     /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
     #[arg(long, default_value = "backoff")]
     idle: Idle,
+    /// What an error of a role (the forwarder, a replication client) does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    on_error: OnError,
     /// Core to pin the forwarding thread to.
     #[arg(long)]
     core: Option<usize>,
@@ -156,7 +160,7 @@ fn start_followers(
             RunnerConfig {
                 core: cli.follow_cores.get(i).copied(),
                 idle: cli.follow_idle.clone(),
-                on_error: OnError::Stop,
+                on_error: cli.on_error,
                 counters: Some(counters.clone()),
                 ..RunnerConfig::default()
             },
@@ -206,7 +210,7 @@ fn main() -> Result<()> {
         RunnerConfig {
             core: cli.core,
             idle: cli.idle.clone(),
-            on_error: OnError::Stop,
+            on_error: cli.on_error,
             counters: Some(counters.clone()),
             ..RunnerConfig::default()
         },

@@ -49,6 +49,10 @@ struct Common {
     /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
     #[arg(long, default_value = "backoff")]
     idle: Idle,
+    /// What an error of the role (the acceptor, or the replication client) does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    on_error: OnError,
     /// Counters file for seqstat (default /dev/shm/seqstream-replicator-<pid>.counters,
     /// removed at a clean exit).
     #[arg(long)]
@@ -131,13 +135,14 @@ fn acceptor(
     server: Server,
     counters: &seqstream_agent::counters::CountersWriter,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    on_error: OnError,
 ) -> Result<AgentRunner> {
     Ok(AgentRunner::start(
         server,
         RunnerConfig {
             core: None,
             idle: Idle::Sleep(Duration::from_millis(1)),
-            on_error: OnError::Stop,
+            on_error,
             counters: Some(counters.clone()),
             ..RunnerConfig::default()
         },
@@ -181,7 +186,7 @@ fn main() -> Result<()> {
             let (counters, _cleanup) = daemon::counters("replicator", c.counters.clone(), 512)?;
             let server = Server::bind(cfg, &counters)?;
             tracing::info!(listen = %server.local_addr(), store = %c.store.display(), counters = %counters.path().display(), "serving");
-            acceptor(server, &counters, stop)?.join()?;
+            acceptor(server, &counters, stop, c.on_error)?.join()?;
         }
         Cmd::Follow(a) => {
             let c = &a.common;
@@ -202,19 +207,19 @@ fn main() -> Result<()> {
                     scfg.idle = c.idle.clone();
                     let server = Server::bind(scfg, &counters)?;
                     tracing::info!(listen = %server.local_addr(), "relaying the replica");
-                    Some(acceptor(server, &counters, stop.clone())?)
+                    Some(acceptor(server, &counters, stop.clone(), c.on_error)?)
                 }
                 None => None,
             };
             let follower = Follower::new(cfg, &counters)?;
-            // The client never fails as an agent (a session fault is counted, logged and
-            // retried with backoff), so `stop` only guards against a bug.
+            // A session fault is counted, logged and retried with backoff inside the client;
+            // what fails the agent is its replica's store.
             let runner = AgentRunner::start(
                 follower,
                 RunnerConfig {
                     core: a.core,
                     idle: c.idle.clone(),
-                    on_error: OnError::Stop,
+                    on_error: c.on_error,
                     counters: Some(counters.clone()),
                     ..RunnerConfig::default()
                 },

@@ -36,6 +36,10 @@ struct Cli {
     /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
     #[arg(long, default_value = "backoff")]
     idle: Idle,
+    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    on_error: OnError,
     /// Core to pin the merging thread to.
     #[arg(long)]
     core: Option<usize>,
@@ -65,7 +69,7 @@ fn main() -> Result<()> {
         RunnerConfig {
             core: cli.core,
             idle: cli.idle.clone(),
-            on_error: OnError::Stop,
+            on_error: cli.on_error,
             counters: Some(counters.clone()),
             ..RunnerConfig::default()
         },
