@@ -18,10 +18,18 @@ static ORIGINAL: OnceLock<Vec<usize>> = OnceLock::new();
 pub enum PinError {
     /// The core id is not an online core of this machine.
     #[error("core {core} is not available (online: {available:?})")]
-    NoSuchCore { core: usize, available: Vec<usize> },
+    NoSuchCore {
+        /// The core asked for.
+        core: usize,
+        /// The machine's online cores.
+        available: Vec<usize>,
+    },
     /// The OS refused the affinity change.
     #[error("could not pin the thread to core {core}")]
-    Refused { core: usize },
+    Refused {
+        /// The core asked for.
+        core: usize,
+    },
 }
 
 /// Parses a kernel CPU list such as `0-3,8,10-11`.

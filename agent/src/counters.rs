@@ -27,17 +27,30 @@ pub enum CountersError {
     /// A system call on the file failed (`op` names it).
     #[error("{op} {path}")]
     Io {
+        /// The system call.
         op: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// Every slot of the file is allocated.
     #[error("counters file {path} is full ({capacity} counters)")]
-    Full { path: PathBuf, capacity: usize },
+    Full {
+        /// The file.
+        path: PathBuf,
+        /// Its number of slots.
+        capacity: usize,
+    },
     /// The file is not a counters file of this version (`reason` says what is wrong).
     #[error("{path}: {reason}")]
-    NotCounters { path: PathBuf, reason: &'static str },
+    NotCounters {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// The writer's mapping of its counters file.

@@ -99,34 +99,47 @@ pub enum RunnerError {
     /// The thread could not be spawned.
     #[error("spawning the thread of {role}")]
     Spawn {
+        /// The agent's role name.
         role: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// The thread could not be pinned to its configured core.
     #[error("pinning {role}")]
     Pin {
+        /// The agent's role name.
         role: String,
+        /// Why pinning failed.
         #[source]
         source: PinError,
     },
     /// The runner's counters could not be allocated.
     #[error("counters of {role}")]
     Counters {
+        /// The agent's role name.
         role: String,
+        /// Why the counter could not be allocated.
         #[source]
         source: CountersError,
     },
     /// The agent returned an error and its policy is [`OnError::Stop`] (or its close failed).
     #[error("{role} failed")]
     Agent {
+        /// The agent's role name.
         role: String,
+        /// What the agent returned.
         #[source]
         source: AgentError,
     },
     /// The agent panicked (a bug: agents return errors); the panic message.
     #[error("{role} panicked: {message}")]
-    Panicked { role: String, message: String },
+    Panicked {
+        /// The agent's role name.
+        role: String,
+        /// The panic's message, when it was a string.
+        message: String,
+    },
 }
 
 /// A running agent on its own thread.
