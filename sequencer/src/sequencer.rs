@@ -26,6 +26,9 @@ use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
+/// How often an idle sequencer checks that its active segment's file is still the store's:
+/// 100 ms (one `fstat` and one `stat`).
+const FILE_CHECK_INTERVAL_NS: u64 = 100_000_000;
 /// The largest datagram read (UDP's limit).
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams received per `recvmmsg` call.
@@ -358,6 +361,8 @@ pub struct Sequencer {
     clock: Clock,
     /// When (monotonic ns) the last frame was appended.
     last_append_ns: u64,
+    /// When (monotonic ns) the active segment's file was last checked.
+    last_file_check_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
 }
@@ -450,6 +455,7 @@ impl Sequencer {
             rx: BatchReceiver::new(),
             nak: vec![0; 64],
             last_append_ns: clock.monotonic_ns(),
+            last_file_check_ns: clock.monotonic_ns(),
             clock,
             role,
         })
@@ -499,8 +505,14 @@ impl Sequencer {
         result?;
         if work == 0 {
             self.refusals.tick();
+            let now = self.clock.monotonic_ns();
+            // A store file deleted or replaced under the sequencer: stop numbering into a
+            // file no reader will find (its seqs would be handed out again at restart).
+            if now.saturating_sub(self.last_file_check_ns) >= FILE_CHECK_INTERVAL_NS {
+                self.last_file_check_ns = now;
+                self.appender.check_file()?;
+            }
             if let Some(every) = self.cfg.heartbeat {
-                let now = self.clock.monotonic_ns();
                 if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
                     self.appender.append_heartbeat(None)?;
                     self.counters.heartbeats.incr();

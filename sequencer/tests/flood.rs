@@ -3,7 +3,8 @@
 //! the real source is still sequenced afterwards, even after a malformed datagram in a higher
 //! epoch. A store file cut under it: its agent's error is counted and logged by its runner,
 //! and the daemon stops with it (never a silent dead thread), or, with `--on-error
-//! restart:<N>ms`, the role is restarted and each restart counted.
+//! restart:<N>ms`, the role is restarted and each restart counted. An active segment deleted
+//! under it stops it at its next idle file check.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -176,6 +177,28 @@ fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
     let snap = counters::read(&counters_path).unwrap();
     assert_eq!(snap.get("sequencer stream 6 errors"), Some(1), "{snap:?}");
     assert_eq!(snap.get("messages sequenced"), Some(3), "{snap:?}");
+}
+
+#[test]
+fn an_active_segment_deleted_under_the_sequencer_stops_it() {
+    let d = tempfile::tempdir().unwrap();
+    let counters_path = d.path().join("seq.counters");
+    let (mut p, to) = start_sequencer(d.path(), &[]);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(&datagram(1, 1, 3), &to).unwrap();
+    wait_counter(&counters_path, "messages sequenced", 3);
+    std::fs::remove_file(d.path().join("store").join("000000000000.seg")).unwrap();
+    // Its next idle file check finds it: no seq is handed out into a file no one will read.
+    let status = exit_status(&mut p);
+    assert!(!status.success(), "{status:?}");
+    let text = std::fs::read_to_string(d.path().join("sequencer.log")).unwrap();
+    assert!(text.contains("the file was deleted"), "{text}");
+    assert_eq!(
+        counters::read(&counters_path)
+            .unwrap()
+            .get("sequencer stream 6 errors"),
+        Some(1)
+    );
 }
 
 #[test]

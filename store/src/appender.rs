@@ -423,6 +423,15 @@ impl Appender {
         self.flush_written()
     }
 
+    /// Checks the active segment's file, as a tailer does periodically: `Shrunk` when it is
+    /// shorter than its mapping, `Replaced` when its path no longer names it (deleted, or
+    /// another file has its name), so that a writer never goes on appending into a file no
+    /// reader will find. One `fstat` and one `stat`: call it from an idle duty cycle on an
+    /// interval, never per frame.
+    pub fn check_file(&self) -> Result<()> {
+        self.segment.check_file()
+    }
+
     /// For [`FlushPolicy::Interval`]: flushes if the interval has passed since the last
     /// flush and frames are unflushed. Call it from the owning duty cycle when idle, so the
     /// policy holds when appends stop. Returns whether it flushed.
