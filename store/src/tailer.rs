@@ -171,8 +171,9 @@ impl Tailer {
     /// Opens the store in `dir` at its first frame.
     ///
     /// Errors: `NoStore` when `dir` holds no segment, or only a first segment that is still
-    /// prepared (the store is being created: retry); the segment open errors of
-    /// [`StoreError`] for a file that is not a valid segment.
+    /// prepared (the store is being created: retry); `CorruptHeader` when the first segment
+    /// reads as prepared but others follow it (its state word is damaged); the segment open
+    /// errors of [`StoreError`] for a file that is not a valid segment.
     pub fn open_with(dir: impl AsRef<Path>, options: TailerOptions) -> Result<Tailer> {
         let dir = dir.as_ref().to_path_buf();
         let listing = crate::layout::list(&dir)?;
@@ -181,6 +182,15 @@ impl Tailer {
         };
         let segment = Segment::open(path)?;
         if segment.state() == Some(SegmentState::Prepared) {
+            if listing.segments.len() > 1 {
+                return Err(StoreError::CorruptHeader {
+                    path: path.clone(),
+                    reason: format!(
+                        "the first segment reads as prepared, but {} segments follow it: its state word is damaged",
+                        listing.segments.len() - 1
+                    ),
+                });
+            }
             return Err(StoreError::NoStore { path: dir });
         }
         let (segment, info) = check_live(segment, path, None)?;

@@ -259,6 +259,25 @@ fn a_sealed_segment_whose_state_word_says_active_is_refused_by_readers() {
     assert!(matches!(e, StoreError::CorruptHeader { .. }), "{e}");
 }
 
+/// Segment 0's state word overwritten with "prepared" in a store of several segments: not
+/// "no store here" (which means a store being created), but damage, named.
+#[test]
+fn a_first_segment_that_reads_as_prepared_before_others_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    sealed_store(dir.path());
+    OpenOptions::new()
+        .write(true)
+        .open(seg_path(dir.path(), 0))
+        .unwrap()
+        .write_all_at(&0u32.to_le_bytes(), format::seg::STATE as u64)
+        .unwrap();
+    let e = Tailer::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::CorruptHeader { path, .. } if path.ends_with("000000000000.seg")),
+        "{e}"
+    );
+}
+
 /// The active segment (the last) deleted: the store now ends in a sealed segment. Opening it
 /// for appending would hand the lost frames' seqs out again, which replicas may hold.
 #[test]

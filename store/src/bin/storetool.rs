@@ -571,6 +571,7 @@ fn verify(dir: &Path) -> Result<ExitCode> {
     let mut stream_id = None;
     let mut last_ts = 0u64;
     let mut active_seen = false;
+    let mut prepared_after_active = 0;
     for (index, path) in &listing.segments {
         let s = match Segment::open(path) {
             Ok(s) => s,
@@ -597,6 +598,14 @@ fn verify(dir: &Path) -> Result<ExitCode> {
                         "{}: prepared segment before the active one",
                         path.display()
                     ));
+                } else {
+                    prepared_after_active += 1;
+                    if prepared_after_active > 1 {
+                        faults.push(format!(
+                            "{}: more than one prepared segment after the active one",
+                            path.display()
+                        ));
+                    }
                 }
                 continue;
             }
