@@ -219,9 +219,19 @@ pub enum FrameFault {
     /// The length is below the header size or runs past the available bytes.
     BadLength(u32),
     /// The stored checksum does not match the bytes.
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The CRC32C in the frame's checksum word.
+        stored: u32,
+        /// The CRC32C of the frame's bytes as they are (see [`frame_checksum`]).
+        computed: u32,
+    },
     /// The frame's seq is not the one that must come next.
-    Seq { expected: u64, found: u64 },
+    Seq {
+        /// The seq the frame must have (one past the previous frame's).
+        expected: u64,
+        /// The seq in the frame's header.
+        found: u64,
+    },
     /// The position lies outside the segment's frame area (a corrupt committed position or
     /// index entry pointed there).
     OutOfSegment,

@@ -257,6 +257,7 @@ mod tests {
             seq: 1,
             timestamp_ns: 1,
         });
+        // SAFETY: the test's own writable index, on this thread only; no reader has it open.
         unsafe { idx.file.bytes_mut(ENTRIES + 3, 1)[0] ^= 0xFF };
         assert_eq!(idx.get(0), None);
         assert_eq!(idx.last_where(|e| e.seq <= 5), None);
@@ -276,6 +277,7 @@ mod tests {
         std::fs::rename(dir.path().join(index_file_name(3)), &p).unwrap();
         assert!(Index::open(dir.path(), 0).is_err());
         let idx = Index::create(dir.path(), 0, 1 << 20, 4096).unwrap();
+        // SAFETY: as in `damaged_entry_is_not_trusted`: the test's own index, no reader.
         unsafe { idx.file.bytes_mut(24, 8) }.copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Index::open(dir.path(), 0).is_err());
     }

@@ -34,6 +34,9 @@
 //! | [`tailer`] | readers, seeking |
 //! | [`recovery`] | validation and crash recovery when an appender opens a store |
 
+#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod appender;
 pub mod composite;
 pub mod config;

@@ -192,7 +192,13 @@ impl MappedFile {
             off <= self.len && len <= self.len - off,
             "range outside file"
         );
-        std::slice::from_raw_parts_mut(self.ptr().add(off), len)
+        // SAFETY: off <= len (checked above), so the pointer stays inside the mapping (map
+        // invariant).
+        let p = unsafe { self.ptr().add(off) };
+        // SAFETY: [off, off + len) is in bounds (checked above) and the mapping is writable
+        // (checked above); no other live reference covers the range and no reader looks at it
+        // (caller contract).
+        unsafe { std::slice::from_raw_parts_mut(p, len) }
     }
 
     /// Faults in every page of `[from, to)` writable, so later writes take no page fault:
@@ -215,8 +221,16 @@ impl MappedFile {
         }
         let mut off = from;
         while off < to {
-            let p = self.ptr().add(off);
-            std::ptr::write_volatile(p, std::ptr::read_volatile(p));
+            // SAFETY: off < to <= len (clamped above), so the pointer stays inside the mapping
+            // (map invariant).
+            let p = unsafe { self.ptr().add(off) };
+            // SAFETY: p points at a mapped byte (above); a volatile load of one byte needs no
+            // alignment.
+            let byte = unsafe { std::ptr::read_volatile(p) };
+            // SAFETY: p is in bounds of a writable mapping (asserted above), and no other thread
+            // writes the range (caller contract), so writing back the byte just read races with
+            // no write and changes no data.
+            unsafe { std::ptr::write_volatile(p, byte) };
             off += 4096;
         }
     }

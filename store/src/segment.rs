@@ -366,6 +366,7 @@ mod tests {
     fn zero_tail_zeroes_and_keeps_size() {
         let dir = tempfile::tempdir().unwrap();
         let s = Segment::prepare(dir.path(), 3, 0, 1 << 16, false).unwrap();
+        // SAFETY: the test's own prepared segment, on this thread only; no reader has it open.
         unsafe { s.mapped().bytes_mut(5000, 20000).fill(0xAB) };
         assert_eq!(s.zero_tail(5001), 19999);
         assert_eq!(s.zero_tail(5001), 0);
