@@ -11,8 +11,6 @@
 //! demo if it overruns its time.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use seqstream_apps::audit::for_each_message;
 use seqstream_apps::streams::ITCH;
@@ -22,62 +20,14 @@ mod common;
 
 #[test]
 fn demo_with_both_feeds_merges_every_itch_message_once() {
-    common::ensure_daemons();
-    let work = tempfile::tempdir().unwrap();
     let port_base = 20_000 + ((std::process::id() + 10_000) % 20_000) as u16;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .args([
-            "--network",
-            "loopback",
-            "--feeds",
-            "both",
-            "--max-frames",
-            "1000",
-        ])
-        // The ITCH captures span 563 s: 6 s at this speed.
-        .args(["--pace", "recorded", "--speed", "100"])
-        .args([
-            "--segment-size",
-            "65536",
-            "--floor-count",
-            "300",
-            "--timeout-s",
-            "150",
-        ])
-        .args(["--idle", "backoff:100us"])
-        .arg("--port-base")
-        .arg(port_base.to_string())
-        .arg("--work-dir")
-        .arg(work.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (status, out) = common::finish(
-        &mut child,
-        Duration::from_secs(200),
-        "the demo overran 200 s",
+    // The ITCH captures span 563 s: 6 s at this speed.
+    let (j, work) = common::small_demo(
+        port_base,
+        &["--feeds", "both", "--pace", "recorded", "--speed", "100"],
     );
-    println!("{out}");
-    let last = out.lines().last().expect("the demo printed nothing");
-    let j: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
-    assert_eq!(j["demo"], "ok", "{last}");
-    assert!(status.success());
     assert_eq!(j["feeds"], "both");
-    assert_eq!(j["lost"], 0);
-    assert_eq!(j["duplicated"], 0);
-    assert_eq!(j["gaps"], 0);
-    assert_eq!(j["replicas_identical"], true);
-    assert_eq!(j["stores_verified"], true);
-    let orders = j["orders"].as_u64().unwrap();
-    assert!(orders > 0, "the algo sent no orders on the CME books");
-    assert_eq!(j["execution_reports"], orders);
-    assert_eq!(j["orders_answered_once"], orders);
-    assert_eq!(
-        j["capture"]["packets"], 500,
-        "A/B arbitration of 1,000 frames"
-    );
     let streams = &j["streams"];
-    assert!(streams["market_data"].as_u64().unwrap() > 500);
     assert_eq!(streams["itch"], 46, "the vendored ITCH captures' messages");
     assert_eq!(j["algo_itch_messages"], 46);
     assert_eq!(
@@ -86,8 +36,6 @@ fn demo_with_both_feeds_merges_every_itch_message_once() {
             + streams["orders"].as_u64().unwrap()
             + streams["itch"].as_u64().unwrap()
     );
-    assert!(j["e2e_ns"]["p50"].as_u64().unwrap() > 0);
-    assert!(j["floor_ns"]["p50"].as_u64().unwrap() > 0);
 
     // The ITCH stream's messages, by seq, and each one's count in the composite.
     let seq = work.path().join("seq");

@@ -155,3 +155,53 @@ pub fn finish(
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
     (status, out)
 }
+
+/// Runs the demo small and on loopback (1,000 CME frames, 64 KiB segments so that every
+/// store rolls, a short floor, `--idle backoff:100us`) with `extra` arguments, in a new work
+/// directory it keeps, on ports from `port_base`. Asserts the audit every run must pass:
+/// `"demo": "ok"` and exit 0, nothing lost, duplicated or missing, stores verified, replicas
+/// identical, every order answered by exactly one report, and the CME capture's A/B
+/// arbitration of 1,000 frames. Returns the summary and the work directory.
+pub fn small_demo(port_base: u16, extra: &[&str]) -> (serde_json::Value, tempfile::TempDir) {
+    ensure_daemons();
+    let work = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_demo"))
+        .args(["--network", "loopback", "--max-frames", "1000"])
+        .args(extra)
+        .args(["--segment-size", "65536", "--floor-count", "300"])
+        .args(["--timeout-s", "150", "--idle", "backoff:100us"])
+        .arg("--port-base")
+        .arg(port_base.to_string())
+        .arg("--work-dir")
+        .arg(work.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, out) = finish(
+        &mut child,
+        Duration::from_secs(200),
+        "the demo overran 200 s",
+    );
+    println!("{out}");
+    let last = out.lines().last().expect("the demo printed nothing");
+    let j: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(j["demo"], "ok", "{last}");
+    assert!(status.success());
+    for (key, value) in [("lost", 0), ("duplicated", 0), ("gaps", 0)] {
+        assert_eq!(j[key], value, "{key}");
+    }
+    assert_eq!(j["replicas_identical"], true);
+    assert_eq!(j["stores_verified"], true);
+    let orders = j["orders"].as_u64().unwrap();
+    assert!(orders > 0, "the algo sent no orders on the CME books");
+    assert_eq!(j["execution_reports"], orders);
+    assert_eq!(j["orders_answered_once"], orders);
+    assert_eq!(
+        j["capture"]["packets"], 500,
+        "A/B arbitration of 1,000 frames"
+    );
+    assert!(j["streams"]["market_data"].as_u64().unwrap() > 500);
+    assert!(j["e2e_ns"]["p50"].as_u64().unwrap() > 0);
+    assert!(j["floor_ns"]["p50"].as_u64().unwrap() > 0);
+    (j, work)
+}
