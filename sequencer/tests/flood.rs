@@ -97,6 +97,16 @@ fn start_sequencer(dir: &Path, extra: &[&str]) -> (Proc, String) {
     (p, format!("127.0.0.1:{port}"))
 }
 
+/// Truncates the store's first (active) segment file to 0 bytes under the sequencer.
+fn cut_active_segment(dir: &Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("store").join("000000000000.seg"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
 /// Waits (bounded) for the child to exit.
 fn exit_status(p: &mut Proc) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -160,13 +170,7 @@ fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
     wait_counter(&counters_path, "messages sequenced", 3);
-    let segment = d.path().join("store").join("000000000000.seg");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segment)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    cut_active_segment(d.path());
     client.send_to(&datagram(1, 4, 1), &to).unwrap();
     let status = exit_status(&mut p);
     assert!(!status.success(), "{status:?}");
@@ -209,12 +213,7 @@ fn under_restart_a_failing_sequencer_is_restarted_and_counted_until_stopped() {
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
     wait_counter(&counters_path, "messages sequenced", 3);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(d.path().join("store").join("000000000000.seg"))
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    cut_active_segment(d.path());
     // Every append after the cut fails on the shrunk store: each time the role is restarted
     // (the source resends, as an iodaemon would), counted, and the daemon stays up.
     let deadline = Instant::now() + Duration::from_secs(20);
