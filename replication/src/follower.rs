@@ -36,6 +36,7 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{
     check_first_replicated_segment, Appender, StoreConfig, StoreError, SEGMENT_HEADER_PREFIX,
 };
@@ -224,6 +225,8 @@ pub struct Follower {
     session_from: u64,
     /// `follow stream <id>`, the agent's role name.
     role: String,
+    /// When (monotonic ns) the replica's active segment file was last checked.
+    last_file_check_ns: u64,
 }
 
 /// Most reads of one duty cycle (each up to the 1 MiB receive buffer).
@@ -268,8 +271,10 @@ impl Follower {
             cfg,
         };
         replica.publish_position();
+        let mut clock = replica.cfg.store_config.clock.clone();
         Ok(Follower {
-            clock: replica.cfg.store_config.clock.clone(),
+            last_file_check_ns: clock.monotonic_ns(),
+            clock,
             delay: replica.cfg.reconnect_min,
             role: format!("follow stream {}", replica.cfg.store_config.stream_id),
             session_from: replica.position(),
@@ -506,8 +511,21 @@ impl Agent for Follower {
     }
 
     /// Its intervals run on the store's clock (injected in tests), not the cycle's reading.
+    /// Session faults are retried inside; what fails the agent is its replica's store: an
+    /// idle cycle checks every [`CHECK_FILE_EVERY_NS`] that the replica's active segment file
+    /// is still the store's (not shrunk, deleted or replaced).
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
-        Ok(self.duty_cycle())
+        let work = self.duty_cycle();
+        if work == 0 {
+            let now = self.clock.monotonic_ns();
+            if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
+                self.last_file_check_ns = now;
+                if let Some(a) = &self.replica.appender {
+                    a.check_file()?;
+                }
+            }
+        }
+        Ok(work)
     }
 
     /// Drops the connection; the next start connects at once.

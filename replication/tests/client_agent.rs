@@ -215,3 +215,27 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     assert_eq!(inv.errors(), 0);
     inv.close().unwrap();
 }
+
+/// The replica's active segment deleted under the client: a session fault is the client's
+/// own business, but a replica store that is no longer the one on disk fails the agent (its
+/// runner counts and logs it) at the first idle cycle past the file-check interval.
+#[test]
+fn a_replica_segment_deleted_under_the_client_fails_the_agent() {
+    use seqstream_store::appender::CHECK_FILE_EVERY_NS;
+    use seqstream_store::{Appender, StoreConfig};
+
+    let d = tempfile::tempdir().unwrap();
+    drop(Appender::open_or_create(d.path().join("replica"), StoreConfig::new(STREAM)).unwrap());
+    let (listener, _fillers) = full_listener();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut inv = follower(d.path(), addr, &clock);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Connecting);
+    std::fs::remove_file(d.path().join("replica").join("000000000000.seg")).unwrap();
+    inv.invoke().unwrap();
+    clock.advance(CHECK_FILE_EVERY_NS);
+    let e = inv.invoke().unwrap_err();
+    assert!(e.to_string().contains("the file was deleted"), "{e}");
+    assert_eq!(inv.errors(), 1);
+}

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::format::{flags, FrameFields};
 use seqstream_store::{Appender, StoreConfig, StoreError, Tailer, TailerOptions};
@@ -96,6 +97,8 @@ pub struct Compositor {
     position: Counter,
     /// `compositor stream <id>`, the agent's role name.
     role: String,
+    /// When (the runner's monotonic ns) the composite's active segment file was last checked.
+    last_file_check_ns: u64,
 }
 
 impl Compositor {
@@ -148,6 +151,7 @@ impl Compositor {
         }
         Ok(Compositor {
             role: format!("compositor stream {}", out.stream_id()),
+            last_file_check_ns: 0,
             out,
             components,
             policy: cfg.policy,
@@ -305,8 +309,16 @@ impl Agent for Compositor {
         &self.role
     }
 
-    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
-        Ok(Compositor::do_work(self)?)
+    /// Also checks, when idle, every [`CHECK_FILE_EVERY_NS`] of the cycle's clock, that the
+    /// composite's active segment file is still the store's (not deleted or replaced).
+    fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        let work = Compositor::do_work(self)?;
+        if work == 0 && cycle.now_ns.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS
+        {
+            self.last_file_check_ns = cycle.now_ns;
+            self.out.check_file()?;
+        }
+        Ok(work)
     }
 
     fn on_close(&mut self) -> Result<(), AgentError> {

@@ -24,11 +24,9 @@ use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
+use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
-/// How often an idle sequencer checks that its active segment's file is still the store's:
-/// 100 ms (one `fstat` and one `stat`).
-const FILE_CHECK_INTERVAL_NS: u64 = 100_000_000;
 /// The largest datagram read (UDP's limit).
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams received per `recvmmsg` call.
@@ -508,7 +506,7 @@ impl Sequencer {
             let now = self.clock.monotonic_ns();
             // A store file deleted or replaced under the sequencer: stop numbering into a
             // file no reader will find (its seqs would be handed out again at restart).
-            if now.saturating_sub(self.last_file_check_ns) >= FILE_CHECK_INTERVAL_NS {
+            if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
                 self.last_file_check_ns = now;
                 self.appender.check_file()?;
             }

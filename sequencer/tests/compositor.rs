@@ -342,3 +342,34 @@ fn kill_9_and_restart_of_the_compositor_process() {
         ],
     );
 }
+
+/// The composite's active segment deleted under the compositor agent: its next idle duty
+/// cycle past the file-check interval (on the runner's clock, here a manual one) fails, so no
+/// composite seq is handed out into a file no reader will find.
+#[test]
+fn an_output_segment_deleted_under_the_compositor_agent_is_an_error() {
+    use seqstream_agent::clock::ManualClock;
+    use seqstream_agent::AgentInvoker;
+    use seqstream_store::appender::CHECK_FILE_EVERY_NS;
+
+    let d = tempfile::tempdir().unwrap();
+    let a_dir = d.path().join("a");
+    let mut a = Appender::open_or_create(&a_dir, cfg(1)).unwrap();
+    put(&mut a, None);
+    let out = d.path().join("out");
+    let c = compositor(
+        &[&a_dir],
+        &out,
+        MergePolicy::Arrival,
+        &d.path().join("c.counters"),
+    );
+    let clock = ManualClock::new(0, 1);
+    let mut agent = AgentInvoker::new(c, clock.clock());
+    while agent.invoke().unwrap() > 0 {}
+    std::fs::remove_file(out.join("000000000000.seg")).unwrap();
+    // Within the interval nothing is checked yet; past it, the idle cycle finds the deletion.
+    agent.invoke().unwrap();
+    clock.advance(CHECK_FILE_EVERY_NS);
+    let e = agent.invoke().unwrap_err();
+    assert!(e.to_string().contains("the file was deleted"), "{e}");
+}

@@ -33,6 +33,9 @@ pub struct AppenderStats {
     pub flushes: u64,
 }
 
+/// How often a writer's idle duty cycle runs [`Appender::check_file`]: 100 ms, in ns.
+pub const CHECK_FILE_EVERY_NS: u64 = 100_000_000;
+
 /// A segment and its index, ready to activate.
 struct Prepared {
     segment: Segment,
@@ -426,8 +429,8 @@ impl Appender {
     /// Checks the active segment's file, as a tailer does periodically: `Shrunk` when it is
     /// shorter than its mapping, `Replaced` when its path no longer names it (deleted, or
     /// another file has its name), so that a writer never goes on appending into a file no
-    /// reader will find. One `fstat` and one `stat`: call it from an idle duty cycle on an
-    /// interval, never per frame.
+    /// reader will find. One `fstat` and one `stat`: call it from an idle duty cycle every
+    /// [`CHECK_FILE_EVERY_NS`], never per frame.
     pub fn check_file(&self) -> Result<()> {
         self.segment.check_file()
     }
