@@ -559,9 +559,7 @@ impl Sequencer {
         let messages = d.messages().map_err(Refusal::Undecodable)?;
         let (mut count, mut last) = (0, None);
         for m in messages.clone() {
-            let p = m
-                .and_then(|m| m.payload())
-                .map_err(Refusal::Undecodable)?;
+            let p = m.and_then(|m| m.payload()).map_err(Refusal::Undecodable)?;
             if p.len() > self.appender.max_payload() {
                 return Err(Refusal::TooLarge {
                     source: source_id,
@@ -581,10 +579,7 @@ impl Sequencer {
             return Err(Refusal::TrailingBytes(datagram.len() - end));
         }
         let first_source_seq = d.first_source_seq();
-        if first_source_seq
-            .checked_add(count as u64)
-            .is_none()
-        {
+        if first_source_seq.checked_add(count as u64).is_none() {
             return Err(Refusal::SeqOverflow {
                 source: source_id,
                 first: first_source_seq,
