@@ -124,7 +124,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
         &io_counters,
     )
     .unwrap();
-    let mut payload = vec![0u8; 120];
+    let mut payload = [0u8; 120];
     let mut offered = 0;
     // ROUNDS rounds of `per_round` messages offered, sent (one forwarder cycle), sequenced,
     // and confirmed (a second cycle); returns the allocations each agent made.
