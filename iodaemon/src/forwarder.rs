@@ -16,7 +16,7 @@ use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
-use crate::outbox::{OutboxError, OutboxReader};
+use crate::outbox::{OutboxError, OutboxReader, Record};
 
 /// Where a stream's messages go and where its sequenced copy is read.
 #[derive(Debug, Clone)]
@@ -87,6 +87,32 @@ struct Link {
     last_sent_ns: u64,
 }
 
+/// A message of the batch being sent: its payload is `payloads[start..end]`.
+struct Batched {
+    source_seq: u64,
+    template_id: u16,
+    start: usize,
+    end: usize,
+}
+
+impl Batched {
+    /// Appends `r` to the batch, its payload to `payloads`.
+    fn push(batch: &mut Vec<Batched>, payloads: &mut Vec<u8>, r: &Record<'_>) {
+        let start = payloads.len();
+        payloads.extend_from_slice(r.payload);
+        batch.push(Batched {
+            source_seq: r.source_seq,
+            template_id: r.template_id,
+            start,
+            end: payloads.len(),
+        });
+    }
+
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
 struct RouteState {
     route: Route,
     tailer: Option<Tailer>,
@@ -110,8 +136,11 @@ pub struct Forwarder {
     links: Vec<Link>,
     routes: Vec<RouteState>,
     counters: Counters,
-    /// `(source_seq, template_id, payload)` of the messages being sent.
-    batch: Vec<(u64, u16, Vec<u8>)>,
+    /// The messages being sent, their payloads in `payloads`. Both are cleared, never
+    /// shrunk, so once they have grown to a cycle's batch no message allocates.
+    batch: Vec<Batched>,
+    /// The payloads of `batch`, back to back.
+    payloads: Vec<u8>,
     out: Vec<u8>,
     nak: Vec<u8>,
     /// Its monotonic reading times the resend timeout.
@@ -191,6 +220,7 @@ impl Forwarder {
             routes,
             counters,
             batch: Vec::new(),
+            payloads: Vec::new(),
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
             clock,
@@ -287,13 +317,14 @@ impl Forwarder {
     /// Polls a link's outbox and sends what is new.
     fn send_new(&mut self, i: usize) -> Result<usize, Error> {
         self.batch.clear();
-        let batch = &mut self.batch;
-        self.links[i].reader.poll(1024, |r| {
-            batch.push((r.source_seq, r.template_id, r.payload.to_vec()))
-        })?;
+        self.payloads.clear();
+        let (batch, payloads) = (&mut self.batch, &mut self.payloads);
+        self.links[i]
+            .reader
+            .poll(1024, |r| Batched::push(batch, payloads, &r))?;
         let n = self.batch.len();
         if n > 0 {
-            let last = self.batch[n - 1].0;
+            let last = self.batch[n - 1].source_seq;
             self.flush_batch(i)?;
             self.counters.sent.add(n as u64);
             let l = &mut self.links[i];
@@ -306,10 +337,11 @@ impl Forwarder {
     /// Resends every unconfirmed message of link `i` from `from`.
     fn resend(&mut self, i: usize, from: u64) -> Result<usize, Error> {
         self.batch.clear();
-        let batch = &mut self.batch;
+        self.payloads.clear();
+        let (batch, payloads) = (&mut self.batch, &mut self.payloads);
         self.links[i].reader.unconfirmed(|r| {
             if r.source_seq >= from {
-                batch.push((r.source_seq, r.template_id, r.payload.to_vec()));
+                Batched::push(batch, payloads, &r);
             }
             true
         })?;
@@ -333,10 +365,9 @@ impl Forwarder {
             let mut size = DATAGRAM_OVERHEAD;
             let mut end = start;
             while end < self.batch.len()
-                && (end == start
-                    || size + MESSAGE_OVERHEAD + self.batch[end].2.len() <= self.cfg.mtu)
+                && (end == start || size + MESSAGE_OVERHEAD + self.batch[end].len() <= self.cfg.mtu)
             {
-                size += MESSAGE_OVERHEAD + self.batch[end].2.len();
+                size += MESSAGE_OVERHEAD + self.batch[end].len();
                 end += 1;
             }
             if size > self.out.len() {
@@ -347,14 +378,14 @@ impl Forwarder {
                 .set_stream_id(stream_id)
                 .set_source_id(source_id)
                 .set_session_epoch(self.cfg.epoch)
-                .set_first_source_seq(self.batch[start].0);
+                .set_first_source_seq(self.batch[start].source_seq);
             {
                 let mut g = e.messages().expect("sized");
-                for (_, template_id, p) in &self.batch[start..end] {
+                for b in &self.batch[start..end] {
                     g.next_entry()
                         .and_then(|mut m| {
-                            m.set_template_id(*template_id);
-                            m.set_payload(p).map(|_| ())
+                            m.set_template_id(b.template_id);
+                            m.set_payload(&self.payloads[b.start..b.end]).map(|_| ())
                         })
                         .map_err(|err| {
                             Error::Config(format!("message too large for a datagram: {err}"))

@@ -68,19 +68,22 @@ pub struct CompositorConfig {
     pub policy: MergePolicy,
 }
 
-/// The next frame of a component, copied out of its store (timestamp policy).
+/// The next frame of a component, copied out of its store (timestamp policy); its payload is
+/// the component's `payload`.
 #[derive(Debug)]
 struct Head {
     seq: u64,
     timestamp_ns: u64,
     fields: FrameFields,
-    payload: Vec<u8>,
 }
 
 struct Component {
     stream_id: u32,
     tailer: Tailer,
     head: Option<Head>,
+    /// The payload of `head`: overwritten by each head, never shrunk, so once it has grown to
+    /// the largest frame no frame allocates.
+    payload: Vec<u8>,
     /// Timestamp of the latest frame or heartbeat seen: no later frame is earlier.
     watermark: u64,
     frames: Counter,
@@ -136,6 +139,7 @@ impl Compositor {
                 stream_id,
                 tailer,
                 head: None,
+                payload: Vec::new(),
                 watermark: 0,
                 frames: c("frames merged")?,
                 heartbeats: c("heartbeats seen")?,
@@ -249,9 +253,9 @@ impl Compositor {
             };
             let mut claim = self
                 .out
-                .claim_with(h.fields, PREFIX_LEN + h.payload.len())?;
+                .claim_with(h.fields, PREFIX_LEN + c.payload.len())?;
             origin.write(&mut claim[..PREFIX_LEN]);
-            claim[PREFIX_LEN..].copy_from_slice(&h.payload);
+            claim[PREFIX_LEN..].copy_from_slice(&c.payload);
             claim.commit_at(h.timestamp_ns)?;
             c.frames.incr();
             work += 1 + refill(c)?;
@@ -273,11 +277,12 @@ fn refill(c: &mut Component) -> Result<usize, Error> {
         }
         let mut fields = f.fields();
         fields.flags = flags::COMPOSITE;
+        c.payload.clear();
+        c.payload.extend_from_slice(f.payload());
         c.head = Some(Head {
             seq: f.seq(),
             timestamp_ns: f.timestamp_ns(),
             fields,
-            payload: f.payload().to_vec(),
         });
     }
     Ok(work)

@@ -341,8 +341,11 @@ struct Checked<'a> {
     source_id: u32,
     epoch: u32,
     first_source_seq: u64,
-    /// Each message's template id and payload.
-    payloads: Vec<(u16, &'a [u8])>,
+    /// Its messages, every one already decoded once and found good: iterating the
+    /// flyweight again reads them in place, so checking needs no buffer of its own.
+    messages: wire::DatagramHeaderMessagesDecoder<'a>,
+    /// How many there are.
+    count: usize,
 }
 
 /// A running sequencer. Drive it with [`Sequencer::do_work`] and an idle strategy.
@@ -552,22 +555,21 @@ impl Sequencer {
             });
         }
         let messages = d.messages().map_err(Refusal::Undecodable)?;
-        let mut payloads = Vec::with_capacity(messages.num_in_group());
-        for m in messages {
-            let (template_id, p) = m
-                .and_then(|m| Ok((m.template_id(), m.payload()?)))
-                .map_err(Refusal::Undecodable)?;
+        let (mut count, mut last) = (0, None);
+        for m in messages.clone() {
+            let p = m.and_then(|m| m.payload()).map_err(Refusal::Undecodable)?;
             if p.len() > self.appender.max_payload() {
                 return Err(Refusal::TooLarge {
                     source: source_id,
                     len: p.len(),
                 });
             }
-            payloads.push((template_id, p));
+            count += 1;
+            last = Some(p);
         }
         // The messages must end the datagram: the end of the last payload is the end of
         // the group (var data is the entry's last field).
-        let Some(&(_, last)) = payloads.last() else {
+        let Some(last) = last else {
             return Err(Refusal::Empty { source: source_id });
         };
         let end = last.as_ptr() as usize + last.len() - datagram.as_ptr() as usize;
@@ -575,10 +577,7 @@ impl Sequencer {
             return Err(Refusal::TrailingBytes(datagram.len() - end));
         }
         let first_source_seq = d.first_source_seq();
-        if first_source_seq
-            .checked_add(payloads.len() as u64)
-            .is_none()
-        {
+        if first_source_seq.checked_add(count as u64).is_none() {
             return Err(Refusal::SeqOverflow {
                 source: source_id,
                 first: first_source_seq,
@@ -588,7 +587,8 @@ impl Sequencer {
             source_id,
             epoch,
             first_source_seq,
-            payloads,
+            messages,
+            count,
         })
     }
 
@@ -599,7 +599,8 @@ impl Sequencer {
             source_id,
             epoch,
             first_source_seq: first,
-            payloads,
+            messages,
+            count: total,
         } = match self.check(datagram, from) {
             Ok(c) => c,
             Err(refusal) => {
@@ -612,9 +613,8 @@ impl Sequencer {
             .get_mut(&source_id)
             .expect("check found the source");
         source.epoch = Some(epoch);
-        let total = payloads.len();
         let mut gap_at = None;
-        for (i, (template_id, payload)) in payloads.into_iter().enumerate() {
+        for (i, m) in messages.enumerate() {
             let source_seq = first + i as u64;
             if source_seq < source.next_source_seq {
                 self.counters.duplicates.incr();
@@ -625,10 +625,13 @@ impl Sequencer {
                 self.counters.beyond_gap.add((total - i) as u64);
                 break;
             }
+            // `check` decoded this very entry from the same bytes without an error.
+            let m = m.expect("checked");
+            let payload = m.payload().expect("checked");
             let fields = FrameFields {
                 source_id,
                 source_seq,
-                template_id,
+                template_id: m.template_id(),
                 flags: 0,
             };
             self.appender.append_with(&fields, payload)?;

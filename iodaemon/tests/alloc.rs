@@ -1,0 +1,174 @@
+//! No heap allocation per message in steady state along the whole inbound path, in one
+//! thread: `Outbox::offer`, the forwarder's duty cycle (outbox to datagram, and confirming
+//! from the local store) and the sequencer's (datagram to store), over loopback UDP. A
+//! counting global allocator measures each; the first messages may allocate (buffers growing
+//! to their working size, the forwarder opening its tailer). The store is large enough not
+//! to roll within the test, and is not pretouched.
+//!
+//! The forwarder's tailer checks the end of the stream every
+//! [`REPLACED_CHECK_EVERY`] empty polls, and that check allocates (a path, a look at the
+//! next segment): a cost per idle poll, not per message. So the forwarder runs exactly two
+//! duty cycles per round (one sends, one confirms; one empty poll each), and two runs of the
+//! same number of cycles, the second with twice the messages, must allocate the same.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use seqstream_agent::counters::CountersWriter;
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_store::tailer::REPLACED_CHECK_EVERY;
+use seqstream_store::{pattern, StoreConfig};
+
+/// Counts heap allocations (alloc, alloc_zeroed, realloc) made on the calling thread: the
+/// store's segment-preparing thread and the test harness's own threads are not the agent's
+/// duty cycle, and a per-thread count keeps them and concurrently running tests out of it.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // A const-initialized `Cell` has no destructor: reachable until the thread is gone.
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting allocates
+// nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f`, adding the allocations it made on this thread to `*allocs`.
+fn counted<R>(allocs: &mut u64, f: impl FnOnce() -> R) -> R {
+    let before = ALLOCS.with(Cell::get);
+    let r = f();
+    *allocs += ALLOCS.with(Cell::get) - before;
+    r
+}
+
+const STREAM: u32 = 5;
+const SOURCE: u32 = 3;
+/// Rounds in a run: as many of the forwarder's empty tailer polls as one end-of-stream
+/// check period, so every run holds exactly one check.
+const ROUNDS: u64 = REPLACED_CHECK_EVERY as u64 / 2;
+
+/// Allocations made by each agent on the path.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Allocs {
+    offer: u64,
+    forwarder: u64,
+    sequencer: u64,
+}
+
+#[test]
+fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let seq_counters = CountersWriter::create(&d.path().join("seq.counters"), 64).unwrap();
+    let mut seq = Sequencer::open(
+        SequencerConfig {
+            store: store.clone(),
+            store_config: StoreConfig::new(STREAM)
+                .segment_size(32 << 20)
+                .pretouch(false),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            sources: vec![format!("{SOURCE}@127.0.0.1").parse().unwrap()],
+            recv_buffer: Some(1 << 20),
+            heartbeat: None,
+            nak_interval: Duration::from_millis(1),
+        },
+        &seq_counters,
+    )
+    .unwrap();
+    let outbox_path = d.path().join("app.outbox");
+    let mut outbox = Outbox::open_or_create(&outbox_path, SOURCE, STREAM, 1 << 20, 4096).unwrap();
+    let io_counters = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
+    let mut fwd = Forwarder::open(
+        ForwarderConfig {
+            outboxes: vec![outbox_path],
+            routes: vec![Route {
+                stream_id: STREAM,
+                sequencer: seq.local_addr(),
+                local_store: store,
+            }],
+            bind: "127.0.0.1:0".parse().unwrap(),
+            mtu: 1400,
+            // Never within the test: nothing is lost on loopback.
+            resend_timeout: Duration::from_secs(3600),
+            epoch: 1,
+        },
+        &io_counters,
+    )
+    .unwrap();
+    let mut payload = [0u8; 120];
+    let mut offered = 0;
+    // ROUNDS rounds of `per_round` messages offered, sent (one forwarder cycle), sequenced,
+    // and confirmed (a second cycle); returns the allocations each agent made.
+    let mut run = |seq: &mut Sequencer, fwd: &mut Forwarder, per_round: u64| {
+        let mut allocs = Allocs::default();
+        for _ in 0..ROUNDS {
+            for _ in 0..per_round {
+                offered += 1;
+                let p = &mut payload[..pattern::payload_len(offered, 1, 120)];
+                pattern::fill(offered, p);
+                let s = counted(&mut allocs.offer, || outbox.offer(STREAM, 0, p).unwrap());
+                assert_eq!(s, offered);
+            }
+            counted(&mut allocs.forwarder, || fwd.do_work().unwrap());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seq.appender().next_seq() <= offered {
+                assert!(Instant::now() < deadline, "round not sequenced");
+                counted(&mut allocs.sequencer, || seq.do_work().unwrap());
+            }
+            counted(&mut allocs.forwarder, || fwd.do_work().unwrap());
+            assert_eq!(outbox.in_flight(), 0, "round not confirmed");
+        }
+        allocs
+    };
+    // Up to two datagrams a round at this MTU: 8 and 16 messages of at most 120 bytes.
+    let warm_up = run(&mut seq, &mut fwd, 16);
+    let single = run(&mut seq, &mut fwd, 8);
+    let double = run(&mut seq, &mut fwd, 16);
+    assert_eq!(seq.appender().next_seq(), ROUNDS * 40 + 1);
+    assert_eq!(
+        (
+            single.offer,
+            single.sequencer,
+            double.offer,
+            double.sequencer
+        ),
+        (0, 0, 0, 0),
+        "offer and sequencer: {single:?}, then {double:?}, after {warm_up:?}"
+    );
+    assert_eq!(
+        single.forwarder,
+        double.forwarder,
+        "forwarder: {single:?} in {} messages, {double:?} in {}, after {warm_up:?}",
+        ROUNDS * 8,
+        ROUNDS * 16
+    );
+}
