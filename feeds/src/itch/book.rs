@@ -23,7 +23,9 @@
 //! - an execution or cancel of more shares than the order has is clamped to the order's
 //!   shares (`overfilled_executions`, `overcancels`), so the order leaves the book.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use super::{AddOrder, Message, Price4, Side};
 
@@ -131,10 +133,14 @@ pub struct BookCounts {
 }
 
 /// The market-by-order book of every stock on one ITCH feed.
+///
+/// Orders and stocks are kept in hash maps with the `rustc-hash` (FxHash) hasher: a few
+/// multiplications per key instead of SipHash's rounds. It offers no defence against keys
+/// chosen to collide, which is fine for an exchange's own feed, not for untrusted input.
 #[derive(Debug, Clone, Default)]
 pub struct OrderBook {
-    orders: HashMap<u64, Order>,
-    stocks: HashMap<u16, StockBook>,
+    orders: FxHashMap<u64, Order>,
+    stocks: FxHashMap<u16, StockBook>,
     counts: BookCounts,
 }
 
