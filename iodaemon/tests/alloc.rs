@@ -11,8 +11,6 @@
 //! duty cycles per round (one sends, one confirms; one empty poll each), and two runs of the
 //! same number of cycles, the second with twice the messages, must allocate the same.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::CountersWriter;
@@ -21,54 +19,10 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::tailer::REPLACED_CHECK_EVERY;
 use seqstream_store::{pattern, StoreConfig};
-
-/// Counts heap allocations (alloc, alloc_zeroed, realloc) made on the calling thread: the
-/// store's segment-preparing thread and the test harness's own threads are not the agent's
-/// duty cycle, and a per-thread count keeps them and concurrently running tests out of it.
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // A const-initialized `Cell` has no destructor: reachable until the thread is gone.
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting allocates
-// nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use seqstream_testkit::{counted, CountingAllocator};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f`, adding the allocations it made on this thread to `*allocs`.
-fn counted<R>(allocs: &mut u64, f: impl FnOnce() -> R) -> R {
-    let before = ALLOCS.with(Cell::get);
-    let r = f();
-    *allocs += ALLOCS.with(Cell::get) - before;
-    r
-}
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
