@@ -6,6 +6,9 @@
 //! and never owns a thread, a core or an idle strategy: where and how it runs is its host's
 //! choice (the daemon's config), never the role's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
 /// An error an agent returns from one of its calls: any error of its role, boxed so that
 /// agents of different roles share a runner.
 pub type AgentError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -45,6 +48,14 @@ pub trait Agent: Send {
     fn on_close(&mut self) -> Result<(), AgentError> {
         Ok(())
     }
+
+    /// `true` once the agent's work is over for good (a replication sender whose session
+    /// ended): its host closes it and lets it go: a runner whose agent finished ends without
+    /// error, a [`CompositeAgent`] drops a finished member it was [handed](AgentSink). Read
+    /// after every duty cycle, so it must be cheap. Default: never.
+    fn is_finished(&self) -> bool {
+        false
+    }
 }
 
 impl<A: Agent + ?Sized> Agent for Box<A> {
@@ -59,6 +70,9 @@ impl<A: Agent + ?Sized> Agent for Box<A> {
     }
     fn on_close(&mut self) -> Result<(), AgentError> {
         (**self).on_close()
+    }
+    fn is_finished(&self) -> bool {
+        (**self).is_finished()
     }
 }
 
@@ -77,10 +91,64 @@ pub struct MemberError {
 /// `SHARED` threading mode, or a thread group. The work count is the members' sum, so the
 /// idle strategy idles only when none of them had work. A member's error is the composite's
 /// error ([`MemberError`] names the member): a runner then restarts or stops them together.
+///
+/// Two kinds of member:
+/// - the members it was built with, which live as long as the composite (they are started
+///   again when a runner restarts it);
+/// - members handed to it while it runs, through an [`AgentSink`] (a replication server's
+///   sender for each replica it admits: Agrona's `DynamicCompositeAgent`). The composite
+///   starts them on its own thread at its next duty cycle, closes and drops each once it
+///   [is finished](Agent::is_finished), and closes and drops the rest when it closes. A
+///   handed member that fails to start is logged and dropped, never the composite's error:
+///   it is a session, not a role of the host.
 pub struct CompositeAgent {
     name: String,
     members: Vec<Box<dyn Agent>>,
     started: usize,
+    joined: Vec<Box<dyn Agent>>,
+    inbox: Option<Arc<SinkQueue>>,
+}
+
+/// Agents handed to a running [`CompositeAgent`], waiting for its next duty cycle.
+#[derive(Default)]
+struct SinkQueue {
+    /// Set when `agents` is not empty: the composite's cycle reads this flag, not the lock.
+    pending: AtomicBool,
+    agents: Mutex<Vec<Box<dyn Agent>>>,
+    /// Set when the composite closed: agents handed afterwards are dropped at once.
+    closed: AtomicBool,
+}
+
+/// A handle that hands agents to a running [`CompositeAgent`] from any thread
+/// ([`CompositeAgent::sink`]). Cloning it is cheap.
+#[derive(Clone)]
+pub struct AgentSink {
+    queue: Arc<SinkQueue>,
+}
+
+impl std::fmt::Debug for AgentSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSink")
+            .field("closed", &self.queue.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl AgentSink {
+    /// Hands `agent` to the composite, which starts it at its next duty cycle. If the
+    /// composite has closed, `agent` is dropped here (and so released: a sender's slot).
+    pub fn add(&self, agent: Box<dyn Agent>) {
+        if self.queue.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut agents = lock(&self.queue.agents);
+        agents.push(agent);
+        self.queue.pending.store(true, Ordering::Release);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl CompositeAgent {
@@ -98,7 +166,27 @@ impl CompositeAgent {
             name,
             members,
             started: 0,
+            joined: Vec::new(),
+            inbox: None,
         }
+    }
+
+    /// The composite with `more` members after its own (before it is started).
+    pub fn with_members(mut self, more: impl IntoIterator<Item = Box<dyn Agent>>) -> Self {
+        self.members.extend(more);
+        self
+    }
+
+    /// A handle through which other agents (on any thread) hand this composite members while
+    /// it runs. Every call returns a handle to the same queue.
+    pub fn sink(&mut self) -> AgentSink {
+        let queue = self.inbox.get_or_insert_with(Default::default).clone();
+        AgentSink { queue }
+    }
+
+    /// The members handed through a sink and not finished yet.
+    pub fn joined(&self) -> usize {
+        self.joined.len()
     }
 
     fn member_error(member: &dyn Agent, source: AgentError) -> AgentError {
@@ -106,6 +194,41 @@ impl CompositeAgent {
             role: member.role_name().to_string(),
             source,
         })
+    }
+
+    /// Starts the agents handed since the last cycle; the number started.
+    fn take_handed(&mut self) -> usize {
+        let Some(q) = &self.inbox else { return 0 };
+        if !q.pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        let handed = {
+            let mut agents = lock(&q.agents);
+            q.pending.store(false, Ordering::Release);
+            std::mem::take(&mut *agents)
+        };
+        let mut work = 0;
+        for mut a in handed {
+            match a.on_start() {
+                Ok(()) => {
+                    work += 1;
+                    self.joined.push(a);
+                }
+                Err(e) => {
+                    tracing::warn!(composite = %self.name, role = a.role_name(), error = %e, "a handed agent failed to start; dropped")
+                }
+            }
+        }
+        work
+    }
+
+    /// Closes and drops every handed member.
+    fn close_joined(&mut self) {
+        for mut a in self.joined.drain(..) {
+            if let Err(e) = a.on_close() {
+                tracing::warn!(composite = %self.name, role = a.role_name(), error = %e, "closing a handed agent");
+            }
+        }
     }
 }
 
@@ -115,8 +238,12 @@ impl Agent for CompositeAgent {
     }
 
     /// Starts the members in order; if one fails, those already started are closed again
-    /// (their close errors are dropped: the start error is the one reported).
+    /// (their close errors are dropped: the start error is the one reported). Reopens the
+    /// sink if a previous close shut it.
     fn on_start(&mut self) -> Result<(), AgentError> {
+        if let Some(q) = &self.inbox {
+            q.closed.store(false, Ordering::Release);
+        }
         self.started = 0;
         for i in 0..self.members.len() {
             if let Err(e) = self.members[i].on_start() {
@@ -133,16 +260,36 @@ impl Agent for CompositeAgent {
     }
 
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
-        let mut work = 0;
+        let mut work = self.take_handed();
         for m in &mut self.members {
             work += m.do_work(cycle).map_err(|e| Self::member_error(&**m, e))?;
+        }
+        let mut i = 0;
+        while i < self.joined.len() {
+            let m = &mut self.joined[i];
+            work += m.do_work(cycle).map_err(|e| Self::member_error(&**m, e))?;
+            if m.is_finished() {
+                let mut done = self.joined.swap_remove(i);
+                if let Err(e) = done.on_close() {
+                    tracing::warn!(composite = %self.name, role = done.role_name(), error = %e, "closing a finished agent");
+                }
+                continue;
+            }
+            i += 1;
         }
         Ok(work)
     }
 
-    /// Closes every started member, in reverse order, even when one fails; the first error is
-    /// returned.
+    /// Shuts the sink (agents handed from now on are dropped), drops those still queued,
+    /// closes and drops the handed members, then closes every started member, in reverse
+    /// order, even when one fails; the first error is returned.
     fn on_close(&mut self) -> Result<(), AgentError> {
+        if let Some(q) = &self.inbox {
+            q.closed.store(true, Ordering::Release);
+            lock(&q.agents).clear();
+            q.pending.store(false, Ordering::Release);
+        }
+        self.close_joined();
         let mut first = None;
         for m in self.members[..self.started].iter_mut().rev() {
             if let Err(e) = m.on_close() {
@@ -251,5 +398,81 @@ pub(crate) mod tests {
         assert_eq!(c.on_start().unwrap_err().to_string(), "b: no start");
         c.on_close().unwrap();
         assert_eq!(*log.lock().unwrap(), ["a start", "b start", "a close"]);
+    }
+    /// Works `left` cycles, then is finished.
+    struct Session {
+        name: String,
+        left: usize,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Agent for Session {
+        fn role_name(&self) -> &str {
+            &self.name
+        }
+        fn on_start(&mut self) -> Result<(), AgentError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{} start", self.name));
+            Ok(())
+        }
+        fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+            self.left = self.left.saturating_sub(1);
+            Ok(1)
+        }
+        fn on_close(&mut self) -> Result<(), AgentError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{} close", self.name));
+            Ok(())
+        }
+        fn is_finished(&self) -> bool {
+            self.left == 0
+        }
+    }
+
+    #[test]
+    fn agents_handed_through_a_sink_start_run_and_are_dropped_once_finished_or_at_close() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut c = CompositeAgent::new(
+            Some("host".into()),
+            vec![Box::new(Scripted::new("a", &log))],
+        );
+        let sink = c.sink();
+        c.on_start().unwrap();
+        let cycle = DutyCycle { now_ns: 0 };
+        assert_eq!(c.do_work(&cycle).unwrap(), 1);
+        let session = |name: &str, left| {
+            Box::new(Session {
+                name: name.into(),
+                left,
+                log: log.clone(),
+            })
+        };
+        sink.add(session("s1", 2));
+        sink.add(session("s2", 100));
+        // Started at the next cycle (1 each), then one cycle of work each, plus a's.
+        assert_eq!(c.do_work(&cycle).unwrap(), 2 + 3);
+        assert_eq!(c.joined(), 2);
+        // s1's second cycle finishes it: it is closed and dropped within that cycle.
+        assert_eq!(c.do_work(&cycle).unwrap(), 3);
+        assert_eq!(c.joined(), 1);
+        c.on_close().unwrap();
+        assert_eq!(c.joined(), 0);
+        // Handed to a closed composite: dropped, never started.
+        sink.add(session("late", 1));
+        c.on_start().unwrap();
+        c.do_work(&cycle).unwrap();
+        assert_eq!(c.joined(), 0);
+        c.on_close().unwrap();
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "a start", "s1 start", "s2 start", "s1 close", "s2 close", "a close", "a start",
+                "a close"
+            ]
+        );
     }
 }

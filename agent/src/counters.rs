@@ -96,6 +96,8 @@ pub struct CountersWriter {
     file: Arc<Mapping>,
     capacity: usize,
     next: Arc<std::sync::Mutex<usize>>,
+    /// Prepended to every label this writer allocates ([`scoped`](Self::scoped)).
+    prefix: Arc<str>,
 }
 
 /// One counter: a `u64` on its own cache line of the counters file.
@@ -176,7 +178,18 @@ impl CountersWriter {
             file: Arc::new(file),
             capacity,
             next: Arc::new(std::sync::Mutex::new(0)),
+            prefix: Arc::from(""),
         })
+    }
+
+    /// A writer of the same file whose labels start with `prefix` (after this writer's own):
+    /// a daemon that hosts several roles gives each one a scope named after it
+    /// (`"md-seq "` → `md-seq frames appended`), so their labels never collide.
+    pub fn scoped(&self, prefix: &str) -> CountersWriter {
+        CountersWriter {
+            prefix: Arc::from(format!("{}{prefix}", self.prefix)),
+            ..self.clone()
+        }
     }
 
     /// The file's path.
@@ -184,9 +197,16 @@ impl CountersWriter {
         &self.file.path
     }
 
-    /// Allocates a counter named `label` (truncated to [`MAX_LABEL`] bytes at a character
+    /// Allocates a counter named `label` (after the writer's [scope](Self::scoped); truncated to [`MAX_LABEL`] bytes at a character
     /// boundary), starting at 0. `Full` when every slot is taken.
     pub fn counter(&self, label: &str) -> Result<Counter, CountersError> {
+        let scoped;
+        let label = if self.prefix.is_empty() {
+            label
+        } else {
+            scoped = format!("{}{label}", self.prefix);
+            &scoped
+        };
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         if *next >= self.capacity {
             return Err(CountersError::Full {
@@ -295,5 +315,23 @@ mod tests {
         assert!(w.counter("e").is_err());
         std::fs::write(&path, b"garbage").unwrap();
         assert!(read(&path).is_err());
+    }
+
+    #[test]
+    fn scoped_writers_prefix_their_labels_and_share_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.counters");
+        let w = CountersWriter::create(&path, 4).unwrap();
+        let md = w.scoped("md ");
+        md.counter("frames").unwrap().add(3);
+        md.scoped("replica ").counter("lag").unwrap().set(9);
+        w.counter("frames").unwrap().add(1);
+        let s = read(&path).unwrap();
+        assert_eq!(s.get("md frames"), Some(3));
+        assert_eq!(s.get("md replica lag"), Some(9));
+        assert_eq!(s.get("frames"), Some(1));
+        // One file, one allocation cursor: the scopes share its capacity.
+        md.counter("x").unwrap();
+        assert!(w.counter("y").is_err());
     }
 }

@@ -1,5 +1,7 @@
 //! Plumbing every seqstream daemon shares (feature `daemon`): options from a TOML file,
-//! shutdown on SIGINT/SIGTERM, logging (and rate-limited refusal lines), and where counters live.
+//! shutdown on SIGINT/SIGTERM, logging (and rate-limited refusal lines), where counters live,
+//! and the [`Role`] contract by which `seqstreamd` and the one-role daemons (`sequencer`,
+//! `replicator`, …) build a role from the same options: one way to configure a role.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,116 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use crate::ratelimit::{monotonic_ns, LogLimit};
+
+/// A role's options (a `clap` parser: the one-role daemon's flags, and the keys of its table in
+/// a `seqstreamd` file), and how to build its agents from them.
+pub trait Role: clap::Args {
+    /// The kind, as `seqstreamd`'s file names its tables (`sequencer`, `serve`, …).
+    const KIND: &'static str;
+    /// Options that place the role's threads (core, idle strategy, error policy): allowed in
+    /// its `seqstreamd` table only under dedicated threading, where the role has threads of
+    /// its own; a shared thread or a `[[thread]]` group is placed by its own settings.
+    const PLACEMENT_KEYS: &'static [&'static str];
+
+    /// Opens what the role needs (stores, sockets) and returns its agents, each with the
+    /// thread it has under dedicated threading.
+    fn build(&self, ctx: RoleContext) -> Result<Vec<crate::host::Hosted>>;
+}
+
+/// What a host gives a role it builds.
+#[derive(Debug, Clone)]
+pub struct RoleContext {
+    /// Where the role's counters go: the process's file, scoped to the role's name in
+    /// `seqstreamd` (`"md-seq "`), unscoped in a one-role daemon.
+    pub counters: crate::counters::CountersWriter,
+    /// Where the agents the role hands out while it runs go (a replication server's
+    /// senders): a composite's sink, or `None` for runners of their own.
+    pub sender_host: Option<crate::agent::AgentSink>,
+}
+
+/// Options of every one-role daemon beyond its role's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DaemonArgs {
+    /// TOML file of options (keys = long flag names); command-line flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Counters file for seqstat (default /dev/shm/seqstream-<daemon>-<pid>.counters, removed
+    /// at a clean exit).
+    #[arg(long)]
+    pub counters: Option<PathBuf>,
+}
+
+/// Runs `role` as daemon `name`, alone in its process, each of its agents on a thread of its
+/// own (dedicated threading), until SIGINT/SIGTERM (`stop`) or an error under
+/// `--on-error stop`.
+pub fn run_one<R: Role>(
+    name: &str,
+    role: &R,
+    daemon: &DaemonArgs,
+    capacity: usize,
+    stop: &Arc<AtomicBool>,
+) -> Result<()> {
+    run_dedicated(name, daemon, capacity, stop, |counters| {
+        let agents = role.build(RoleContext {
+            counters: counters.clone(),
+            sender_host: None,
+        })?;
+        Ok(vec![(R::KIND.to_string(), agents)])
+    })
+}
+
+/// Runs the roles `build` opens (named, with their agents; their counters in daemon `name`'s
+/// file, of `capacity` slots) as daemon `name`, every agent on a thread of its own, until
+/// SIGINT/SIGTERM (`stop`) or an error under `--on-error stop`.
+pub fn run_dedicated(
+    name: &str,
+    daemon: &DaemonArgs,
+    capacity: usize,
+    stop: &Arc<AtomicBool>,
+    build: impl FnOnce(
+        &crate::counters::CountersWriter,
+    ) -> Result<Vec<(String, Vec<crate::host::Hosted>)>>,
+) -> Result<()> {
+    let (counters, _cleanup) = counters(name, daemon.counters.clone(), capacity)?;
+    let roles = build(&counters)?;
+    let names: Vec<String> = roles.iter().map(|(r, _)| r.clone()).collect();
+    let mut layout = crate::host::Layout::new(crate::host::Threading::Dedicated, &names)?;
+    for (role, agents) in roles {
+        layout.place(&role, agents);
+    }
+    tracing::info!(counters = %counters.path().display(), "started");
+    let runners = layout.start(Some(&counters), stop)?;
+    crate::host::join_all(runners)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `table`'s keys as flags, the way [`args_with_config`] turns a config file into flags.
+pub fn table_to_flags(table: &toml::Table) -> Result<Vec<String>> {
+    let mut flags = Vec::new();
+    for (key, value) in table {
+        push_flag(&mut flags, &format!("--{}", key.replace('_', "-")), value)?;
+    }
+    Ok(flags)
+}
+
+fn push_flag(out: &mut Vec<String>, flag: &str, value: &toml::Value) -> Result<()> {
+    match value {
+        toml::Value::Boolean(true) => out.push(flag.to_string()),
+        toml::Value::Boolean(false) => {}
+        toml::Value::Array(items) => {
+            for item in items {
+                out.push(flag.to_string());
+                out.push(plain(item)?);
+            }
+        }
+        other => {
+            out.push(flag.to_string());
+            out.push(plain(other)?);
+        }
+    }
+    Ok(())
+}
 
 /// The process's arguments with the keys of the TOML file named by `--config FILE` inserted
 /// as flags (`stream_id = 7` → `--stream-id 7`; an array → the flag once per item, so
@@ -44,20 +156,7 @@ fn merge_config(args: Vec<String>) -> Result<Vec<String>> {
         if args.iter().any(given) {
             continue;
         }
-        match value {
-            toml::Value::Boolean(true) => from_file.push(flag),
-            toml::Value::Boolean(false) => {}
-            toml::Value::Array(items) => {
-                for item in &items {
-                    from_file.push(flag.clone());
-                    from_file.push(plain(item)?);
-                }
-            }
-            other => {
-                from_file.push(flag);
-                from_file.push(plain(&other)?);
-            }
-        }
+        push_flag(&mut from_file, &flag, &value)?;
     }
     let mut out = args[..at].to_vec();
     out.extend(from_file);
@@ -76,11 +175,11 @@ fn plain(v: &toml::Value) -> Result<String> {
 }
 
 /// The longest config file read: 1 MiB.
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// The text of a config file: a regular file of at most [`MAX_CONFIG_BYTES`] (a device such
 /// as `/dev/zero` would be read forever).
-fn read_config(path: &Path) -> Result<String> {
+pub fn read_config(path: &Path) -> Result<String> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let meta = file
         .metadata()

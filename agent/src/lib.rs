@@ -11,8 +11,9 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`agent`] | the [`Agent`] contract, [`CompositeAgent`] |
+//! | [`agent`] | the [`Agent`] contract, [`CompositeAgent`] and the [`AgentSink`] that hands it agents |
 //! | [`runner`] | [`AgentRunner`]: thread, pinning, idling, the per-cycle clock, error policy |
+//! | [`host`] | [`host::Layout`]: a host's roles on threads (dedicated, shared, thread groups) |
 //! | [`invoker`] | [`AgentInvoker`]: duty cycles on the caller's thread |
 //! | [`idle`] | idle strategies (busy-spin, yield, backoff, sleep) |
 //! | [`affinity`] | core pinning |
@@ -30,12 +31,13 @@ pub mod clock;
 pub mod counters;
 #[cfg(feature = "daemon")]
 pub mod daemon;
+pub mod host;
 pub mod idle;
 pub mod invoker;
 pub mod ratelimit;
 pub mod runner;
 
-pub use agent::{Agent, AgentError, CompositeAgent, DutyCycle};
+pub use agent::{Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
 pub use idle::{Idle, IdleState, IdleStrategy};
 pub use invoker::AgentInvoker;
 pub use runner::{AgentRunner, OnError, RunnerConfig, RunnerError};

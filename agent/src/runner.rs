@@ -10,7 +10,8 @@
 //! pin → on_start → loop { now = clock; work = do_work(now); idle(work) } until stop → on_close
 //! ```
 //!
-//! A runner stops when its stop flag is set. Runners of one daemon share one flag: a signal
+//! A runner stops when its stop flag is set, or when its agent [is
+//! finished](crate::agent::Agent::is_finished) (then without touching the flag). Runners of one daemon share one flag: a signal
 //! sets it and every runner finishes its cycle, closes its agent and ends; an agent whose
 //! error policy is [`OnError::Stop`] sets it too, so an error stops the whole daemon instead of
 //! leaving a silent dead thread.
@@ -260,7 +261,11 @@ fn run<A: Agent>(
             Err(e) => Err(e),
         };
         let Err(e) = failure else {
-            tracing::info!(role, "agent stopped");
+            if agent.is_finished() {
+                tracing::debug!(role, "agent finished");
+            } else {
+                tracing::info!(role, "agent stopped");
+            }
             return Ok(());
         };
         if let Some(c) = counters {
@@ -283,7 +288,7 @@ fn run<A: Agent>(
     }
 }
 
-/// Duty cycles until `stop` is set or the agent fails.
+/// Duty cycles until `stop` is set, the agent [is finished](Agent::is_finished), or it fails.
 fn cycles<A: Agent>(
     agent: &mut A,
     clock: &mut Clock,
@@ -298,6 +303,9 @@ fn cycles<A: Agent>(
         let work = agent.do_work(&cycle)?;
         if let Some(c) = counters {
             c.cycles.incr();
+        }
+        if agent.is_finished() {
+            break;
         }
         idle.idle(work);
     }
@@ -480,6 +488,30 @@ mod tests {
         assert_eq!(
             *log.lock().unwrap(),
             ["x start", "y start", "y close", "x close"]
+        );
+    }
+
+    #[test]
+    fn a_runner_whose_agent_finishes_ends_cleanly_without_stopping_the_others() {
+        struct Finite(usize);
+        impl Agent for Finite {
+            fn role_name(&self) -> &str {
+                "finite"
+            }
+            fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+                self.0 -= 1;
+                Ok(1)
+            }
+            fn is_finished(&self) -> bool {
+                self.0 == 0
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let r = AgentRunner::start(Finite(5), quick(OnError::Stop, None), stop.clone()).unwrap();
+        r.join().unwrap();
+        assert!(
+            !stop.load(Ordering::Acquire),
+            "a finished agent stops only itself"
         );
     }
 

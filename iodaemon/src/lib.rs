@@ -4,7 +4,9 @@
 //! | module | owns |
 //! |---|---|
 //! | [`outbox`] | the shared-memory ring an application offers unsequenced messages into |
+//! | [`cli`] | the forwarder role's options (daemon flags, `seqstreamd` table keys) and its building |
 //! | [`forwarder`] | the iodaemon's duty cycle: outboxes → datagrams, confirm, resend |
 
+pub mod cli;
 pub mod forwarder;
 pub mod outbox;

@@ -72,9 +72,6 @@ pub struct FollowerConfig {
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
-    /// Prepended to every counter label, so that several followers can share one counters
-    /// file (the iodaemon uses `"stream N "`); empty by default.
-    pub counter_prefix: String,
     /// The longest segment an upstream may make this replica allocate: a segment header
     /// declaring more is refused as a lie. Default [`DEFAULT_MAX_SEGMENT_SIZE`].
     pub max_segment_size: u64,
@@ -99,7 +96,6 @@ impl FollowerConfig {
             peer_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
-            counter_prefix: String::new(),
             max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
         }
     }
@@ -234,13 +230,11 @@ const READS_PER_CYCLE: usize = 64;
 
 impl Follower {
     /// Opens the local replica if it exists (recovering it like any store) and registers the
-    /// counters. The follower starts disconnected, with its first connect due at once.
+    /// counters (several followers share one file through [scoped](CountersWriter::scoped)
+    /// writers: the iodaemon scopes each to `"stream N "`). The follower starts disconnected,
+    /// with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
-        let c = |l: &str| {
-            counters
-                .counter(&format!("{}{l}", cfg.counter_prefix))
-                .map_err(Error::Counters)
-        };
+        let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let counters = Counters {
             position: c("replica position")?,
             next_seq: c("replica next seq")?,

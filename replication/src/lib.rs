@@ -11,11 +11,13 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`cli`] | the roles' options (daemon flags, `seqstreamd` table keys) and their building |
 //! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
 //! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`) |
 //! | [`server`] | the upstream side: the acceptor agent (admission), one sender agent per replica |
 //! | [`follower`] | the replica side, an agent: connect, resume, check, write, acknowledge, reconnect |
 
+pub mod cli;
 pub mod follower;
 pub mod framing;
 pub mod protocol;

@@ -8,15 +8,20 @@
 //!                 │ address, handshake limit, hello (deadline), secret, stream, resume
 //!                 │ position, consumer slot
 //!                 ▼
-//!               sender[slot] on its own AgentRunner (core cores[slot % n], the config's idle
-//!               strategy), owning its socket, its tailer and its slot's counters; its runner
-//!               ends when its session ends
+//!               sender[slot], owning its socket, its tailer and its slot's counters,
+//!               finished when its session ends; on its own AgentRunner (core
+//!               cores[slot % n], the config's idle strategy), or handed to a host's
+//!               composite (ServerConfig::sender_host)
 //! ```
 //!
-//! The acceptor is its senders' host: it starts one [`AgentRunner`] per admitted replica, as
-//! [`ServerConfig::cores`] and [`ServerConfig::idle`] say (the runner pins, not the sender),
-//! reaps the runners whose session ended, and stops and joins the others when it closes. Run
-//! the acceptor itself on a runner: `AgentRunner::start(server, …)`.
+//! By default the acceptor is its senders' host: it starts one [`AgentRunner`] per admitted
+//! replica, as [`ServerConfig::cores`] and [`ServerConfig::idle`] say (the runner pins, not
+//! the sender), reaps the runners whose session ended, and stops and joins the others when it
+//! closes. With [`ServerConfig::sender_host`] it hands each sender to a running
+//! [`CompositeAgent`](seqstream_agent::CompositeAgent) instead (a thread `seqstreamd` shares
+//! among roles), which drops it once its session has ended; closing the acceptor ends those
+//! senders' sessions at their next cycle. Run the acceptor itself on a runner
+//! (`AgentRunner::start(server, …)`) or in a composite.
 //!
 //! The server only reads the store: a slow or stalled replica never slows the appender,
 //! another replica's sender or the acceptor. A replica that falls behind is served from the
@@ -51,7 +56,9 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::runner::ErrorChain;
-use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, Idle, OnError, RunnerConfig};
+use seqstream_agent::{
+    Agent, AgentError, AgentRunner, AgentSink, DutyCycle, Idle, OnError, RunnerConfig,
+};
 use seqstream_store::{Tailer, TailerOptions};
 use subtle::ConstantTimeEq;
 
@@ -72,6 +79,11 @@ pub struct ServerConfig {
     pub secret: Vec<u8>,
     /// Addresses replicas may connect from; anything else is refused.
     pub allow: Vec<IpAddr>,
+    /// Where senders run. `None` (the default): each on a runner of its own, placed by
+    /// [`cores`](Self::cores) and [`idle`](Self::idle). `Some`: each handed to that running
+    /// composite (a host thread shared with other roles, `seqstreamd`'s `shared` threading),
+    /// whose thread, core and idle strategy are the host's; `cores` and `idle` are unused.
+    pub sender_host: Option<AgentSink>,
     /// Cores of the senders' runners (empty: unpinned). The sender of consumer slot `i` (the
     /// lowest slot free when its replica was admitted) runs on `cores[i % cores.len()]`, so
     /// live senders never share a core while there are at least as many cores as replicas,
@@ -91,6 +103,10 @@ pub struct ServerConfig {
     pub peer_timeout: Duration,
     /// Time a new connection has to send its hello.
     pub handshake_timeout: Duration,
+    /// The acceptor polls its sockets at most this often (by its duty cycle's clock), so that
+    /// on a thread it shares with the sequencer and senders it adds no system call to their
+    /// cycles. Default 1 ms; zero polls every cycle.
+    pub poll_interval: Duration,
     /// Its monotonic reading times the handshake deadline, heartbeats and the peer timeout;
     /// its realtime reading stamps heartbeats. The system's clocks by default.
     pub clock: Clock,
@@ -106,6 +122,7 @@ impl ServerConfig {
             listen,
             secret,
             allow: vec![IpAddr::from([127, 0, 0, 1])],
+            sender_host: None,
             cores: Vec::new(),
             idle: Idle::backoff(),
             max_consumers: 16,
@@ -114,6 +131,7 @@ impl ServerConfig {
             heartbeat: Duration::from_millis(100),
             peer_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(1),
             clock: Clock::system(),
         }
     }
@@ -190,6 +208,9 @@ struct Shared {
     counters: Counters,
     slots: Mutex<Vec<Option<SlotCounters>>>,
     warns: Mutex<Warns>,
+    /// Set when the acceptor closes: senders on a host's thread end their session at their
+    /// next cycle (those on runners of their own are closed with their runner).
+    closing: AtomicBool,
 }
 
 impl Shared {
@@ -270,6 +291,8 @@ pub struct Server {
     shared: Arc<Shared>,
     senders: Vec<AgentRunner>,
     clock: Clock,
+    /// The duty cycle's reading (ns) at the last poll.
+    last_poll_ns: Option<u64>,
     /// `repl-accept stream <id>`, the agent's role name.
     role: String,
 }
@@ -312,6 +335,7 @@ impl Server {
         Ok(Server {
             role: format!("repl-accept stream {}", cfg.stream_id),
             clock: cfg.clock.clone(),
+            last_poll_ns: None,
             pending: (0..cfg.max_consumers).map(|_| None).collect(),
             events: Events::with_capacity(cfg.max_consumers + 1),
             cfg: Arc::new(cfg),
@@ -323,6 +347,7 @@ impl Server {
                 counters: server_counters,
                 slots: Mutex::new(slots),
                 warns: Mutex::new(Warns::new()),
+                closing: AtomicBool::new(false),
             }),
             senders: Vec::new(),
         })
@@ -420,7 +445,8 @@ impl Server {
         1
     }
 
-    /// Starts the sender of an admitted replica on a runner of its own.
+    /// Starts the sender of an admitted replica: on a runner of its own, or handed to the
+    /// host's composite ([`ServerConfig::sender_host`]).
     fn launch(
         &mut self,
         stream: TcpStream,
@@ -430,9 +456,6 @@ impl Server {
         lease: Lease,
     ) {
         let index = lease.index;
-        let cores = &self.cfg.cores;
-        let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
-        let done = Arc::new(AtomicBool::new(false));
         let session = Session::new(
             self.cfg.clone(),
             stream,
@@ -447,8 +470,13 @@ impl Server {
             opened: false,
             lease: Some(lease),
             shared: self.shared.clone(),
-            done: done.clone(),
         };
+        if let Some(host) = &self.cfg.sender_host {
+            host.add(Box::new(sender));
+            return;
+        }
+        let cores = &self.cfg.cores;
+        let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let cfg = RunnerConfig {
             core,
             idle: self.cfg.idle.clone(),
@@ -457,7 +485,7 @@ impl Server {
             counters: None,
         };
         // A sender that cannot start is dropped here, which frees its slot and counts it.
-        match AgentRunner::start(sender, cfg, done) {
+        match AgentRunner::start(sender, cfg, Arc::new(AtomicBool::new(false))) {
             Ok(r) => self.senders.push(r),
             Err(e) => tracing::error!(%peer, error = %ErrorChain(&e), "starting a sender"),
         }
@@ -538,13 +566,23 @@ impl Agent for Server {
         &self.role
     }
 
-    /// Its intervals run on the configured clock (injected in tests), not the cycle's reading.
-    fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
+    /// Polls once per [`ServerConfig::poll_interval`] of the cycle's clock; the handshake
+    /// deadlines run on the configured clock (injected in tests).
+    fn do_work(&mut self, cycle: &DutyCycle) -> std::result::Result<usize, AgentError> {
+        let interval = self.cfg.poll_interval.as_nanos() as u64;
+        if let Some(last) = self.last_poll_ns {
+            if cycle.now_ns.saturating_sub(last) < interval {
+                return Ok(0);
+            }
+        }
+        self.last_poll_ns = Some(cycle.now_ns);
         Ok(self.duty_cycle()?)
     }
 
-    /// Closes the connections in their handshake, then stops and joins every sender.
+    /// Closes the connections in their handshake, then stops and joins every sender on a
+    /// runner of its own, and tells those on a host's thread to end.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
+        self.shared.closing.store(true, Ordering::Release);
         for p in self.pending.iter_mut() {
             if let Some(mut p) = p.take() {
                 let _ = self.poll.registry().deregister(&mut p.stream);
@@ -609,7 +647,8 @@ fn read_hello(cfg: &ServerConfig, p: &mut Pending, counters: &Counters) -> Resul
 }
 
 /// The sender agent of one replica: owns its session (socket, tailer, buffers) and its slot,
-/// and sets its runner's stop flag (`done`) when the session ends, so that the runner ends.
+/// and [is finished](Agent::is_finished) once the session has ended, so that its host (its
+/// own runner, or a composite) closes and drops it.
 struct Sender {
     role: String,
     peer: SocketAddr,
@@ -617,12 +656,11 @@ struct Sender {
     opened: bool,
     lease: Option<Lease>,
     shared: Arc<Shared>,
-    done: Arc<AtomicBool>,
 }
 
 impl Sender {
-    /// Ends the session: logs why, closes the socket, frees the slot (counted), ends the
-    /// runner.
+    /// Ends the session: logs why, closes the socket, frees the slot (counted); the agent is
+    /// finished.
     fn end(&mut self, result: Result<()>) {
         let peer = self.peer;
         let slot = self.lease.as_ref().map_or(usize::MAX, |l| l.index);
@@ -639,7 +677,6 @@ impl Sender {
         }
         self.session = None;
         self.lease = None;
-        self.done.store(true, Ordering::Release);
     }
 }
 
@@ -651,6 +688,9 @@ impl Agent for Sender {
     /// A session fault ends the session, never the agent with an error: the server carries
     /// on, and this sender's runner ends.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
+        if self.shared.closing.load(Ordering::Relaxed) {
+            self.end(Ok(()));
+        }
         let Some(session) = self.session.as_mut() else {
             return Ok(0);
         };
@@ -675,6 +715,10 @@ impl Agent for Sender {
             self.end(Ok(()));
         }
         Ok(())
+    }
+
+    fn is_finished(&self) -> bool {
+        self.session.is_none()
     }
 }
 

@@ -1,6 +1,7 @@
 //! What seqstream's tests share across crates (a dev-dependency only; nothing here runs in a
-//! daemon). Today: [`CountingAllocator`], for tests that prove a duty cycle allocates nothing
-//! per message.
+//! daemon): [`CountingAllocator`], for tests that prove a duty cycle allocates nothing per
+//! message; [`KillOnDrop`], a child process that never outlives its test; free ports;
+//! waiting on a counter; a process's thread names.
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -66,4 +67,104 @@ pub fn counted<R>(allocs: &mut u64, f: impl FnOnce() -> R) -> R {
     let r = f();
     *allocs += ALLOCS.with(Cell::get) - before;
     r
+}
+
+/// A child process that is killed and reaped when dropped, so a failing test leaks none.
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Spawns `cmd`.
+    pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<KillOnDrop> {
+        cmd.spawn().map(KillOnDrop)
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Sends SIGTERM and waits (at most `timeout`) for the child to exit; its status, or
+    /// `None` if it was still running then (it is killed when dropped).
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid; it is not reaped yet (we hold it), so the
+        // pid names it and no other process.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A UDP port on 127.0.0.1 that was free a moment ago (bound, read, released).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral UDP port")
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral TCP port")
+}
+
+/// The value of counter `label` in the counters file at `path`, once it is there.
+pub fn counter(path: &std::path::Path, label: &str) -> Option<u64> {
+    seqstream_agent::counters::read(path)
+        .ok()
+        .and_then(|s| s.get(label))
+}
+
+/// Waits (at most `timeout`) until counter `label` of the file at `path` satisfies `ok`;
+/// panics with its last value otherwise.
+pub fn wait_counter(
+    path: &std::path::Path,
+    label: &str,
+    timeout: std::time::Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let v = counter(path, label);
+        if let Some(v) = v.filter(|v| ok(*v)) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "counter {label:?} of {} is {v:?} after {timeout:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The names of the threads of process `pid` (from `/proc/<pid>/task/*/comm`), sorted.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }

@@ -1,0 +1,113 @@
+//! The options of the forwarder role ([`ForwardArgs`]): the iodaemon's forwarding flags and
+//! the keys of `seqstreamd`'s `[[forward]]` table, and how it builds its agent; and
+//! [`check_routes`], the check of routes against the replicas a host keeps. One parser serves
+//! both, so the role is configured one way wherever it runs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use seqstream_agent::daemon::{Role, RoleContext};
+use seqstream_agent::host::{Hosted, Placement};
+use seqstream_agent::{Idle, OnError};
+
+use crate::forwarder::{Forwarder, ForwarderConfig, Route};
+
+/// The forwarder role: outboxes drained to the streams' sequencers over UDP, resent until
+/// each message appears in the host's copy of its stream.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForwardArgs {
+    /// An outbox file to drain (repeat, or comma-separate).
+    #[arg(long = "outbox", value_delimiter = ',', required = true)]
+    pub outboxes: Vec<PathBuf>,
+    /// A route, STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR (repeat): where the stream's
+    /// messages go, and the local copy in which they are confirmed.
+    #[arg(long = "route", required = true, value_parser = parse_route)]
+    pub routes: Vec<Route>,
+    /// Local UDP address to send from and receive NAKs on.
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub bind: SocketAddr,
+    /// Largest datagram, bytes.
+    #[arg(long, default_value_t = 1400)]
+    pub mtu: usize,
+    /// Resend what is unconfirmed this many ms after it was last sent.
+    #[arg(long, default_value_t = 500)]
+    pub resend_timeout_ms: u64,
+    /// Session epoch written in every datagram.
+    #[arg(long, default_value_t = 1)]
+    pub epoch: u32,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    pub idle: Idle,
+    /// What an error of a role (the forwarder, a replication client) does: `stop` (the
+    /// daemon exits with it) or `restart:<N>ms` (counted, logged, and the role started again
+    /// after N ms).
+    #[arg(long, default_value = "stop")]
+    pub on_error: OnError,
+    /// Core to pin the forwarding thread to.
+    #[arg(long)]
+    pub core: Option<usize>,
+}
+
+/// Parses `STREAM_ID=ADDR=DIR`, the shape of a route (and of the iodaemon's `--follow`).
+pub fn parse_route(s: &str) -> Result<Route, String> {
+    let mut parts = s.splitn(3, '=');
+    let bad = || format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR");
+    let stream_id = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let sequencer = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let local_store = PathBuf::from(parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?);
+    Ok(Route {
+        stream_id,
+        sequencer,
+        local_store,
+    })
+}
+
+/// Checks `routes` against the replicas `kept` (stream id, store) on the same host: a route
+/// and a replica of another stream must not name the same store (an error); a route whose
+/// store no replica keeps is logged (another process must replicate it).
+pub fn check_routes(routes: &[Route], kept: &[(u32, &Path)]) -> Result<()> {
+    for r in routes {
+        if let Some((stream_id, store)) = kept
+            .iter()
+            .find(|(s, store)| *store == r.local_store && *s != r.stream_id)
+        {
+            bail!(
+                "the route of stream {} and the replica of stream {stream_id} name the same store {}: one store holds one stream",
+                r.stream_id,
+                store.display()
+            );
+        }
+        if !kept.iter().any(|(_, store)| *store == r.local_store) {
+            tracing::warn!(stream_id = r.stream_id, store = %r.local_store.display(), "no replica on this host keeps this route's local store: another process must replicate it");
+        }
+    }
+    Ok(())
+}
+
+impl Role for ForwardArgs {
+    const KIND: &'static str = "forward";
+    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+
+    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
+        let cfg = ForwarderConfig {
+            outboxes: self.outboxes.clone(),
+            routes: self.routes.clone(),
+            bind: self.bind,
+            mtu: self.mtu,
+            resend_timeout: Duration::from_millis(self.resend_timeout_ms),
+            epoch: self.epoch,
+        };
+        let forwarder = Forwarder::open(cfg, &ctx.counters).context("opening the outboxes")?;
+        tracing::info!(bind = %forwarder.local_addr(), outboxes = self.outboxes.len(), "forwarding");
+        Ok(vec![Hosted {
+            agent: Box::new(forwarder),
+            placement: Placement {
+                core: self.core,
+                idle: self.idle.clone(),
+                on_error: self.on_error,
+            },
+        }])
+    }
+}

@@ -1,0 +1,503 @@
+//! # seqstreamd
+//!
+//! The host daemon: one process and one TOML file per host, running any set of roles on
+//! threads as the file says (Aeron's media driver is the model). This library reads the file
+//! ([`HostFile::parse`]) into the roles' options and a [`Threading`], and starts them
+//! ([`Host::start`]); the `seqstreamd` binary is a thin `main` around it.
+//!
+//! A role's table takes the same keys as its one-role daemon's flags (`stream_id = 1` is
+//! `--stream-id 1`), parsed by the same parser ([`seqstream_agent::daemon::Role`]), so a role
+//! is configured one way wherever it runs:
+//!
+//! | table | role | one-role daemon |
+//! |---|---|---|
+//! | `[[sequencer]]` | [`SequencerArgs`] | `sequencer` |
+//! | `[[compositor]]` | [`CompositorArgs`] | `compositor` |
+//! | `[[serve]]` | [`ServeArgs`] | `replicator serve` |
+//! | `[[follow]]` | [`FollowArgs`] | `replicator follow` |
+//! | `[[forward]]` | [`ForwardArgs`] | `iodaemon` (its forwarding flags) |
+//!
+//! `docs/seqstreamd.md` explains the file with a full example.
+
+#![warn(missing_docs, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::daemon::{table_to_flags, Role, RoleContext};
+use seqstream_agent::host::{Layout, Placement, ThreadGroup, Threading, SENDERS_SUFFIX};
+use seqstream_agent::{AgentRunner, Idle, OnError};
+use seqstream_iodaemon::cli::{check_routes, ForwardArgs};
+use seqstream_replication::cli::{FollowArgs, ServeArgs};
+use seqstream_sequencer::cli::{CompositorArgs, SequencerArgs};
+use serde::Deserialize;
+
+/// Longest role or thread name, so that counter labels (`<name> <label>`, at most 55 bytes)
+/// keep their meaning.
+pub const MAX_NAME: usize = 20;
+
+/// Counter slots of a `seqstreamd` file: every role's counters, its servers' consumer slots
+/// (5 each) and each thread's runner counters.
+pub const COUNTERS: usize = 4096;
+
+/// The file as written: top-level keys, thread tables and role tables (kept as TOML tables
+/// until each is parsed by its role's parser).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    threading: Option<String>,
+    counters: Option<PathBuf>,
+    shared: Option<RawThread>,
+    #[serde(default)]
+    thread: Vec<RawThread>,
+    #[serde(default)]
+    sequencer: Vec<toml::Table>,
+    #[serde(default)]
+    compositor: Vec<toml::Table>,
+    #[serde(default)]
+    serve: Vec<toml::Table>,
+    #[serde(default)]
+    follow: Vec<toml::Table>,
+    #[serde(default)]
+    forward: Vec<toml::Table>,
+}
+
+/// A `[shared]` or `[[thread]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThread {
+    name: Option<String>,
+    core: Option<usize>,
+    idle: Option<String>,
+    on_error: Option<String>,
+    #[serde(default)]
+    roles: Vec<String>,
+}
+
+/// One role of the host, parsed.
+#[derive(Debug, Clone)]
+pub enum RoleSpec {
+    /// A `[[sequencer]]`.
+    Sequencer(SequencerArgs),
+    /// A `[[compositor]]`.
+    Compositor(CompositorArgs),
+    /// A `[[serve]]`.
+    Serve(ServeArgs),
+    /// A `[[follow]]`.
+    Follow(FollowArgs),
+    /// A `[[forward]]`.
+    Forward(ForwardArgs),
+}
+
+impl RoleSpec {
+    fn build(&self, ctx: RoleContext) -> Result<Vec<seqstream_agent::host::Hosted>> {
+        match self {
+            RoleSpec::Sequencer(r) => r.build(ctx),
+            RoleSpec::Compositor(r) => r.build(ctx),
+            RoleSpec::Serve(r) => r.build(ctx),
+            RoleSpec::Follow(r) => r.build(ctx),
+            RoleSpec::Forward(r) => r.build(ctx),
+        }
+    }
+}
+
+/// A host's file, parsed and checked: its roles (named, in file order by kind), how they are
+/// laid on threads, and where its counters go.
+#[derive(Debug, Clone)]
+pub struct HostFile {
+    /// `(name, role)`, names unique.
+    pub roles: Vec<(String, RoleSpec)>,
+    /// The threading.
+    pub threading: Threading,
+    /// The counters file (`None`: `/dev/shm/seqstream-seqstreamd-<pid>.counters`).
+    pub counters: Option<PathBuf>,
+}
+
+/// The one-role parser of role `R`: the table's keys as `R`'s flags.
+#[derive(Parser)]
+#[command(no_binary_name = true, disable_help_flag = true)]
+struct One<R: clap::Args> {
+    #[command(flatten)]
+    role: R,
+}
+
+/// The kind of threading the file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dedicated,
+    Shared,
+    Groups,
+}
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !ok {
+        bail!("{what} name {name:?}: use 1 to {MAX_NAME} letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
+fn placement(t: &RawThread, what: &str) -> Result<Placement> {
+    let idle = match &t.idle {
+        Some(s) => s
+            .parse::<Idle>()
+            .map_err(|e| anyhow::anyhow!("{what}: idle {s:?}: {e}"))?,
+        None => Idle::backoff(),
+    };
+    let on_error = match &t.on_error {
+        Some(s) => s
+            .parse::<OnError>()
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?,
+        None => OnError::Stop,
+    };
+    Ok(Placement {
+        core: t.core,
+        idle,
+        on_error,
+    })
+}
+
+/// A role parser's error as one line about keys: its reason and tip, without the usage
+/// (which is the flags', not the table's).
+fn clap_reason(e: &clap::Error) -> String {
+    e.render()
+        .to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more"))
+        .map(|l| l.trim_start_matches("error: ").replace("--", ""))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl HostFile {
+    /// Reads and parses the file at `path` (a regular file of at most 1 MiB).
+    pub fn read(path: &Path) -> Result<HostFile> {
+        let text = seqstream_agent::daemon::read_config(path)?;
+        HostFile::parse(&text).with_context(|| format!("{}", path.display()))
+    }
+
+    /// Parses a host file's text. Errors name the table and key at fault: an unknown key, a
+    /// value its role's parser refuses, a placement key (`core`, `idle`, …) in a role whose
+    /// thread is not its own, a role in no `[[thread]]` or in two.
+    pub fn parse(text: &str) -> Result<HostFile> {
+        let raw: RawFile = toml::from_str(text)?;
+        let kind = match raw.threading.as_deref().unwrap_or("dedicated") {
+            "dedicated" => Kind::Dedicated,
+            "shared" => Kind::Shared,
+            "groups" => Kind::Groups,
+            other => bail!("threading {other:?}: use dedicated, shared or groups"),
+        };
+        if kind != Kind::Shared && raw.shared.is_some() {
+            bail!("a [shared] table needs threading = \"shared\"");
+        }
+        if kind != Kind::Groups && !raw.thread.is_empty() {
+            bail!("[[thread]] tables need threading = \"groups\"");
+        }
+        // The roles whose handed agents (senders) a thread group hosts.
+        let grouped_senders: Vec<String> = raw
+            .thread
+            .iter()
+            .flat_map(|t| t.roles.iter())
+            .filter_map(|r| r.strip_suffix(SENDERS_SUFFIX).map(str::to_string))
+            .collect();
+        let mut roles = Vec::new();
+        let mut parse = |kind_name: &str,
+                         tables: &[toml::Table],
+                         keys: &[&str],
+                         make: &dyn Fn(Vec<String>) -> Result<RoleSpec, clap::Error>|
+         -> Result<()> {
+            for (i, table) in tables.iter().enumerate() {
+                let mut table = table.clone();
+                let name = match table.remove("name") {
+                    Some(toml::Value::String(n)) => n,
+                    Some(other) => bail!("[[{kind_name}]] name = {other}: a string"),
+                    None => format!("{kind_name}-{}", i + 1),
+                };
+                let what = format!("[[{kind_name}]] {name}");
+                check_name(&what, &name)?;
+                for key in ["config", "counters"] {
+                    if table.contains_key(key) {
+                        bail!("{what}: {key} is the host's (a top-level key), not a role's");
+                    }
+                }
+                // Under groups threading, a server whose senders no group hosts still
+                // places their own runners with `cores` and `idle`.
+                let own_senders = kind == Kind::Groups && !grouped_senders.contains(&name);
+                if kind != Kind::Dedicated {
+                    for key in keys {
+                        let allowed = own_senders && (*key == "cores" || *key == "idle");
+                        if table.contains_key(*key) && !allowed {
+                            bail!(
+                                "{what}: {key} places a thread of the role's own, which it has only under threading = \"dedicated\"; set it on its [shared] or [[thread]] table"
+                            );
+                        }
+                    }
+                }
+                let flags = table_to_flags(&table).with_context(|| what.clone())?;
+                let spec =
+                    make(flags).map_err(|e| anyhow::anyhow!("{what}: {}", clap_reason(&e)))?;
+                roles.push((name, spec));
+            }
+            Ok(())
+        };
+        parse(
+            SequencerArgs::KIND,
+            &raw.sequencer,
+            SequencerArgs::PLACEMENT_KEYS,
+            &|f| One::<SequencerArgs>::try_parse_from(f).map(|o| RoleSpec::Sequencer(o.role)),
+        )?;
+        parse(
+            CompositorArgs::KIND,
+            &raw.compositor,
+            CompositorArgs::PLACEMENT_KEYS,
+            &|f| One::<CompositorArgs>::try_parse_from(f).map(|o| RoleSpec::Compositor(o.role)),
+        )?;
+        parse(
+            ServeArgs::KIND,
+            &raw.serve,
+            ServeArgs::PLACEMENT_KEYS,
+            &|f| One::<ServeArgs>::try_parse_from(f).map(|o| RoleSpec::Serve(o.role)),
+        )?;
+        parse(
+            FollowArgs::KIND,
+            &raw.follow,
+            FollowArgs::PLACEMENT_KEYS,
+            &|f| One::<FollowArgs>::try_parse_from(f).map(|o| RoleSpec::Follow(o.role)),
+        )?;
+        parse(
+            ForwardArgs::KIND,
+            &raw.forward,
+            ForwardArgs::PLACEMENT_KEYS,
+            &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
+        )?;
+        if roles.is_empty() {
+            bail!("no role: add a [[sequencer]], [[compositor]], [[serve]], [[follow]] or [[forward]] table");
+        }
+        let threading = match kind {
+            Kind::Dedicated => Threading::Dedicated,
+            Kind::Shared => {
+                let t = raw.shared.unwrap_or(RawThread {
+                    name: None,
+                    core: None,
+                    idle: None,
+                    on_error: None,
+                    roles: Vec::new(),
+                });
+                if !t.roles.is_empty() {
+                    bail!("[shared] runs every role: it takes no roles key");
+                }
+                let name = t.name.clone().unwrap_or_else(|| "shared".into());
+                check_name("[shared]", &name)?;
+                Threading::Shared(ThreadGroup {
+                    placement: placement(&t, "[shared]")?,
+                    name,
+                    roles: Vec::new(),
+                })
+            }
+            Kind::Groups => {
+                let mut groups = Vec::new();
+                for (i, t) in raw.thread.iter().enumerate() {
+                    let name = t
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("thread-{}", i + 1));
+                    let what = format!("[[thread]] {name}");
+                    check_name(&what, &name)?;
+                    groups.push(ThreadGroup {
+                        placement: placement(t, &what)?,
+                        name,
+                        roles: t.roles.clone(),
+                    });
+                }
+                Threading::Groups(groups)
+            }
+        };
+        let file = HostFile {
+            roles,
+            threading,
+            counters: raw.counters,
+        };
+        // A layout that does not fit the roles fails here, before anything is opened.
+        Layout::new(file.threading.clone(), &file.names())?;
+        file.check_routes()?;
+        Ok(file)
+    }
+
+    /// The roles' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.roles.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The forwarders' routes against the stores this host keeps (its sequencers' stores,
+    /// its compositors' outputs and its replicas).
+    fn check_routes(&self) -> Result<()> {
+        let mut kept: Vec<(u32, &Path)> = Vec::new();
+        for (_, r) in &self.roles {
+            match r {
+                RoleSpec::Sequencer(s) => kept.push((s.stream_id, &s.store)),
+                RoleSpec::Compositor(c) => kept.push((c.stream_id, &c.output)),
+                RoleSpec::Follow(f) => kept.push((f.common.stream_id, &f.common.store)),
+                RoleSpec::Serve(_) | RoleSpec::Forward(_) => {}
+            }
+        }
+        for (name, r) in &self.roles {
+            if let RoleSpec::Forward(f) = r {
+                check_routes(&f.routes, &kept).with_context(|| format!("[[forward]] {name}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A started host: its runners and its counters file.
+pub struct Host {
+    runners: Vec<AgentRunner>,
+    counters: CountersWriter,
+    threads: Vec<String>,
+    _cleanup: seqstream_agent::daemon::RemoveOnExit,
+}
+
+impl Host {
+    /// Opens every role of `file` (in file order; each one's counters scoped to its name),
+    /// lays them on threads and starts them, all sharing `stop`. `counters` overrides the
+    /// file's counters path.
+    pub fn start(
+        file: HostFile,
+        counters: Option<PathBuf>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Host> {
+        let (writer, cleanup) = seqstream_agent::daemon::counters(
+            "seqstreamd",
+            counters.or_else(|| file.counters.clone()),
+            COUNTERS,
+        )?;
+        let mut layout = Layout::new(file.threading.clone(), &file.names())?;
+        for (name, role) in &file.roles {
+            let ctx = RoleContext {
+                counters: writer.scoped(&format!("{name} ")),
+                sender_host: layout.handed_agents_host(name),
+            };
+            let agents = role
+                .build(ctx)
+                .with_context(|| format!("starting {name}"))?;
+            layout.place(name, agents);
+        }
+        let threads = layout.describe();
+        tracing::info!(threading = layout.threading(), roles = file.roles.len(), threads = threads.len(), counters = %writer.path().display(), "seqstreamd starting");
+        for t in &threads {
+            tracing::info!("thread {t}");
+        }
+        let runners = layout.start(Some(&writer), stop)?;
+        Ok(Host {
+            runners,
+            counters: writer,
+            threads,
+            _cleanup: cleanup,
+        })
+    }
+
+    /// The counters file.
+    pub fn counters_path(&self) -> &Path {
+        self.counters.path()
+    }
+
+    /// One line per runner thread: its name, placement and agents.
+    pub fn threads(&self) -> &[String] {
+        &self.threads
+    }
+
+    /// Waits until every runner has ended (on `stop`, or after an error under
+    /// `on_error = "stop"`, which stops them all); the first error.
+    pub fn join(self) -> Result<()> {
+        seqstream_agent::host::join_all(self.runners)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEQ: &str = r#"
+[[sequencer]]
+name = "md"
+store = "/tmp/x/md"
+stream_id = 1
+listen = "127.0.0.1:0"
+source = ["1@127.0.0.1"]
+"#;
+
+    fn err(text: &str) -> String {
+        format!("{:#}", HostFile::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn a_file_parses_into_named_roles_and_its_threading() {
+        let f = HostFile::parse(&format!("threading = \"shared\"\n[shared]\nidle = \"busy-spin\"\ncore = 0\n{SEQ}\n[[serve]]\nstore = \"/tmp/x/md\"\nstream_id = 1\nsecret_file = \"/s\"\nlisten = \"127.0.0.1:0\"\nallow = [\"127.0.0.1\"]\n")).unwrap();
+        assert_eq!(f.names(), ["md", "serve-1"]);
+        let Threading::Shared(g) = &f.threading else {
+            panic!("{:?}", f.threading)
+        };
+        assert_eq!((g.name.as_str(), g.placement.core), ("shared", Some(0)));
+        let RoleSpec::Sequencer(s) = &f.roles[0].1 else {
+            panic!()
+        };
+        assert_eq!(s.stream_id, 1);
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_table_and_key() {
+        assert!(err(&format!("{SEQ}bogus = 1\n")).contains("bogus"));
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = 1\nstreamid = 2"));
+        assert!(
+            e.contains("[[sequencer]] md") && e.contains("streamid"),
+            "{e}"
+        );
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = \"one\""));
+        assert!(
+            e.contains("[[sequencer]] md") && e.contains("stream-id"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "threading = \"shared\"\n{}",
+            SEQ.replace("stream_id = 1", "stream_id = 1\ncore = 1")
+        ));
+        assert!(e.contains("core places a thread"), "{e}");
+        let e = err(&format!(
+            "threading = \"groups\"\n[[thread]]\nname = \"t\"\nroles = [\"other\"]\n{SEQ}"
+        ));
+        assert!(e.contains("no role of this host"), "{e}");
+        let e = err(&format!(
+            "threading = \"groups\"\n[[thread]]\nname = \"t\"\nroles = []\n{SEQ}"
+        ));
+        assert!(e.contains("in no [[thread]]"), "{e}");
+        assert!(err(&format!("{SEQ}{SEQ}")).contains("two roles are named \"md\""));
+        assert!(err("threading = \"fast\"\n").contains("dedicated, shared or groups"));
+        assert!(err("").contains("no role"));
+        let e = err(&SEQ.replace("name = \"md\"", "name = \"a b\""));
+        assert!(e.contains("letters, digits"), "{e}");
+        let e = err(&SEQ.replace("name = \"md\"", "name = \"md\"\ncounters = \"/c\""));
+        assert!(e.contains("the host's"), "{e}");
+        let e = err(&format!(
+            "threading = \"groups\"\n[[thread]]\nroles = [\"md\"]\nidle = \"slow\"\n{SEQ}"
+        ));
+        assert!(e.contains("[[thread]] thread-1: idle"), "{e}");
+    }
+
+    #[test]
+    fn a_route_and_a_replica_of_another_stream_on_one_store_are_refused() {
+        let e = err(&format!(
+            "{SEQ}\n[[forward]]\noutbox = [\"/o\"]\nroute = [\"2=127.0.0.1:9=/tmp/x/md\"]\n"
+        ));
+        assert!(e.contains("one store holds one stream"), "{e}");
+    }
+}

@@ -1,0 +1,149 @@
+//! The options of the sequencer and compositor roles ([`SequencerArgs`], [`CompositorArgs`]):
+//! the flags of the `sequencer` and `compositor` daemons and the keys of `seqstreamd`'s
+//! `[[sequencer]]` and `[[compositor]]` tables, and how each builds its agent. One parser
+//! serves both, so a role is configured one way wherever it runs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use seqstream_agent::daemon::{Role, RoleContext};
+use seqstream_agent::host::{Hosted, Placement};
+use seqstream_agent::{Idle, OnError};
+use seqstream_store::{FlushPolicy, StoreConfig};
+
+use crate::compositor::{Compositor, CompositorConfig, MergePolicy};
+use crate::sequencer::{Sequencer, SequencerConfig, SourceSpec};
+
+/// The sequencer role: UDP datagrams of allow-listed sources into one gap-free stream.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SequencerArgs {
+    /// The stream's store directory (created if empty).
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Stream id: datagrams must name it.
+    #[arg(long)]
+    pub stream_id: u32,
+    /// UDP address to receive on.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// An allowed source, ID@ADDRESS (repeat, or comma-separate).
+    #[arg(long = "source", value_delimiter = ',', required = true)]
+    pub sources: Vec<SourceSpec>,
+    /// SO_RCVBUF, bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub recv_buffer: usize,
+    /// Append a heartbeat frame after this many ms without traffic (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_ms: u64,
+    /// Never append heartbeat frames.
+    #[arg(long, conflicts_with = "heartbeat_ms")]
+    pub no_heartbeat: bool,
+    /// Segment size of the store, bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub segment_size: u64,
+    /// Flush policy: none, frames:N, ms:T.
+    #[arg(long, default_value = "none")]
+    pub flush: FlushPolicy,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    pub idle: Idle,
+    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    pub on_error: OnError,
+    /// Core to pin the sequencing thread to.
+    #[arg(long)]
+    pub core: Option<usize>,
+}
+
+impl Role for SequencerArgs {
+    const KIND: &'static str = "sequencer";
+    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+
+    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
+        let cfg = SequencerConfig {
+            store: self.store.clone(),
+            store_config: StoreConfig::new(self.stream_id)
+                .segment_size(self.segment_size)
+                .flush(self.flush),
+            listen: self.listen,
+            sources: self.sources.clone(),
+            recv_buffer: Some(self.recv_buffer),
+            heartbeat: (!self.no_heartbeat).then(|| Duration::from_millis(self.heartbeat_ms)),
+            nak_interval: Duration::from_millis(1),
+        };
+        let sequencer = Sequencer::open(cfg, &ctx.counters).with_context(|| {
+            format!(
+                "opening the store {} and binding {}",
+                self.store.display(),
+                self.listen
+            )
+        })?;
+        tracing::info!(stream_id = self.stream_id, listen = %sequencer.local_addr(), store = %self.store.display(), next_seq = sequencer.appender().next_seq(), "sequencing");
+        Ok(vec![Hosted {
+            agent: Box::new(sequencer),
+            placement: Placement {
+                core: self.core,
+                idle: self.idle.clone(),
+                on_error: self.on_error,
+            },
+        }])
+    }
+}
+
+/// The compositor role: component streams (local stores) merged into one composite store.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompositorArgs {
+    /// A component store directory (repeat, or comma-separate).
+    #[arg(long = "component", value_delimiter = ',', required = true)]
+    pub components: Vec<PathBuf>,
+    /// The composite store directory (created if empty).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Stream id of the composite stream.
+    #[arg(long)]
+    pub stream_id: u32,
+    /// Merge policy: arrival (lowest latency) or timestamp (deterministic).
+    #[arg(long, value_enum, default_value = "arrival")]
+    pub policy: MergePolicy,
+    /// Segment size of the composite store, bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub segment_size: u64,
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    pub idle: Idle,
+    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    pub on_error: OnError,
+    /// Core to pin the merging thread to.
+    #[arg(long)]
+    pub core: Option<usize>,
+}
+
+impl Role for CompositorArgs {
+    const KIND: &'static str = "compositor";
+    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+
+    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
+        let cfg = CompositorConfig {
+            components: self.components.clone(),
+            output: self.output.clone(),
+            store_config: StoreConfig::new(self.stream_id).segment_size(self.segment_size),
+            policy: self.policy,
+        };
+        let compositor = Compositor::open(cfg, &ctx.counters)
+            .with_context(|| format!("opening the composite {}", self.output.display()))?;
+        tracing::info!(output = %self.output.display(), policy = ?self.policy, next_seq = compositor.output().next_seq(), "merging");
+        Ok(vec![Hosted {
+            agent: Box::new(compositor),
+            placement: Placement {
+                core: self.core,
+                idle: self.idle.clone(),
+                on_error: self.on_error,
+            },
+        }])
+    }
+}
