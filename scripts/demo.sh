@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job: the whole seqstream topology on one machine, on real CME market data.
 #
-# Builds the workspace (release), then runs `demo`, which starts two sequencers (market data,
-# order flow), a compositor, three replication servers, and two application hosts (network
-# namespaces as root, loopback addresses otherwise), each with an iodaemon that keeps its
-# replicas; replays the CME MDP3 capture in data/cme-mdp3 through a feed handler; lets an
+# Builds the workspace (release), then runs `demo`, which starts three hosts (network
+# namespaces as root, loopback addresses otherwise), each one seqstreamd: the sequencer host's
+# runs two sequencers (market data, order flow), a compositor and three replication servers;
+# each application host's keeps its replicas and forwards its applications' outboxes
+# (`--threading shared|dedicated` lays each daemon's roles on one thread or a thread each);
+# replays the CME MDP3 capture in data/cme-mdp3 through a feed handler; lets an
 # algo trade on it and an OMS answer every order; stops everything; and audits the stores.
 # The last line printed is a JSON summary; the exit status is 0 only if every check passed.
 #

@@ -1,8 +1,10 @@
-//! The demo topology, smaller and on loopback: two sequencers, the compositor, three
-//! replication servers, two iodaemons with their replication clients, the feed handler
-//! (first 1,000 frames of the CME capture), the algo and the OMS, each a separate process.
-//! Asserts what the demo's summary asserts: nothing lost, nothing duplicated, every store
-//! verified, every replica byte-identical, every order answered by exactly one report.
+//! The demo topology, smaller and on loopback: one seqstreamd per host (the seq host's two
+//! sequencers, compositor and three replication servers; each application host's
+//! replication clients and forwarder), the feed handler (first 1,000 frames of the CME
+//! capture), the algo and the OMS. Asserts what the demo's summary asserts: nothing lost,
+//! nothing duplicated, every store verified, every replica byte-identical, every order
+//! answered by exactly one report; and that `shared` and `dedicated` threading end with the
+//! same audit.
 //!
 //! Segments of 64 KiB make every store roll several times during the run. The demo kills its
 //! processes when it ends in any way; this test kills the demo if it overruns its time.
@@ -15,7 +17,17 @@ mod common;
 #[test]
 fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
     let port_base = 20_000 + (std::process::id() % 20_000) as u16;
-    let (j, work) = common::small_demo(port_base, &[]);
+    let (j, work) = common::small_demo(port_base, &["--threading", "shared"]);
+    assert_eq!(
+        (j["daemons"].as_u64(), j["threading"].as_str()),
+        (Some(3), Some("shared"))
+    );
+    // The same run with a thread per role and per sender: the same audit, frame for frame.
+    let (d, _) = common::small_demo(port_base, &["--threading", "dedicated"]);
+    assert_eq!(d["threading"], "dedicated");
+    for key in ["streams", "orders", "execution_reports", "capture"] {
+        assert_eq!(d[key], j[key], "{key}: dedicated vs shared");
+    }
     assert_eq!(
         j["streams"]["composite"].as_u64().unwrap(),
         j["streams"]["market_data"].as_u64().unwrap() + j["streams"]["orders"].as_u64().unwrap()
@@ -53,7 +65,7 @@ fn demo_fails_at_once_naming_a_component_that_dies() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // Once the replay runs, kill -9 host 2's iodaemon (the feed handler's way out).
+    // Once the replay runs, kill -9 host 2's seqstreamd (the feed handler's way out).
     let feed = work.path().join("counters/feedhandler.counters");
     while !feed.exists() {
         assert!(
@@ -66,16 +78,16 @@ fn demo_fails_at_once_naming_a_component_that_dies() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pattern = format!("{}.*iodaemon-h2.counters", work.path().display());
+    let pattern = format!("{}/h2/seqstreamd.toml", work.path().display());
     let killed = Command::new("pkill")
         .args(["-9", "-f", &pattern])
         .status()
         .unwrap();
-    assert!(killed.success(), "no iodaemon-h2 to kill");
+    assert!(killed.success(), "no seqstreamd-h2 to kill");
     let (status, out) = common::finish(
         &mut child,
         Duration::from_secs(60),
-        "the demo did not notice the dead iodaemon within 60 s",
+        "the demo did not notice the dead seqstreamd within 60 s",
     );
     assert!(!status.success(), "{out}");
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
@@ -84,7 +96,7 @@ fn demo_fails_at_once_naming_a_component_that_dies() {
         last["error"]
             .as_str()
             .unwrap()
-            .contains("iodaemon-h2 exited early"),
+            .contains("seqstreamd-h2 exited early"),
         "{last}"
     );
 }

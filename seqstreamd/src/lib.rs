@@ -94,6 +94,17 @@ pub enum RoleSpec {
 }
 
 impl RoleSpec {
+    /// The kind, as the file names its table (`sequencer`, `serve`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RoleSpec::Sequencer(_) => SequencerArgs::KIND,
+            RoleSpec::Compositor(_) => CompositorArgs::KIND,
+            RoleSpec::Serve(_) => ServeArgs::KIND,
+            RoleSpec::Follow(_) => FollowArgs::KIND,
+            RoleSpec::Forward(_) => ForwardArgs::KIND,
+        }
+    }
+
     fn build(&self, ctx: RoleContext) -> Result<Vec<seqstream_agent::host::Hosted>> {
         match self {
             RoleSpec::Sequencer(r) => r.build(ctx),
@@ -499,5 +510,18 @@ source = ["1@127.0.0.1"]
             "{SEQ}\n[[forward]]\noutbox = [\"/o\"]\nroute = [\"2=127.0.0.1:9=/tmp/x/md\"]\n"
         ));
         assert!(e.contains("one store holds one stream"), "{e}");
+    }
+
+    #[test]
+    fn the_example_of_the_docs_parses() {
+        let doc = include_str!("../../docs/seqstreamd.md");
+        let start = doc.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let end = start + doc[start..].find("```").unwrap();
+        let f = HostFile::parse(&doc[start..end]).unwrap();
+        assert_eq!(f.roles.len(), 5);
+        let Threading::Groups(groups) = &f.threading else {
+            panic!("{:?}", f.threading)
+        };
+        assert_eq!(groups.len(), 2);
     }
 }

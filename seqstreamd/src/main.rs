@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use seqstream_agent::daemon;
+use seqstream_agent::host::Threading;
 use seqstreamd::{Host, HostFile};
 
 #[derive(Parser)]
@@ -71,9 +72,28 @@ fn main() -> Result<()> {
     let file = HostFile::read(&cli.config)?;
     if cli.check {
         for (name, role) in &file.roles {
-            println!("role {name}: {role:?}");
+            println!("[[{}]] {name}", role.kind());
         }
-        println!("threading: {:?}", file.threading);
+        match &file.threading {
+            Threading::Dedicated => {
+                println!("threading dedicated: a thread per role and per replica's sender")
+            }
+            Threading::Shared(t) => println!(
+                "threading shared: every role on thread {} ({:?}, idle {})",
+                t.name, t.placement.core, t.placement.idle
+            ),
+            Threading::Groups(groups) => {
+                for t in groups {
+                    println!(
+                        "thread {} ({:?}, idle {}): {}",
+                        t.name,
+                        t.placement.core,
+                        t.placement.idle,
+                        t.roles.join(", ")
+                    );
+                }
+            }
+        }
         return Ok(());
     }
     let host = Host::start(file, cli.counters, &stop)?;

@@ -6,13 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The workspace binaries the demo starts, next to this package's.
-pub const DAEMONS: [&str; 5] = [
-    "sequencer",
-    "compositor",
-    "replicator",
-    "iodaemon",
-    "storetool",
-];
+pub const DAEMONS: [&str; 2] = ["seqstreamd", "storetool"];
 
 /// Where `cargo test` put this package's binaries (and every package's, with `--workspace`).
 pub fn bin_dir() -> PathBuf {
@@ -29,12 +23,7 @@ pub fn ensure_daemons() -> PathBuf {
     let dir = bin_dir();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "--bins"]);
-    for p in [
-        "seqstream-store",
-        "seqstream-sequencer",
-        "seqstream-replication",
-        "seqstream-iodaemon",
-    ] {
+    for p in ["seqstream-store", "seqstreamd"] {
         cmd.args(["-p", p]);
     }
     cmd.args([

@@ -1,14 +1,18 @@
 //! `demo`: seqstream's main job, end to end on one machine (see `scripts/demo.sh`).
 //!
 //! It starts, on three simulated hosts (network namespaces as root, loopback addresses
-//! otherwise):
+//! otherwise), one `seqstreamd` each, from the host files the topology module writes (the
+//! same topology as `config/`), and the applications:
 //!
 //! ```text
-//!  seq host : sequencer md (stream 1), sequencer orders (stream 2), compositor (stream 3 =
-//!             1 + 2), replicator serve × 3, netfloor serve
-//!  host 1   : iodaemon (replicas of 2 and 3; routes 2), algo
-//!  host 2   : iodaemon (replicas of 1 and 2; routes 1 and 2), oms, feedhandler
+//!  seq host : seqstreamd: sequencer md (stream 1), sequencer orders (stream 2), compositor
+//!             (stream 3 = 1 + 2), a replication server per stream; netfloor serve
+//!  host 1   : seqstreamd: replicas of 2 and 3, forwarder (routes 2); algo
+//!  host 2   : seqstreamd: replicas of 1 and 2, forwarder (routes 1 and 2); oms, feedhandler
 //! ```
+//!
+//! `--threading shared` (the default) runs each seqstreamd's roles on one thread,
+//! `dedicated` gives each role and each replica's sender a thread of its own.
 //!
 //! With `--feeds itch` or `--feeds both` a second market-data stream joins: Nasdaq ITCH 5.0
 //! (stream 4, `streams::ITCH`) from a second feed handler on host 2 (`feedhandler --feed
@@ -18,16 +22,20 @@
 //! algo trades on CME books only and counts the ITCH messages; with `itch` it sends no
 //! orders, and the audit expects none.
 //!
-//! measures the network floor (netfloor), replays the captures through the feed handlers,
+//! It measures the network floor (netfloor), replays the captures through the feed handlers,
 //! waits until the algo has seen all the market data and every order has its report, stops
-//! everything in an order that lets the replicas catch up, and then audits the stores: each
-//! source's messages present exactly once, every order answered by exactly one report, the
-//! composite holding each component message once, every store passing `storetool verify`,
-//! every replica's digest equal to its primary's. The last line printed is one JSON object;
-//! the exit status is 0 only if every check passed.
+//! the applications, waits until the composite holds every component message and every
+//! replica has its primary's end (the demo's sequencers append no heartbeat frames, so the
+//! stores are final once the applications stop), stops the daemons, and then audits the
+//! stores: each source's messages present exactly once, every order answered by exactly one
+//! report, the composite holding each component message once, every store passing `storetool
+//! verify`, every replica's digest equal to its primary's. The last line printed is one JSON
+//! object; the exit status is 0 only if every check passed. `--write-config DIR` writes the
+//! topology's host files for real hosts instead (the files of `config/`).
 
 mod net;
 mod procs;
+mod topology;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +52,7 @@ use serde_json::{json, Value};
 
 use net::{Host, Network};
 use procs::Procs;
+use topology::{Site, Threading, ITCH_SOURCE};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum NetworkKind {
@@ -81,9 +90,6 @@ impl Feeds {
         }
     }
 }
-
-/// The ITCH feed handler's source id.
-const ITCH_SOURCE: u32 = 4;
 
 #[derive(Parser)]
 #[command(
@@ -132,10 +138,19 @@ struct Cli {
     /// Round trips timed by netfloor.
     #[arg(long, default_value_t = 5000)]
     floor_count: u64,
-    /// Idle strategy of every daemon and application. Eleven processes share the cores:
-    /// on a small machine they must park when idle; a short longest park keeps hops short.
+    /// Idle strategy of every daemon thread and application. Several processes share the
+    /// cores: on a small machine they must park when idle; a short longest park keeps hops
+    /// short.
     #[arg(long, default_value = "backoff:20us")]
     idle: String,
+    /// How each host's seqstreamd lays its roles on threads: shared (one thread per host)
+    /// or dedicated (a thread per role and per replica's sender).
+    #[arg(long, value_enum, default_value = "shared")]
+    threading: Threading,
+    /// Write the topology's host files for real hosts (10.0.0.1-3, /var/lib/seqstream,
+    /// pinned, busy-spinning: the files of config/) into this directory, and exit.
+    #[arg(long)]
+    write_config: Option<PathBuf>,
     /// Give up (and fail) after this many seconds (default: 60 plus the replay's duration).
     #[arg(long)]
     timeout_s: Option<u64>,
@@ -227,6 +242,8 @@ struct Run<'a> {
     procs: Procs,
     stop: std::sync::Arc<AtomicBool>,
     deadline: Instant,
+    /// Each host's seqstreamd threads once everything had started: (host, thread names).
+    threads: Vec<(&'static str, Vec<String>)>,
 }
 
 impl Run<'_> {
@@ -265,207 +282,69 @@ impl Run<'_> {
         )
     }
 
+    /// The topology laid on this run's simulated hosts and work directory.
+    fn site(&self) -> Site {
+        let (net, cli) = (&self.net, self.cli);
+        Site {
+            cme: cli.feeds.cme(),
+            itch: cli.feeds.itch(),
+            seq_bind: net.seq_bind(),
+            seq_from: [net.seq_from_h1, net.seq_from_h2],
+            host_ip: [net.h1.ip, net.h2.ip],
+            client_ip: [net.client_ip(&net.h1), net.client_ip(&net.h2)],
+            stores: |site, host| site.work.join(host),
+            outboxes: |site, host| site.work.join(host),
+            counters: |site, host| {
+                Some(
+                    site.work
+                        .join("counters")
+                        .join(format!("seqstreamd-{host}.counters")),
+                )
+            },
+            secret: self.l.work.join("secret"),
+            work: self.l.work.clone(),
+            port_base: cli.port_base,
+            segment_size: cli.segment_size,
+            heartbeat_ms: None,
+            threading: cli.threading,
+            idle: cli.idle.clone(),
+            pinned: false,
+        }
+    }
+
+    /// Writes host `host`'s file and starts its seqstreamd.
+    fn start_host(&mut self, host: &Host, text: &str) -> Result<()> {
+        let file = self.l.file(host.name, "seqstreamd.toml");
+        std::fs::write(&file, text).with_context(|| s(&file))?;
+        let name = format!("seqstreamd-{}", host.name);
+        self.spawn(&name, host, "seqstreamd", vec!["--config".into(), s(&file)])
+    }
+
     /// Starts every daemon and application; returns once the feed handler may start.
     fn start(&mut self) -> Result<()> {
-        let (net, cli) = (&self.net, self.cli);
+        let net = &self.net;
         let seq = net.seq.clone();
         let (h1, h2) = (net.h1.clone(), net.h2.clone());
-        let pb = cli.port_base;
-        let bind = net.seq_bind();
-        let seg = cli.segment_size.to_string();
-        let idle = cli.idle.clone();
-        let secret = self.l.work.join("secret");
-        std::fs::write(&secret, "seqstream-demo-secret\n")?;
-        let secret = s(&secret);
-        let (c1, c2) = (net.client_ip(&h1), net.client_ip(&h2));
-        let (seq1, seq2) = (net.seq_from_h1, net.seq_from_h2);
-
-        // Sequencer host: a sequencer per stream, then the compositor on their stores, then
-        // a replication server per store.
-        let feeds = cli.feeds;
-        let mut sequencers = Vec::new();
-        if feeds.cme() {
-            sequencers.push(("sequencer-md", "md", pb + 1, format!("1@{}", h2.ip)));
-        }
-        sequencers.push((
-            "sequencer-orders",
-            "orders",
-            pb + 2,
-            format!("11@{},21@{}", h1.ip, h2.ip),
-        ));
-        if feeds.itch() {
-            sequencers.push((
-                "sequencer-itch",
-                "itch",
-                pb + 4,
-                format!("{ITCH_SOURCE}@{}", h2.ip),
-            ));
-        }
-        let stream_of = |dir: &str| match dir {
-            "md" => MARKET_DATA,
-            "orders" => ORDERS,
-            "itch" => ITCH,
-            _ => COMPOSITE,
-        };
-        for (name, dir, port, sources) in sequencers {
-            let store = self.l.store("seq", dir);
-            let stream = stream_of(dir);
-            let args = vec![
-                "--store".into(),
-                s(&store),
-                "--stream-id".into(),
-                stream.to_string(),
-                "--listen".into(),
-                format!("{bind}:{port}"),
-                "--source".into(),
-                sources,
-                "--segment-size".into(),
-                seg.clone(),
-                "--idle".into(),
-                idle.clone(),
-                "--counters".into(),
-                s(&self.l.counters(name)),
-            ];
-            self.spawn(name, &seq, "sequencer", args)?;
-        }
-        let components = self.components();
-        for (_, store) in &components {
-            self.wait_store(store)?;
-        }
-        let composite = self.l.store("seq", "composite");
-        let args = vec![
-            "--component".into(),
-            components
-                .iter()
-                .map(|(_, store)| s(store))
-                .collect::<Vec<_>>()
-                .join(","),
-            "--output".into(),
-            s(&composite),
-            "--stream-id".into(),
-            COMPOSITE.to_string(),
-            "--segment-size".into(),
-            seg.clone(),
-            "--idle".into(),
-            idle.clone(),
-            "--counters".into(),
-            s(&self.l.counters("compositor")),
-        ];
-        self.spawn("compositor", &seq, "compositor", args)?;
-        self.wait_store(&composite)?;
-        let mut replicators = Vec::new();
-        if feeds.cme() {
-            replicators.push(("replicator-md", "md", pb + 11, c2.to_string()));
-        }
-        replicators.push(("replicator-orders", "orders", pb + 12, format!("{c1},{c2}")));
-        replicators.push(("replicator-composite", "composite", pb + 13, c1.to_string()));
-        if feeds.itch() {
-            replicators.push(("replicator-itch", "itch", pb + 14, c2.to_string()));
-        }
-        for (name, dir, port, allow) in replicators {
-            let stream = stream_of(dir);
-            let args = vec![
-                "serve".into(),
-                "--store".into(),
-                s(&self.l.store("seq", dir)),
-                "--stream-id".into(),
-                stream.to_string(),
-                "--secret-file".into(),
-                secret.clone(),
-                "--listen".into(),
-                format!("{bind}:{port}"),
-                "--allow".into(),
-                allow,
-                "--idle".into(),
-                idle.clone(),
-                "--counters".into(),
-                s(&self.l.counters(name)),
-            ];
-            self.spawn(name, &seq, "replicator", args)?;
-        }
-
-        // Application hosts: outboxes first (the iodaemon opens them at start), then the
-        // iodaemons, then the applications.
-        let mut outboxes = vec![
-            ("h1", "algo.outbox", 11, ORDERS),
-            ("h2", "oms.outbox", 21, ORDERS),
-        ];
-        if feeds.cme() {
-            outboxes.push(("h2", "feed.outbox", 1, MARKET_DATA));
-        }
-        if feeds.itch() {
-            outboxes.push(("h2", "itch.outbox", ITCH_SOURCE, ITCH));
-        }
-        for (host, name, source, stream) in outboxes {
-            let path = self.l.file(host, name);
-            Outbox::open_or_create(&path, source, stream, 8 << 20, 4096)
-                .with_context(|| s(&path))?;
-        }
-        let iod = |l: &Layout,
-                   host: &Host,
-                   seq_ip,
-                   outboxes: &[&str],
-                   streams: &[(u32, &str, u16, u16)]| {
-            let mut args = vec![
-                "--outbox".to_string(),
-                outboxes
-                    .iter()
-                    .map(|o| s(&l.file(host.name, o)))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                "--bind".into(),
-                format!("{}:0", host.ip),
-                "--secret-file".into(),
-                secret.clone(),
-                "--idle".into(),
-                idle.clone(),
-                "--follow-idle".into(),
-                idle.clone(),
-                "--counters".into(),
-                s(&l.counters(&format!("iodaemon-{}", host.name))),
-            ];
-            for (stream, dir, seq_port, repl_port) in streams {
-                let store = s(&l.store(host.name, dir));
-                args.extend([
-                    "--route".into(),
-                    format!("{stream}={seq_ip}:{seq_port}={store}"),
-                    "--follow".into(),
-                    format!("{stream}={seq_ip}:{repl_port}={store}"),
-                ]);
+        let site = self.site();
+        std::fs::write(&site.secret, "seqstream-demo-secret\n")?;
+        let files = site.files();
+        // Application hosts' outboxes first: the forwarders open them at start.
+        for (h, host) in ["h1", "h2"].into_iter().enumerate() {
+            for (name, source, stream) in site.outboxes_of(h) {
+                let path = site.outbox(host, name);
+                Outbox::open_or_create(&path, source, stream, 8 << 20, 4096)
+                    .with_context(|| s(&path))?;
             }
-            args
-        };
-        let a1 = iod(
-            &self.l,
-            &h1,
-            seq1,
-            &["algo.outbox"],
-            &[(ORDERS, "orders", pb + 2, pb + 12)],
-        );
-        let mut a1 = a1;
-        a1.extend([
-            "--follow".into(),
-            format!(
-                "{COMPOSITE}={seq1}:{}={}",
-                pb + 13,
-                s(&self.l.store("h1", "composite"))
-            ),
-        ]);
-        self.spawn("iodaemon-h1", &h1, "iodaemon", a1)?;
-        let (mut h2_outboxes, mut h2_streams) = (
-            vec!["oms.outbox"],
-            vec![(ORDERS, "orders", pb + 2, pb + 12)],
-        );
-        if feeds.cme() {
-            h2_outboxes.push("feed.outbox");
-            h2_streams.push((MARKET_DATA, "md", pb + 1, pb + 11));
         }
-        if feeds.itch() {
-            h2_outboxes.push("itch.outbox");
-            h2_streams.push((ITCH, "itch", pb + 4, pb + 14));
+        // The sequencer host, then the application hosts once its stores exist (their
+        // replication clients would otherwise be refused until then).
+        self.start_host(&seq, &files[0].1)?;
+        for stream in site.sequenced().into_iter().chain([COMPOSITE]) {
+            self.wait_store(&site.store("seq", stream))?;
         }
-        let a2 = iod(&self.l, &h2, seq2, &h2_outboxes, &h2_streams);
-        self.spawn("iodaemon-h2", &h2, "iodaemon", a2)?;
+        self.start_host(&h1, &files[1].1)?;
+        self.start_host(&h2, &files[2].1)?;
+        let idle = self.cli.idle.clone();
 
         let args = vec![
             "--orders".into(),
@@ -501,16 +380,11 @@ impl Run<'_> {
         self.spawn("algo", &h1, "algo", args)?;
         // Every replica's follower has reached its upstream. (A replica is created only with
         // its first frame, and an idle composite stream sends none.)
-        let mut followers = vec![(1, ORDERS), (1, COMPOSITE), (2, ORDERS)];
-        if feeds.cme() {
-            followers.push((2, MARKET_DATA));
-        }
-        if feeds.itch() {
-            followers.push((2, ITCH));
-        }
-        for (host, stream_id) in followers {
-            let counters = self.l.counters(&format!("iodaemon-h{host}"));
-            let label = format!("stream {stream_id} connects");
+        for (host, stream_id) in
+            (0..2).flat_map(|h| site.replicas(h).into_iter().map(move |s| (h + 1, s)))
+        {
+            let counters = (site.counters)(&site, &format!("h{host}")).expect("demo counters");
+            let label = format!("{}-rep connects", topology::stream_name(stream_id));
             let left = self.left();
             wait_until(
                 &format!("host {host}'s follower of stream {stream_id} to connect"),
@@ -519,6 +393,20 @@ impl Run<'_> {
                 &self.stop,
                 || Ok(counter(&counters, &label) > 0),
             )?;
+        }
+        Ok(())
+    }
+
+    /// Records the threads of each host's seqstreamd (from `/proc/<pid>/task`).
+    fn sample_threads(&mut self) -> Result<()> {
+        for host in ["seq", "h1", "h2"] {
+            let pid = self.procs.pid(&format!("seqstreamd-{host}"))?;
+            let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect();
+            names.sort();
+            self.threads.push((host, names));
         }
         Ok(())
     }
@@ -647,16 +535,11 @@ impl Run<'_> {
     /// then the compositor once it has merged all, then — once every replica equals its
     /// primary — the replication servers and iodaemons.
     fn shut_down(&mut self) -> Result<(Value, Value)> {
-        let feeds = self.cli.feeds;
         self.procs.stop("algo")?;
         self.procs.stop("oms")?;
-        if feeds.cme() {
-            self.procs.stop("sequencer-md")?;
-        }
-        self.procs.stop("sequencer-orders")?;
-        if feeds.itch() {
-            self.procs.stop("sequencer-itch")?;
-        }
+        // Nothing appends to a primary now but the compositor (the sequencers append no
+        // heartbeat frames in the demo): once it has merged everything, every primary's end
+        // is final.
         let composite = self.l.store("seq", "composite");
         let components = self.components();
         let components: Vec<(u32, &Path)> = components
@@ -674,8 +557,6 @@ impl Run<'_> {
                 Ok(a.missing == 0)
             },
         )?;
-        self.procs.stop("compositor")?;
-        // Every writer of a primary has stopped: their ends are final.
         let ends = self
             .replica_pairs()
             .into_iter()
@@ -693,18 +574,7 @@ impl Run<'_> {
                     .all(|(end, replica)| digest(replica).map_or(0, |d| d.end_position) == *end))
             },
         )?;
-        for name in [
-            "iodaemon-h1",
-            "iodaemon-h2",
-            "replicator-md",
-            "replicator-orders",
-            "replicator-composite",
-            "replicator-itch",
-        ] {
-            if name == "replicator-md" && !feeds.cme() || name == "replicator-itch" && !feeds.itch()
-            {
-                continue;
-            }
+        for name in ["seqstreamd-h1", "seqstreamd-h2", "seqstreamd-seq"] {
             self.procs.stop(name)?;
         }
         Ok((
@@ -970,6 +840,9 @@ fn audit_run(
         "demo": if ok { "ok" } else { "failed" },
         "feeds": feeds.name(),
         "network": if run.net.is_netns() { "netns" } else { "loopback" },
+        "daemons": 3,
+        "threads": run.threads.iter().map(|(h, n)| (h.to_string(), json!(n.len()))).collect::<serde_json::Map<_, _>>(),
+        "threading": run.cli.threading.name(),
         "streams": streams,
         "orders": flow.orders,
         "execution_reports": flow.reports,
@@ -1005,11 +878,11 @@ fn main() -> Result<()> {
             .context("no binary directory")?
             .to_path_buf(),
     };
+    if let Some(dir) = &cli.write_config {
+        return topology::write_real_hosts(dir, cli.feeds.cme(), cli.feeds.itch());
+    }
     for b in [
-        "sequencer",
-        "compositor",
-        "replicator",
-        "iodaemon",
+        "seqstreamd",
         "storetool",
         "feedhandler",
         "algo",
@@ -1109,11 +982,20 @@ fn main() -> Result<()> {
         procs: Procs::new(&work.join("logs"), stop.clone())?,
         stop,
         deadline: started + timeout,
+        threads: Vec::new(),
     };
     let result = (|| {
         run.start()?;
+        run.sample_threads()?;
+        for (host, names) in &run.threads {
+            println!(
+                "== {host}: seqstreamd, {} threads: {}",
+                names.len(),
+                names.join(", ")
+            );
+        }
         let streams = 1 + usize::from(cli.feeds.cme()) + usize::from(cli.feeds.itch());
-        println!("== started ({} feeds): {streams} sequencers, compositor, {} replication servers, 2 iodaemons, algo, oms ({:.1} s)", cli.feeds.name(), streams + 1, started.elapsed().as_secs_f64());
+        println!("== started ({} feeds, {} threading): 3 seqstreamd ({streams} sequencers, compositor, {} replication servers; 2 hosts' replicas and forwarders), algo, oms ({:.1} s)", cli.feeds.name(), cli.threading.name(), streams + 1, started.elapsed().as_secs_f64());
         let floor = run.floor()?;
         println!("== floor measured: {}", floor["udp_plus_tcp_oneway_ns"]);
         let (feed, itch_feed) = run.replay()?;

@@ -97,6 +97,11 @@ impl Procs {
         Ok(())
     }
 
+    /// The pid of process `name` (`ip netns exec` execs its program: the same pid).
+    pub fn pid(&mut self, name: &str) -> Result<u32> {
+        Ok(self.get(name)?.child.id())
+    }
+
     fn get(&mut self, name: &str) -> Result<&mut Proc> {
         self.procs
             .iter_mut()

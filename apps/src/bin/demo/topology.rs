@@ -1,0 +1,408 @@
+//! The demo's topology: which roles each host's `seqstreamd` runs, as the host files it
+//! writes. The same function renders the demo's files (simulated hosts, a work directory,
+//! unpinned) and the example files of real hosts in `config/` (`demo --write-config DIR`;
+//! `apps/tests/configs.rs` checks that `config/` is exactly that), so the demo and a real
+//! deployment cannot drift apart.
+//!
+//! ```text
+//!  seq host : md-seq (stream 1), orders-seq (2), itch-seq (4), composite (3 = 1 + 2 [+ 4]),
+//!             a replication server per stream (<stream>-serve)
+//!  host 1   : orders-rep, composite-rep, fwd (the algo's outbox → orders-seq)
+//!  host 2   : md-rep, orders-rep, itch-rep, fwd (the OMS's and feed handlers' outboxes)
+//! ```
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use seqstream_apps::streams::{COMPOSITE, ITCH, MARKET_DATA, ORDERS};
+use toml::{Table, Value};
+
+/// Source ids of the publishers.
+pub const FEED_SOURCE: u32 = 1;
+/// The ITCH feed handler's source id.
+pub const ITCH_SOURCE: u32 = 4;
+/// The algo's source id.
+pub const ALGO_SOURCE: u32 = 11;
+/// The OMS's source id.
+pub const OMS_SOURCE: u32 = 21;
+
+/// Which thread layout every host's `seqstreamd` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Threading {
+    /// Every role, and every replica's sender, on a thread of its own.
+    Dedicated,
+    /// Every role of a host on one thread.
+    Shared,
+}
+
+impl Threading {
+    /// The `threading` value of a host file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Threading::Dedicated => "dedicated",
+            Threading::Shared => "shared",
+        }
+    }
+}
+
+/// Where and how the topology is laid out.
+pub struct Site {
+    /// Market-data streams: CME MDP3 (stream 1) and Nasdaq ITCH (stream 4).
+    pub cme: bool,
+    /// See `cme`.
+    pub itch: bool,
+    /// The address the seq host's sequencers and servers bind to.
+    pub seq_bind: IpAddr,
+    /// The seq host's address as host 1 and host 2 reach it.
+    pub seq_from: [IpAddr; 2],
+    /// Host 1's and host 2's own addresses (their datagrams' source).
+    pub host_ip: [IpAddr; 2],
+    /// Host 1's and host 2's addresses as the seq host sees their connections.
+    pub client_ip: [IpAddr; 2],
+    /// The directory of host `seq`, `h1` or `h2`'s stores.
+    pub stores: fn(&Site, &str) -> PathBuf,
+    /// The directory of a host's outboxes.
+    pub outboxes: fn(&Site, &str) -> PathBuf,
+    /// Where each host's counters file is (`None`: seqstreamd's default).
+    pub counters: fn(&Site, &str) -> Option<PathBuf>,
+    /// The replication secret file (the same file on every host).
+    pub secret: PathBuf,
+    /// The work directory of the demo (unused for real hosts).
+    pub work: PathBuf,
+    /// Sequencer `n` listens on UDP `port_base + n`, its server on TCP `port_base + 10 + n`.
+    pub port_base: u16,
+    /// Segment size of every store, bytes.
+    pub segment_size: u64,
+    /// Sequencers append heartbeat frames every this many ms (`None`: never; the demo's
+    /// stores are then final once its applications stop, so replicas can be compared).
+    pub heartbeat_ms: Option<u64>,
+    /// The thread layout.
+    pub threading: Threading,
+    /// The idle strategy of every thread.
+    pub idle: String,
+    /// Pin threads to cores (real hosts: a core each, as `docs/host-tuning.md` explains).
+    pub pinned: bool,
+}
+
+/// The UDP port offset of each sequenced stream (TCP: 10 more), and its name.
+const STREAMS: [(u32, &str, u16); 4] = [
+    (MARKET_DATA, "md", 1),
+    (ORDERS, "orders", 2),
+    (COMPOSITE, "composite", 3),
+    (ITCH, "itch", 4),
+];
+
+fn port(stream: u32) -> u16 {
+    STREAMS
+        .iter()
+        .find(|(s, _, _)| *s == stream)
+        .map(|(_, _, p)| *p)
+        .expect("a stream of the topology")
+}
+
+/// The short name of `stream` (`md`, `orders`, `composite`, `itch`): its store directory and
+/// the prefix of its roles' names.
+pub fn stream_name(stream: u32) -> &'static str {
+    STREAMS
+        .iter()
+        .find(|(s, _, _)| *s == stream)
+        .map(|(_, n, _)| *n)
+        .expect("a stream of the topology")
+}
+
+fn s(p: &std::path::Path) -> Value {
+    Value::String(p.display().to_string())
+}
+
+fn strings<I: IntoIterator<Item = String>>(v: I) -> Value {
+    Value::Array(v.into_iter().map(Value::String).collect())
+}
+
+impl Site {
+    /// The store of `stream` on `host`.
+    pub fn store(&self, host: &str, stream: u32) -> PathBuf {
+        (self.stores)(self, host).join(stream_name(stream))
+    }
+
+    /// The outbox file `file` on `host`.
+    pub fn outbox(&self, host: &str, file: &str) -> PathBuf {
+        (self.outboxes)(self, host).join(file)
+    }
+
+    /// The streams the seq host sequences, in the compositor's merge order.
+    pub fn sequenced(&self) -> Vec<u32> {
+        let mut v = Vec::new();
+        if self.cme {
+            v.push(MARKET_DATA);
+        }
+        v.push(ORDERS);
+        if self.itch {
+            v.push(ITCH);
+        }
+        v
+    }
+
+    /// The replicas each application host keeps (host index 0 or 1).
+    pub fn replicas(&self, host: usize) -> Vec<u32> {
+        if host == 0 {
+            vec![ORDERS, COMPOSITE]
+        } else {
+            let mut v = Vec::new();
+            if self.cme {
+                v.push(MARKET_DATA);
+            }
+            v.push(ORDERS);
+            if self.itch {
+                v.push(ITCH);
+            }
+            v
+        }
+    }
+
+    /// The outboxes each application host's forwarder drains: (file, source id, stream).
+    pub fn outboxes_of(&self, host: usize) -> Vec<(&'static str, u32, u32)> {
+        if host == 0 {
+            return vec![("algo.outbox", ALGO_SOURCE, ORDERS)];
+        }
+        let mut v = vec![("oms.outbox", OMS_SOURCE, ORDERS)];
+        if self.cme {
+            v.push(("feed.outbox", FEED_SOURCE, MARKET_DATA));
+        }
+        if self.itch {
+            v.push(("itch.outbox", ITCH_SOURCE, ITCH));
+        }
+        v
+    }
+
+    /// The sources allowed on `stream`: (source id, host index).
+    fn sources(stream: u32) -> Vec<(u32, usize)> {
+        match stream {
+            MARKET_DATA => vec![(FEED_SOURCE, 1)],
+            ORDERS => vec![(ALGO_SOURCE, 0), (OMS_SOURCE, 1)],
+            ITCH => vec![(ITCH_SOURCE, 1)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The hosts (indexes) that keep a replica of `stream`.
+    fn replicated_to(&self, stream: u32) -> Vec<usize> {
+        (0..2)
+            .filter(|&h| self.replicas(h).contains(&stream))
+            .collect()
+    }
+
+    /// The top of a host file: threading, counters, and the shared thread's settings.
+    fn header(&self, host: &str) -> Table {
+        let mut t = Table::new();
+        t.insert("threading".into(), self.threading.name().into());
+        if let Some(c) = (self.counters)(self, host) {
+            t.insert("counters".into(), s(&c));
+        }
+        if self.threading == Threading::Shared {
+            let mut shared = Table::new();
+            shared.insert("idle".into(), self.idle.clone().into());
+            if self.pinned {
+                shared.insert("core".into(), 2.into());
+            }
+            t.insert("shared".into(), Value::Table(shared));
+        }
+        t
+    }
+
+    /// A role table's placement keys, under dedicated threading only.
+    fn place(&self, t: &mut Table, core_key: &str, cores: Value) {
+        if self.threading != Threading::Dedicated {
+            return;
+        }
+        t.insert("idle".into(), self.idle.clone().into());
+        if self.pinned {
+            t.insert(core_key.into(), cores);
+        }
+    }
+
+    /// The sequencer host's file.
+    pub fn seq_host(&self) -> Table {
+        let mut file = self.header("seq");
+        let mut next_core = 2i64;
+        let mut core = || {
+            let c = next_core;
+            next_core += 1;
+            c
+        };
+        let mut sequencers = Vec::new();
+        for stream in self.sequenced() {
+            let mut t = Table::new();
+            t.insert("name".into(), format!("{}-seq", stream_name(stream)).into());
+            t.insert("store".into(), s(&self.store("seq", stream)));
+            t.insert("stream_id".into(), i64::from(stream).into());
+            t.insert(
+                "listen".into(),
+                format!("{}:{}", self.seq_bind, self.port_base + port(stream)).into(),
+            );
+            t.insert(
+                "source".into(),
+                strings(
+                    Self::sources(stream)
+                        .into_iter()
+                        .map(|(id, h)| format!("{id}@{}", self.host_ip[h])),
+                ),
+            );
+            t.insert("segment_size".into(), (self.segment_size as i64).into());
+            match self.heartbeat_ms {
+                Some(ms) => t.insert("heartbeat_ms".into(), (ms as i64).into()),
+                None => t.insert("no_heartbeat".into(), true.into()),
+            };
+            self.place(&mut t, "core", core().into());
+            sequencers.push(Value::Table(t));
+        }
+        file.insert("sequencer".into(), Value::Array(sequencers));
+        let mut c = Table::new();
+        c.insert("name".into(), "composite".into());
+        c.insert(
+            "component".into(),
+            strings(
+                self.sequenced()
+                    .into_iter()
+                    .map(|st| self.store("seq", st).display().to_string()),
+            ),
+        );
+        c.insert("output".into(), s(&self.store("seq", COMPOSITE)));
+        c.insert("stream_id".into(), i64::from(COMPOSITE).into());
+        c.insert("policy".into(), "arrival".into());
+        c.insert("segment_size".into(), (self.segment_size as i64).into());
+        self.place(&mut c, "core", core().into());
+        file.insert("compositor".into(), Value::Array(vec![Value::Table(c)]));
+        let mut servers = Vec::new();
+        let mut served = self.sequenced();
+        let orders = served.iter().position(|&st| st == ORDERS).unwrap_or(0);
+        served.insert(orders + 1, COMPOSITE);
+        for stream in served {
+            let to = self.replicated_to(stream);
+            let mut t = Table::new();
+            t.insert(
+                "name".into(),
+                format!("{}-serve", stream_name(stream)).into(),
+            );
+            t.insert("store".into(), s(&self.store("seq", stream)));
+            t.insert("stream_id".into(), i64::from(stream).into());
+            t.insert("secret_file".into(), s(&self.secret));
+            t.insert(
+                "listen".into(),
+                format!("{}:{}", self.seq_bind, self.port_base + 10 + port(stream)).into(),
+            );
+            let mut allow: Vec<String> =
+                to.iter().map(|&h| self.client_ip[h].to_string()).collect();
+            allow.dedup();
+            t.insert("allow".into(), strings(allow));
+            let cores: Vec<Value> = to.iter().map(|_| Value::from(core())).collect();
+            self.place(&mut t, "cores", Value::Array(cores));
+            servers.push(Value::Table(t));
+        }
+        file.insert("serve".into(), Value::Array(servers));
+        file
+    }
+
+    /// Application host `host`'s file (0: host 1, 1: host 2).
+    pub fn app_host(&self, host: usize) -> Table {
+        let me = ["h1", "h2"][host];
+        let mut file = self.header(me);
+        let mut next_core = 2i64;
+        let mut follows = Vec::new();
+        for stream in self.replicas(host) {
+            let mut t = Table::new();
+            t.insert("name".into(), format!("{}-rep", stream_name(stream)).into());
+            t.insert("store".into(), s(&self.store(me, stream)));
+            t.insert("stream_id".into(), i64::from(stream).into());
+            t.insert("secret_file".into(), s(&self.secret));
+            t.insert(
+                "upstream".into(),
+                format!(
+                    "{}:{}",
+                    self.seq_from[host],
+                    self.port_base + 10 + port(stream)
+                )
+                .into(),
+            );
+            next_core += 1;
+            self.place(&mut t, "core", next_core.into());
+            follows.push(Value::Table(t));
+        }
+        let mut f = Table::new();
+        f.insert("name".into(), "fwd".into());
+        f.insert(
+            "outbox".into(),
+            strings(
+                self.outboxes_of(host)
+                    .into_iter()
+                    .map(|(file, _, _)| self.outbox(me, file).display().to_string()),
+            ),
+        );
+        let mut routes: Vec<u32> = self
+            .outboxes_of(host)
+            .into_iter()
+            .map(|(_, _, st)| st)
+            .collect();
+        routes.sort();
+        routes.dedup();
+        f.insert(
+            "route".into(),
+            strings(routes.into_iter().map(|st| {
+                format!(
+                    "{st}={}:{}={}",
+                    self.seq_from[host],
+                    self.port_base + port(st),
+                    self.store(me, st).display()
+                )
+            })),
+        );
+        f.insert("bind".into(), format!("{}:0", self.host_ip[host]).into());
+        self.place(&mut f, "core", 2.into());
+        file.insert("follow".into(), Value::Array(follows));
+        file.insert("forward".into(), Value::Array(vec![Value::Table(f)]));
+        file
+    }
+
+    /// Every host's file as TOML text: (`seq`/`h1`/`h2`, text).
+    pub fn files(&self) -> Vec<(&'static str, String)> {
+        let text = |t: Table| toml::to_string(&t).expect("a host file serializes");
+        vec![
+            ("seq", text(self.seq_host())),
+            ("h1", text(self.app_host(0))),
+            ("h2", text(self.app_host(1))),
+        ]
+    }
+}
+
+/// Writes the topology's files for three real hosts into `dir` (`seq-host/`, `host1/`,
+/// `host2/`, each a `seqstreamd.toml`): the example files of `config/`.
+pub fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> anyhow::Result<()> {
+    let ip = |d: u8| IpAddr::from([10, 0, 0, d]);
+    let site = Site {
+        cme,
+        itch,
+        seq_bind: ip(1),
+        seq_from: [ip(1), ip(1)],
+        host_ip: [ip(2), ip(3)],
+        client_ip: [ip(2), ip(3)],
+        stores: |_, _| PathBuf::from("/var/lib/seqstream"),
+        outboxes: |_, _| PathBuf::from("/dev/shm/seqstream"),
+        counters: |_, _| Some(PathBuf::from("/dev/shm/seqstream/seqstreamd.counters")),
+        secret: PathBuf::from("/etc/seqstream/secret"),
+        work: PathBuf::new(),
+        port_base: 7000,
+        segment_size: 1 << 30,
+        heartbeat_ms: Some(100),
+        threading: Threading::Dedicated,
+        idle: "busy-spin".into(),
+        pinned: true,
+    };
+    for ((_, text), host) in site.files().into_iter().zip(["seq-host", "host1", "host2"]) {
+        let d = dir.join(host);
+        std::fs::create_dir_all(&d)?;
+        let header = format!(
+            "# {host}: one seqstreamd runs every role of this host (see config/README.md and\n# docs/seqstreamd.md). Written by `demo --write-config config`: the demo runs this\n# topology, so edit the topology (apps/src/bin/demo/topology.rs), not this file.\n\n"
+        );
+        std::fs::write(d.join("seqstreamd.toml"), header + &text)?;
+    }
+    Ok(())
+}
