@@ -115,16 +115,6 @@ struct Counters {
     lag_bytes: Counter,
 }
 
-/// The length of the last live segment of the store in `dir`, if there is one.
-fn active_segment_length(dir: &std::path::Path) -> Option<u64> {
-    let listing = seqstream_store::layout::list(dir).ok()?;
-    listing.segments.iter().rev().find_map(|(_, path)| {
-        let s = seqstream_store::segment::Segment::open(path).ok()?;
-        (s.state() != Some(seqstream_store::format::SegmentState::Prepared))
-            .then(|| s.info().0.length)
-    })
-}
-
 /// The rate-limited WARN lines of the sessions' ends, one per cause.
 struct Warns {
     closed: LimitedWarn,
@@ -246,12 +236,8 @@ impl Follower {
             upstream_committed: c("upstream committed position")?,
             lag_bytes: c("lag bytes")?,
         };
-        let mut cfg = cfg;
         // New segments of a replica take the upstream's size: that of its active segment.
-        if let Some(len) = active_segment_length(&cfg.store) {
-            cfg.store_config.segment_size = len;
-        }
-        let appender = match Appender::open(&cfg.store, cfg.store_config.clone()) {
+        let appender = match Appender::reopen_replica(&cfg.store, cfg.store_config.clone()) {
             Ok(a) => Some(a),
             Err(StoreError::NoStore { .. }) => None,
             Err(e) => return Err(e.into()),
@@ -619,7 +605,7 @@ impl Replica {
     fn handle(&mut self, msg: Msg<'_>, u: &mut Unwritten) -> Result<bool> {
         match msg {
             Msg::Segment { index, header } => {
-                let info = seqstream_store::format::read_segment_info(header).0;
+                let info = seqstream_store::ReplicatedHeader::read(header);
                 if info.index != index {
                     return Err(Lie::SegmentIndex {
                         index,

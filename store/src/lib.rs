@@ -33,6 +33,7 @@
 //! | [`appender`] | the single writer |
 //! | [`tailer`] | readers, seeking |
 //! | [`recovery`] | validation and crash recovery when an appender opens a store |
+//! | [`verify`] | `storetool verify`: every check of a store's files, read-only |
 
 #![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -53,10 +54,11 @@ pub mod scan;
 pub mod segment;
 pub mod sigbus;
 pub mod tailer;
+pub mod verify;
 
 pub use appender::{
     check_first_replicated_segment, Appender, AppenderStats, CheckedFrames, Claim,
-    SEGMENT_HEADER_PREFIX,
+    ReplicatedHeader, SEGMENT_HEADER_PREFIX,
 };
 pub use config::{FlushPolicy, StoreConfig};
 pub use error::{Result, StoreError};

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The workspace binaries the demo starts, next to this package's.
-pub const DAEMONS: [&str; 2] = ["seqstreamd", "storetool"];
+pub const DAEMONS: [&str; 1] = ["seqstreamd"];
 
 /// Where `cargo test` put this package's binaries (and every package's, with `--workspace`).
 pub fn bin_dir() -> PathBuf {
@@ -22,10 +22,7 @@ pub fn bin_dir() -> PathBuf {
 pub fn ensure_daemons() -> PathBuf {
     let dir = bin_dir();
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--bins"]);
-    for p in ["seqstream-store", "seqstreamd"] {
-        cmd.args(["-p", p]);
-    }
+    cmd.args(["build", "--bins", "-p", "seqstreamd"]);
     cmd.args([
         "--profile",
         if cfg!(debug_assertions) {

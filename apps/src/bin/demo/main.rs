@@ -723,19 +723,16 @@ fn audit_run(
             if !dir.exists() {
                 continue;
             }
-            let out = std::process::Command::new(l.bin("storetool"))
-                .arg("verify")
-                .arg(&dir)
-                .output()?;
-            let ok = out.status.success();
-            verified &= ok;
+            let v = seqstream_store::verify::verify(&dir)
+                .with_context(|| format!("verifying {}", dir.display()))?;
+            verified &= v.is_ok();
             let d = digest(&dir)?;
             println!(
                 "  {host}/{stream:<10} verify {:<4} {d}",
-                if ok { "ok" } else { "FAIL" }
+                if v.is_ok() { "ok" } else { "FAIL" }
             );
-            if !ok {
-                println!("{}", String::from_utf8_lossy(&out.stdout));
+            for f in &v.faults {
+                println!("    FAULT {f}");
             }
             digests.insert(format!("{host}/{stream}"), d);
         }
@@ -881,14 +878,7 @@ fn main() -> Result<()> {
     if let Some(dir) = &cli.write_config {
         return topology::write_real_hosts(dir, cli.feeds.cme(), cli.feeds.itch());
     }
-    for b in [
-        "seqstreamd",
-        "storetool",
-        "feedhandler",
-        "algo",
-        "oms",
-        "netfloor",
-    ] {
+    for b in ["seqstreamd", "feedhandler", "algo", "oms", "netfloor"] {
         if !bin.join(b).exists() {
             bail!("{} is missing: build the workspace first (cargo build --release --workspace --bins)", bin.join(b).display());
         }

@@ -1,0 +1,392 @@
+//! The appender's replica half: how a replication client writes a byte-identical copy of an
+//! upstream's store. A replica is written only with frames copied verbatim
+//! ([`Appender::append_replicated`]) and segment headers copied from the upstream
+//! ([`Appender::begin_replicated_segment`]); every byte an upstream sends is checked before
+//! any is written, so a lying upstream leaves the replica as it was.
+
+use std::path::Path;
+
+use super::Appender;
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::format::SegmentState;
+use crate::format::{self, SegmentInfo, FRAME_HEADER_LEN};
+use crate::index::IndexEntry;
+use crate::layout;
+use crate::recovery::next_boundary;
+use crate::scan::file_offset;
+use crate::segment::Segment;
+
+/// What a replicated segment header (the first [`SEGMENT_HEADER_PREFIX`] bytes of an
+/// upstream's segment) says, read without checking it: enough for a replication client to
+/// refuse a header before [`Appender::begin_replicated_segment`] checks the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicatedHeader {
+    /// The segment's index.
+    pub index: u64,
+    /// The segment file's length, bytes.
+    pub length: u64,
+}
+
+impl ReplicatedHeader {
+    /// Reads `header`'s index and length (little-endian, `store/FORMAT.md`).
+    pub fn read(header: &[u8; SEGMENT_HEADER_PREFIX]) -> Self {
+        let info = format::read_segment_info(header).0;
+        ReplicatedHeader {
+            index: info.index,
+            length: info.length,
+        }
+    }
+}
+
+impl Appender {
+    /// Opens an existing replica in `dir`. Its new segments take the length of its last live
+    /// segment (its upstream's, copied with the header), whatever `cfg.segment_size` says.
+    ///
+    /// Errors: `NoStore` when there is no replica yet (create it with
+    /// [`open_replica`](Self::open_replica)); the errors of [`open`](Self::open).
+    pub fn reopen_replica(dir: impl AsRef<Path>, mut cfg: StoreConfig) -> Result<Appender> {
+        let dir = dir.as_ref();
+        if let Some(len) = live_segment_length(dir) {
+            cfg.segment_size = len;
+        }
+        Self::open(dir, cfg)
+    }
+
+    /// Opens or creates a **replica** of the store whose first segment header is
+    /// `primary_first_header` (the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's
+    /// segment 0): a new replica copies its stream id, length and creation time, so its files
+    /// are byte-identical to the primary's. Write it only with
+    /// [`append_replicated`](Self::append_replicated) and
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment).
+    ///
+    /// Errors: `ReplicaMismatch` when the header is not a valid active segment-0 header of
+    /// `cfg.stream_id`; the errors of [`open`](Self::open).
+    pub fn open_replica(
+        dir: impl AsRef<Path>,
+        mut cfg: StoreConfig,
+        primary_first_header: &[u8; SEGMENT_HEADER_PREFIX],
+    ) -> Result<Appender> {
+        let info = check_first_header(primary_first_header, cfg.stream_id)?;
+        cfg.segment_size = info.length;
+        Self::open_impl(dir.as_ref(), cfg, Some(info.created_ns))
+    }
+
+    /// Appends frames copied verbatim from the primary (or an upstream replica) of this stream:
+    /// `bytes` starts at this store's committed position and holds frames back to back, each
+    /// padded to 8 bytes, possibly ending with an incomplete frame that is left for the next
+    /// call. Every complete frame is checked (length, CRC32C, seq continuing this store,
+    /// timestamp not going back) *before* anything is written, then all are written and
+    /// published with one release store. Returns `(frames, bytes consumed)`.
+    ///
+    /// Frames never span segments: at the end of the active segment the caller must call
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment) with the primary's next
+    /// header first.
+    ///
+    /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
+    /// does not fit in the active segment; nothing is written then.
+    pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
+        let checked = check_frames(
+            bytes,
+            &FramesAt {
+                position: self.position,
+                next_seq: self.next_seq,
+                last_timestamp_ns: self.stamp.last(),
+                room: self.limit - self.position,
+                max_len: self.max_payload() + FRAME_HEADER_LEN,
+            },
+        )?;
+        let (off, seq, last_ts) = (
+            checked.bytes,
+            self.next_seq + checked.frames,
+            checked.last_timestamp_ns,
+        );
+        if off == 0 {
+            return Ok((0, 0));
+        }
+        let file_off = file_offset(&self.info, self.position);
+        // SAFETY: single appender (store lock); the range starts at the committed position and
+        // fits in the active segment (checked against `room` above).
+        unsafe {
+            self.segment
+                .mapped()
+                .bytes_mut(file_off, off)
+                .copy_from_slice(&bytes[..off])
+        };
+        let frames = seq - self.next_seq;
+        let mut at = 0usize;
+        while at < off {
+            let len = format::get_u32(&bytes[at..], format::frame::LENGTH) as usize;
+            let position = self.position + at as u64;
+            if position >= self.next_index_position {
+                self.index.push(IndexEntry {
+                    position,
+                    seq: format::get_u64(&bytes[at..], format::frame::SEQ),
+                    timestamp_ns: format::get_u64(&bytes[at..], format::frame::TIMESTAMP_NS),
+                });
+                self.next_index_position =
+                    next_boundary(&self.info, position, self.cfg.index_stride);
+            }
+            self.stats.payload_bytes += (len - FRAME_HEADER_LEN) as u64;
+            at += format::align_frame(len);
+        }
+        self.position += off as u64;
+        self.next_seq = seq;
+        self.stamp.stamp_at(last_ts);
+        self.stats.frames += frames;
+        self.publish(frames as u32)?;
+        Ok((frames, off))
+    }
+
+    /// The first [`SEGMENT_HEADER_PREFIX`] bytes of the active segment's header: what a
+    /// replication server sends so that its followers write byte-identical segments.
+    pub fn segment_header(&self) -> [u8; SEGMENT_HEADER_PREFIX] {
+        self.segment
+            .mapped()
+            .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
+    }
+
+    /// Checks, without changing anything, that `header` (the upstream's next segment) and the
+    /// frames at the start of `bytes` (its first data) continue this replica: the header as
+    /// [`begin_replicated_segment`](Self::begin_replicated_segment) requires, the frames as
+    /// [`append_replicated`](Self::append_replicated) does, and the first frame must not fit
+    /// in the active segment (a writer rolls only then). Returns what the complete frames at
+    /// the start of `bytes` hold: none when it holds only part of the first, and the caller
+    /// waits for more before it rolls.
+    ///
+    /// Errors: `ReplicaMismatch` saying what does not continue the replica.
+    pub fn check_next_replicated_segment(
+        &self,
+        header: &[u8; SEGMENT_HEADER_PREFIX],
+        bytes: &[u8],
+    ) -> Result<CheckedFrames> {
+        let info = self.check_next_header(header)?;
+        let checked = check_frames(bytes, &FramesAt::segment_start(&info, self.stamp.last()))?;
+        if checked.frames > 0 && self.position + checked.first_span as u64 <= self.limit {
+            return Err(StoreError::ReplicaMismatch {
+                position: self.position,
+                reason: format!(
+                    "segment {} starts with a frame of {} bytes that fits in segment {}: a writer \
+                 rolls only when the next frame does not fit",
+                    info.index, checked.first_span, self.info.index
+                ),
+            });
+        }
+        Ok(checked)
+    }
+
+    /// Seals the active segment and activates the next one with the primary's header
+    /// (`header`: the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's next segment), so
+    /// the replica's file is byte-identical. The header must continue this store exactly: next
+    /// index, base position = committed position, base seq = next seq.
+    ///
+    /// The active segment must hold a frame: a writer rolls only when the next frame does not
+    /// fit, so no segment is ever sealed empty (and an upstream cannot make a replica allocate
+    /// segment after segment without sending frames). Check the header together with the
+    /// frames it starts with first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
+    ///
+    /// Errors: `ReplicaMismatch` (nothing changed); preparation errors as for a roll.
+    pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
+        let info = self.check_next_header(header)?;
+        if self.cfg.segment_size != info.length {
+            // The prepared segment (if any) has the wrong length: prepare again.
+            let mut cfg = self.cfg.clone();
+            cfg.segment_size = info.length;
+            cfg.validate()?;
+            self.cfg = cfg;
+            if let Some(h) = self.preparing.take() {
+                let _ = h.join();
+            }
+            self.prepared = None;
+        }
+        self.roll_at(info.created_ns)
+    }
+
+    /// The header checks of [`begin_replicated_segment`](Self::begin_replicated_segment).
+    fn check_next_header(&self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<SegmentInfo> {
+        let info = check_replicated_header(header, self.cfg.stream_id, self.info.index + 1)?;
+        let reject = |reason: String| StoreError::ReplicaMismatch {
+            position: self.position,
+            reason,
+        };
+        if info.base_position != self.position || info.base_seq != self.next_seq {
+            return Err(reject(format!(
+                "segment {} starts at position {} seq {}, this store is at {} seq {}",
+                info.index, info.base_position, info.base_seq, self.position, self.next_seq
+            )));
+        }
+        if self.position == self.info.base_position {
+            return Err(reject(format!(
+                "segment {} holds no frame: a segment is never sealed empty",
+                self.info.index
+            )));
+        }
+        Ok(info)
+    }
+}
+
+/// Bytes of a segment header that identify it and are copied to replicas: the immutable
+/// fields and their CRC (`format::seg::IMMUTABLE_LEN` + 4).
+pub const SEGMENT_HEADER_PREFIX: usize = 64;
+
+/// What [`check_frames`] found at the start of some bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedFrames {
+    /// Complete, valid frames.
+    pub frames: u64,
+    /// Bytes they span, padding included.
+    pub bytes: usize,
+    /// Span of the first of them (0 when there is none).
+    pub first_span: usize,
+    /// Timestamp of the last of them (the given last timestamp when there is none).
+    pub last_timestamp_ns: u64,
+}
+
+/// Where checked frames go: the end of a store's active segment.
+struct FramesAt {
+    position: u64,
+    next_seq: u64,
+    last_timestamp_ns: u64,
+    /// Bytes left in the segment.
+    room: u64,
+    /// The longest frame the segment can hold, header included.
+    max_len: usize,
+}
+
+impl FramesAt {
+    /// The start of the segment `info` describes, in a stream whose last timestamp is `last_ts`.
+    fn segment_start(info: &SegmentInfo, last_ts: u64) -> Self {
+        FramesAt {
+            position: info.base_position,
+            next_seq: info.base_seq,
+            last_timestamp_ns: last_ts,
+            room: info.limit_position() - info.base_position,
+            max_len: format::max_payload(info.length as usize) + FRAME_HEADER_LEN,
+        }
+    }
+}
+
+/// Checks the complete frames at the start of `bytes` as replicated frames going to `at`:
+/// length, fit in the segment, CRC32C, seq continuing, timestamp not going back, zero
+/// padding. An incomplete frame at the end (whose length is valid) is left out.
+fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
+    let mut off = 0usize;
+    let mut seq = at.next_seq;
+    let mut last_ts = at.last_timestamp_ns;
+    let mut first_span = 0;
+    let reject = |off: usize, reason: String| StoreError::ReplicaMismatch {
+        position: at.position + off as u64,
+        reason,
+    };
+    while bytes.len() - off >= FRAME_HEADER_LEN {
+        let rest = &bytes[off..];
+        let len = format::get_u32(rest, format::frame::LENGTH) as usize;
+        if len < FRAME_HEADER_LEN || len > at.max_len {
+            return Err(reject(off, format!("bad frame length {len}")));
+        }
+        let span = format::align_frame(len);
+        if (off + span) as u64 > at.room {
+            return Err(reject(
+                off,
+                "frame does not fit in the active segment".into(),
+            ));
+        }
+        if rest.len() < span {
+            break; // incomplete: wait for the rest
+        }
+        let h = format::validate_frame(&rest[..len], seq)
+            .map_err(|fault| reject(off, fault.to_string()))?;
+        if h.timestamp_ns < last_ts {
+            return Err(reject(off, "timestamp goes backwards".into()));
+        }
+        if rest[len..span].iter().any(|&b| b != 0) {
+            return Err(reject(off, "non-zero padding".into()));
+        }
+        if off == 0 {
+            first_span = span;
+        }
+        last_ts = h.timestamp_ns;
+        seq += 1;
+        off += span;
+    }
+    Ok(CheckedFrames {
+        frames: seq - at.next_seq,
+        bytes: off,
+        first_span,
+        last_timestamp_ns: last_ts,
+    })
+}
+
+/// Checks, without writing anything, that `header` is a valid first segment (index 0, position
+/// 0, seq 1) of stream `stream_id` and `bytes` starts with valid frames of it: what a replica
+/// that has no store yet does before it creates one with
+/// [`Appender::open_replica`], so that no upstream can make it create a store without a
+/// frame to put in it. Returns what the complete frames at the start of `bytes` hold.
+///
+/// Errors: `ReplicaMismatch` saying what is wrong.
+pub fn check_first_replicated_segment(
+    header: &[u8; SEGMENT_HEADER_PREFIX],
+    stream_id: u32,
+    bytes: &[u8],
+) -> Result<CheckedFrames> {
+    let info = check_first_header(header, stream_id)?;
+    check_frames(bytes, &FramesAt::segment_start(&info, 0))
+}
+
+/// [`check_replicated_header`] for segment 0, which must start at position 0, seq 1.
+fn check_first_header(header: &[u8; SEGMENT_HEADER_PREFIX], stream_id: u32) -> Result<SegmentInfo> {
+    let info = check_replicated_header(header, stream_id, 0)?;
+    if info.base_position != 0 || info.base_seq != 1 {
+        return Err(StoreError::ReplicaMismatch {
+            position: 0,
+            reason: "segment 0 must start at position 0, seq 1".into(),
+        });
+    }
+    Ok(info)
+}
+
+/// Checks a replicated segment header: magic, version, CRC, stream id, index, length.
+fn check_replicated_header(
+    header: &[u8; SEGMENT_HEADER_PREFIX],
+    stream_id: u32,
+    index: u64,
+) -> Result<SegmentInfo> {
+    let reject = |reason: String| StoreError::ReplicaMismatch {
+        position: 0,
+        reason: format!("segment header: {reason}"),
+    };
+    if header[..8] != format::MAGIC
+        || format::get_u32(header, format::seg::VERSION) != format::FORMAT_VERSION
+    {
+        return Err(reject("bad magic or version".into()));
+    }
+    let (info, crc_ok) = format::read_segment_info(header);
+    if !crc_ok {
+        return Err(reject("checksum mismatch".into()));
+    }
+    if info.stream_id != stream_id {
+        return Err(reject(format!(
+            "stream {} instead of {stream_id}",
+            info.stream_id
+        )));
+    }
+    if info.index != index {
+        return Err(reject(format!("index {} instead of {index}", info.index)));
+    }
+    if info.length > u32::MAX as u64
+        || info.length < crate::config::MIN_SEGMENT_SIZE
+        || !info.length.is_multiple_of(4096)
+    {
+        return Err(reject(format!("segment length {}", info.length)));
+    }
+    Ok(info)
+}
+
+/// The length of the last live segment of the store in `dir`, if there is one.
+fn live_segment_length(dir: &Path) -> Option<u64> {
+    let listing = layout::list(dir).ok()?;
+    listing.segments.iter().rev().find_map(|(_, path)| {
+        let s = Segment::open(path).ok()?;
+        (s.state() != Some(SegmentState::Prepared)).then(|| s.info().0.length)
+    })
+}

@@ -1,0 +1,204 @@
+//! `storetool verify` as a function: every check a store's files can be put to without
+//! trusting any of them — segment headers and states, the chain of segments (stream, index,
+//! base position and seq), every frame's bounds, checksum and seq up to each segment's
+//! committed position, timestamps that never go backwards, and each index against the frames.
+//! It only reads; it never repairs (an appender's recovery does that).
+
+use std::path::Path;
+
+use crate::error::{Result, StoreError};
+use crate::format::SegmentState;
+use crate::index::Index;
+use crate::layout;
+use crate::scan::scan;
+use crate::segment::Segment;
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Valid frames read.
+    pub frames: u64,
+    /// Segment files listed.
+    pub segments: usize,
+    /// Each fault found, one line naming its file (empty: the store is sound).
+    pub faults: Vec<String>,
+}
+
+impl Verification {
+    /// `true` when no fault was found.
+    pub fn is_ok(&self) -> bool {
+        self.faults.is_empty()
+    }
+}
+
+/// Verifies the store in `dir`: a fault of the files is a line of the result, never an
+/// error. Errors: `NoStore` when `dir` holds no segment file; `Shrunk` when a file shrank
+/// while it was read (run it again).
+pub fn verify(dir: &Path) -> Result<Verification> {
+    let mut faults = Vec::new();
+    let mut frames = 0u64;
+    let listing = match layout::list(dir) {
+        Ok(l) => l,
+        Err(e) => {
+            faults.push(e.to_string());
+            layout::Listing::default()
+        }
+    };
+    if faults.is_empty() && listing.segments.is_empty() {
+        return Err(StoreError::NoStore { path: dir.into() });
+    }
+    let mut expect: Option<(u64, u64)> = None; // (position, seq)
+    let mut stream_id = None;
+    let mut last_ts = 0u64;
+    let mut active_seen = false;
+    let mut prepared_after_active = 0;
+    for (index, path) in &listing.segments {
+        let s = match Segment::open(path) {
+            Ok(s) => s,
+            Err(e) => {
+                faults.push(e.to_string());
+                continue;
+            }
+        };
+        let (header, _) = s.info();
+        if *stream_id.get_or_insert(header.stream_id) != header.stream_id {
+            faults.push(format!(
+                "{}: stream {} differs",
+                path.display(),
+                header.stream_id
+            ));
+        }
+        if header.index != *index {
+            faults.push(format!("{}: header index {}", path.display(), header.index));
+        }
+        match s.state() {
+            Some(SegmentState::Prepared) => {
+                if !active_seen {
+                    faults.push(format!(
+                        "{}: prepared segment before the active one",
+                        path.display()
+                    ));
+                } else {
+                    prepared_after_active += 1;
+                    if prepared_after_active > 1 {
+                        faults.push(format!(
+                            "{}: more than one prepared segment after the active one",
+                            path.display()
+                        ));
+                    }
+                }
+                continue;
+            }
+            _ if active_seen => {
+                faults.push(format!(
+                    "{}: live segment after the active one",
+                    path.display()
+                ));
+                continue;
+            }
+            Some(SegmentState::Active) => active_seen = true,
+            _ => {}
+        }
+        let info = match s.checked_info() {
+            Ok(i) => i,
+            Err(e) => {
+                faults.push(e.to_string());
+                expect = None;
+                continue;
+            }
+        };
+        if let Some((pos, seq)) = expect {
+            if info.base_position != pos || info.base_seq != seq {
+                faults.push(format!(
+                    "{}: starts at position {} seq {}, expected {} seq {}",
+                    path.display(),
+                    info.base_position,
+                    info.base_seq,
+                    pos,
+                    seq
+                ));
+            }
+        }
+        let committed = s.committed();
+        if committed < info.base_position || committed > info.limit_position() {
+            faults.push(format!(
+                "{}: committed position {committed} outside [{}, {}]",
+                path.display(),
+                info.base_position,
+                info.limit_position()
+            ));
+            expect = None;
+            continue;
+        }
+        let index = Index::open(dir, info.index).ok();
+        let mut index_pos = 0u64;
+        let mut index_faults = 0u64;
+        let end = scan(
+            &s,
+            &info,
+            info.base_position,
+            info.base_seq,
+            last_ts,
+            committed,
+            |pos, h| {
+                frames += 1;
+                if h.timestamp_ns < last_ts {
+                    faults.push(format!("seq {}: timestamp goes backwards", h.seq));
+                }
+                last_ts = h.timestamp_ns;
+                if let Some(e) = index.as_ref().and_then(|ix| ix.get(index_pos)) {
+                    if e.position == pos {
+                        if e.seq != h.seq || e.timestamp_ns != h.timestamp_ns {
+                            index_faults += 1;
+                        }
+                        index_pos += 1;
+                    } else if e.position < pos {
+                        index_faults += 1;
+                        index_pos += 1;
+                    }
+                }
+                true
+            },
+        )?;
+        if let Some((pos, fault)) = end.fault {
+            faults.push(format!("{}: position {pos}: {fault}", path.display()));
+        } else if end.end_position != committed {
+            faults.push(format!(
+                "{}: no frame at position {} below committed {}",
+                path.display(),
+                end.end_position,
+                committed
+            ));
+        }
+        // Entries at or past the committed position belong to a frame being written (the
+        // appender indexes a frame just before publishing it): not a fault.
+        let indexed = index.as_ref().map(|ix| {
+            (0..ix.len())
+                .take_while(|&i| ix.get(i).is_none_or(|e| e.position < committed))
+                .count() as u64
+        });
+        match indexed {
+            None => faults.push(format!("{}: index missing or damaged", path.display())),
+            Some(n) if index_faults > 0 || index_pos != n => faults.push(format!(
+                "{}: index disagrees with frames ({index_faults} bad entries, {index_pos} of {n} matched)",
+                path.display(),
+            )),
+            Some(_) => {}
+        }
+        expect = Some((end.end_position, end.next_seq));
+    }
+    if !active_seen {
+        if let Some((index, path)) = listing.segments.last() {
+            faults.push(format!(
+                "{}: no active segment: the last one is sealed, so segment {} after it is missing (restore it from a replica)",
+                path.display(),
+                index + 1
+            ));
+        }
+    }
+    Ok(Verification {
+        frames,
+        segments: listing.segments.len(),
+        faults,
+    })
+}
