@@ -8,6 +8,11 @@
 //! [`OutboxReader::poll`] and reports what the sequenced stream confirmed with
 //! [`OutboxReader::confirm`], which reopens the window.
 //!
+//! An outbox has one producer: [`Outbox::open_or_create`] takes an exclusive `flock` on the
+//! file, held while the [`Outbox`] lives (the kernel drops it when the process dies), and a
+//! second producer gets [`OutboxError::Locked`]. The mapping and its rules are in the `ring`
+//! module: both sides write, each only its own part.
+//!
 //! The ring lives as long as its file (by convention under `/dev/shm`), so an application that
 //! restarts reopens it and continues its `source_seq` numbering, and messages it offered before
 //! a crash are still delivered.
@@ -39,9 +44,9 @@ use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use seqstream_store::format::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
-use seqstream_store::mapped::MappedFile;
-use seqstream_store::StoreError;
+mod ring;
+
+use ring::RingFile;
 
 const MAGIC: [u8; 8] = *b"SEQOUTBX";
 const VERSION: u32 = 1;
@@ -57,9 +62,18 @@ const PADDING: u16 = 1;
 /// Why an outbox could not be created or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OutboxError {
-    /// The file could not be created, opened or mapped.
-    #[error(transparent)]
-    Io(#[from] StoreError),
+    /// A system call on the file failed (`op` names it).
+    #[error("{op} {path}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another producer has the outbox open (it holds the `flock` every producer takes):
+    /// an outbox has one producer.
+    #[error("{path}: another producer has this outbox open")]
+    Locked { path: String },
     /// The file is not an outbox, or of another version, or its header is inconsistent.
     #[error("{path}: not a usable outbox ({reason})")]
     Corrupt { path: String, reason: String },
@@ -81,14 +95,37 @@ pub enum OfferError {
     /// The message can never fit in this ring.
     #[error("a {len}-byte message does not fit in a ring of {capacity} bytes")]
     TooLarge { len: usize, capacity: usize },
+    /// The outbox file shrank under its mapping (it was truncated or replaced): nothing can
+    /// be offered through it any more. Recreate it.
+    #[error("the outbox file shrank under its producer")]
+    Shrunk,
 }
 
 fn span(payload: usize) -> usize {
     (RECORD_HEADER + payload).next_multiple_of(8)
 }
 
+fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
 /// Maps the file, checking the header; shared by producer and consumer.
-fn map(path: &Path) -> Result<(MappedFile, usize), OutboxError> {
+fn map(path: &Path) -> Result<(RingFile, usize), OutboxError> {
     let corrupt = |reason: &str| OutboxError::Corrupt {
         path: path.display().to_string(),
         reason: reason.into(),
@@ -97,23 +134,16 @@ fn map(path: &Path) -> Result<(MappedFile, usize), OutboxError> {
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| StoreError::Io {
+        .map_err(|source| OutboxError::Io {
             op: "open",
-            path: path.into(),
-            source: e,
+            path: path.display().to_string(),
+            source,
         })?;
-    let len = f
-        .metadata()
-        .map_err(|e| StoreError::Io {
-            op: "stat",
-            path: path.into(),
-            source: e,
-        })?
-        .len() as usize;
+    let file = RingFile::map(f, path)?;
+    let len = file.len();
     if len < HEADER {
         return Err(corrupt("shorter than its header"));
     }
-    let file = MappedFile::map(f, path.to_path_buf(), len, true)?;
     let h = file.volatile_copy::<32>(0);
     if h[..8] != MAGIC || get_u32(&h, 8) != VERSION {
         return Err(corrupt("bad magic or version"));
@@ -128,7 +158,7 @@ fn map(path: &Path) -> Result<(MappedFile, usize), OutboxError> {
 /// The producer side, held by one application thread.
 #[derive(Debug)]
 pub struct Outbox {
-    file: MappedFile,
+    file: RingFile,
     capacity: usize,
     source_id: u32,
     stream_id: u32,
@@ -168,6 +198,7 @@ impl Outbox {
                 ),
             });
         }
+        file.lock_producer()?;
         let window = get_u64(&h, 24);
         let tail = file.atomic_u64(TAIL).load(Ordering::Acquire);
         let next_seq = file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire).max(1);
@@ -252,6 +283,11 @@ impl Outbox {
         put_u16(rec, 18, 0);
         put_u32(rec, 20, 0);
         rec[RECORD_HEADER..RECORD_HEADER + payload.len()].copy_from_slice(payload);
+        // Written into a file that shrank: the bytes went nowhere. Publish nothing.
+        if !self.file.is_intact() {
+            self.tail -= pad as u64;
+            return Err(OfferError::Shrunk);
+        }
         self.tail += need as u64;
         self.next_seq += 1;
         self.file
@@ -272,10 +308,10 @@ fn create(
     window: u64,
 ) -> Result<(), OutboxError> {
     let tmp = path.with_extension("outbox.tmp");
-    let io = |op: &'static str, e: std::io::Error| StoreError::Io {
+    let io = |op: &'static str, source: std::io::Error| OutboxError::Io {
         op,
-        path: tmp.clone(),
-        source: e,
+        path: tmp.display().to_string(),
+        source,
     };
     let f = OpenOptions::new()
         .read(true)
@@ -286,7 +322,7 @@ fn create(
         .map_err(|e| io("create", e))?;
     f.set_len((HEADER + capacity) as u64)
         .map_err(|e| io("ftruncate", e))?;
-    let file = MappedFile::map(f, tmp.clone(), HEADER + capacity, true)?;
+    let file = RingFile::map(f, &tmp)?;
     // SAFETY: a new file no one else has opened yet.
     let h = unsafe { file.bytes_mut(0, 36) };
     h[..8].copy_from_slice(&MAGIC);
@@ -322,7 +358,7 @@ pub struct Record<'a> {
 /// record, so nothing is lost with it.
 #[derive(Debug)]
 pub struct OutboxReader {
-    file: MappedFile,
+    file: RingFile,
     capacity: usize,
     source_id: u32,
     stream_id: u32,
@@ -394,6 +430,10 @@ impl OutboxReader {
                 n += 1;
             }
             at_pos += need as u64;
+        }
+        // A file that shrank reads as zeros: what was visited may not be what was offered.
+        if !self.file.is_intact() {
+            return Err(self.corrupt("the file shrank under the reader".into()));
         }
         Ok((at_pos, n))
     }

@@ -195,6 +195,40 @@ fn bad_files_and_configurations_are_errors() {
     ));
     assert!(matches!(
         OutboxReader::open(&dir.path().join("missing")),
-        Err(OutboxError::Io(_))
+        Err(OutboxError::Io { .. })
     ));
+}
+
+#[test]
+fn a_second_producer_is_refused_until_the_first_one_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut first = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    first.offer(1, 0, b"one").unwrap();
+    let second = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap_err();
+    assert!(matches!(second, OutboxError::Locked { .. }), "{second}");
+    // The consumer takes no producer lock.
+    let mut reader = OutboxReader::open(&path).unwrap();
+    assert_eq!(reader.poll(10, |_| {}).unwrap(), 1);
+    drop(first); // the application exits (or dies: the kernel drops its lock)
+    let mut again = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    assert_eq!(again.offer(1, 0, b"two").unwrap(), 2);
+}
+
+#[test]
+fn an_outbox_truncated_under_both_sides_is_an_error_on_each_never_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    out.offer(1, 0, b"before").unwrap();
+    let mut reader = OutboxReader::open(&path).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let e = reader.poll(10, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("shrank"), "{e}");
+    assert_eq!(out.offer(1, 0, b"after"), Err(OfferError::Shrunk));
 }
