@@ -9,7 +9,9 @@
 //! - [`audit`]: what a finished run's stores prove (nothing lost, nothing duplicated, every
 //!   order answered once);
 //! - [`latency`]: percentiles of a latency histogram, as the summaries print them;
-//! - [`publish`]: offering through an outbox without dropping, and draining it;
+//! - [`publish`]: waiting for an outbox to drain (an application's start-up);
+//! - [`replay`]: the agent that publishes a planned sequence of messages, paced, and waits
+//!   for their confirmation (the feed handler's and `fixreplay`'s duty cycle);
 //! - [`stores`]: opening a store that a replication client has not created yet;
 //! - [`summary`]: the JSON line each application prints at exit.
 //!
@@ -23,6 +25,7 @@ pub mod feed;
 pub mod fixlog;
 pub mod latency;
 pub mod publish;
+pub mod replay;
 pub mod stores;
 pub mod strategy;
 pub mod summary;

@@ -1,41 +1,10 @@
-//! Offering through an outbox when the application must not drop a message: retry while
-//! back-pressured, driving the caller's idle strategy, until accepted or told to stop.
+//! An application's start-up wait for its outbox to drain: what an earlier run offered is
+//! then in the stream. (Offering itself happens in agents' duty cycles, which never wait:
+//! a back-pressured offer is retried at the next cycle, see `replay`, `algo`, `oms`.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use seqstream_agent::counters::Counter;
-use seqstream_agent::IdleStrategy;
-use seqstream_iodaemon::outbox::{OfferError, Outbox};
-
-/// Offers `payload` until the outbox accepts it and returns its `source_seq`, or `Ok(None)`
-/// if `stop` was set while waiting. Each refusal for back-pressure adds one to `waits` as it
-/// happens, so a stalled publisher shows in its counters.
-///
-/// Errors: the offer errors other than back-pressure (`WrongStream`, `TooLarge`), which
-/// retrying cannot fix.
-pub fn offer(
-    outbox: &mut Outbox,
-    stream_id: u32,
-    template_id: u16,
-    payload: &[u8],
-    idle: &mut impl IdleStrategy,
-    stop: &AtomicBool,
-    waits: &Counter,
-) -> Result<Option<u64>, OfferError> {
-    loop {
-        match outbox.offer(stream_id, template_id, payload) {
-            Ok(seq) => return Ok(Some(seq)),
-            Err(OfferError::BackPressured { .. }) => {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(None);
-                }
-                waits.incr();
-                idle.idle(0);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
+use seqstream_iodaemon::outbox::Outbox;
 
 /// Waits until every message offered through `outbox` is confirmed in the sequenced stream
 /// (its iodaemon saw it in the host's copy), `stop` is set or `timeout` passes; returns

@@ -12,19 +12,21 @@
 //! (sequenced → seen in the replica). All times come from the same wall clock (TSC anchored to
 //! `CLOCK_REALTIME`; the sequencer stamps frames with it too), in ns.
 //!
-//! It runs until SIGINT/SIGTERM, then prints a JSON summary (also to `--summary`).
+//! It is an agent on a runner of the runtime (its `--core`, `--idle`), whose duty cycle never
+//! blocks: it runs until SIGINT/SIGTERM, then prints a JSON summary (also to `--summary`).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::clock::WallClock;
-use seqstream_agent::{daemon, Idle, IdleStrategy};
+use seqstream_agent::counters::Counter;
+use seqstream_agent::{daemon, Agent, AgentError, AgentRunner, DutyCycle, Idle, RunnerConfig};
 use seqstream_apps::latency::{self, Percentiles};
 use seqstream_apps::strategy::{OrderIntent, Strategy};
-use seqstream_apps::{publish, streams};
-use seqstream_iodaemon::outbox::Outbox;
+use seqstream_apps::streams;
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_schemas::orders::{self, ExecutionReportDecoder, NewOrderSingleEncoder};
 use seqstream_store::composite::Origin;
 use seqstream_store::format::flags;
@@ -139,21 +141,214 @@ fn cl_ord_id(source_id: u32, n: u64) -> String {
     format!("A{source_id}-{n}")
 }
 
+/// The algo as an agent. Each duty cycle reads this host's replica of the order stream (its
+/// orders' latency), then offers the orders still pending, then — only when none is pending,
+/// so that back-pressure holds the market data back rather than dropping orders — reads up to
+/// [`FRAMES_PER_CYCLE`] frames of the composite and acts on them. Never blocks.
+struct Algo {
+    cli: Cli,
+    outbox: Outbox,
+    composite: Tailer,
+    order_replica: LazyTailer,
+    first_seq: u64,
+    clock: WallClock,
+    strategy: Strategy,
+    /// Orders the strategy asked for and the outbox has not taken yet, in order.
+    pending: VecDeque<OrderIntent>,
+    /// Offer times, indexed by source_seq - first_seq.
+    offered_at: Vec<u64>,
+    e2e: hdrhistogram::Histogram<u64>,
+    inbound: hdrhistogram::Histogram<u64>,
+    outbound: hdrhistogram::Histogram<u64>,
+    prefix: String,
+    buf: [u8; 256],
+    itch_by_type: std::collections::BTreeMap<String, u64>,
+    c: AlgoCounters,
+}
+
+struct AlgoCounters {
+    md: Counter,
+    itch: Counter,
+    orders: Counter,
+    reports: Counter,
+    seen: Counter,
+    waits: Counter,
+    bad: Counter,
+}
+
+/// Most composite frames read in one duty cycle, so that the replica is read promptly.
+const FRAMES_PER_CYCLE: usize = 256;
+
+impl Algo {
+    /// Measures every order of this source that appeared in the order replica.
+    fn read_replica(&mut self) -> Result<usize> {
+        let mut work = 0;
+        let Some(t) = self.order_replica.get()? else {
+            return Ok(0);
+        };
+        while let Some(f) = t.poll()? {
+            work += 1;
+            if f.source_id() != self.cli.source_id || f.is_heartbeat() {
+                continue;
+            }
+            let now = self.clock.now_ns();
+            let Some(&at) = f
+                .source_seq()
+                .checked_sub(self.first_seq)
+                .and_then(|i| self.offered_at.get(i as usize))
+            else {
+                continue; // sent by an earlier run of this source
+            };
+            self.c.seen.incr();
+            self.e2e.saturating_record(now.saturating_sub(at));
+            self.inbound
+                .saturating_record(f.timestamp_ns().saturating_sub(at));
+            self.outbound
+                .saturating_record(now.saturating_sub(f.timestamp_ns()));
+        }
+        Ok(work)
+    }
+
+    /// Offers the pending orders in order until the outbox pushes back; the orders offered.
+    fn send_pending(&mut self) -> Result<usize> {
+        let mut work = 0;
+        while let Some(o) = self.pending.front() {
+            let id = cl_ord_id(self.cli.source_id, self.outbox.next_source_seq());
+            let now = self.clock.now_ns();
+            let len = encode_order(&mut self.buf, o, id.as_bytes(), self.cli.account, now)?;
+            match self.outbox.offer(
+                self.cli.orders_stream,
+                orders::NewOrderSingleDecoder::TEMPLATE_ID,
+                &self.buf[..len],
+            ) {
+                Ok(seq) => {
+                    debug_assert_eq!(seq - self.first_seq, self.offered_at.len() as u64);
+                    self.offered_at.push(now);
+                    self.c.orders.incr();
+                    self.pending.pop_front();
+                    work += 1;
+                }
+                Err(OfferError::BackPressured { .. }) => {
+                    self.c.waits.incr();
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(work)
+    }
+
+    /// Reads and acts on up to [`FRAMES_PER_CYCLE`] composite frames.
+    fn read_composite(&mut self) -> Result<usize> {
+        let mut work = 0;
+        while work < FRAMES_PER_CYCLE {
+            let Some(f) = self.composite.poll()? else {
+                break;
+            };
+            work += 1;
+            if f.is_heartbeat() {
+                continue;
+            }
+            if f.flags() & flags::COMPOSITE == 0 {
+                self.c.bad.incr();
+                continue;
+            }
+            let Some((origin, payload)) = Origin::read(f.payload()) else {
+                self.c.bad.incr();
+                continue;
+            };
+            if origin.stream_id == self.cli.md_stream {
+                self.c.md.incr();
+                match self.strategy.on_market_data(payload) {
+                    Ok(intents) => self.pending.extend(intents),
+                    Err(e) => {
+                        self.c.bad.incr();
+                        tracing::warn!(seq = origin.seq, error = %e, "undecodable market data");
+                    }
+                }
+            } else if origin.stream_id == self.cli.itch_stream {
+                self.c.itch.incr();
+                let t = payload.first().map_or('?', |&b| char::from(b));
+                *self.itch_by_type.entry(t.to_string()).or_default() += 1;
+            } else if origin.stream_id == self.cli.orders_stream
+                && f.template_id() == ExecutionReportDecoder::TEMPLATE_ID
+            {
+                match ExecutionReportDecoder::decode(payload) {
+                    Ok(er) if er.cl_ord_id().starts_with(self.prefix.as_bytes()) => {
+                        self.c.reports.incr()
+                    }
+                    Ok(_) => {}
+                    Err(_) => self.c.bad.incr(),
+                }
+            }
+            // New orders go out before more market data is read.
+            if !self.pending.is_empty() {
+                break;
+            }
+        }
+        Ok(work)
+    }
+}
+
+impl Agent for Algo {
+    fn role_name(&self) -> &str {
+        "algo"
+    }
+
+    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        let mut work = self.read_replica()?;
+        work += self.send_pending()?;
+        if self.pending.is_empty() {
+            work += self.read_composite()?;
+            work += self.send_pending()?;
+        }
+        Ok(work)
+    }
+
+    /// Prints the JSON summary (also to `--summary`).
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        let c = &self.c;
+        let summary = serde_json::json!({
+            "app": "algo",
+            "source_id": self.cli.source_id,
+            "market_data_messages": c.md.get(),
+            "book": self.strategy.books.stats,
+            "itch_messages": c.itch.get(),
+            "itch_by_type": self.itch_by_type,
+            "orders_sent": c.orders.get(),
+            "orders_pending": self.pending.len(),
+            "first_source_seq": self.first_seq,
+            "last_source_seq": self.outbox.next_source_seq() - 1,
+            "execution_reports": c.reports.get(),
+            "orders_seen_in_replica": c.seen.get(),
+            "undecodable": c.bad.get(),
+            "back_pressure_waits": c.waits.get(),
+            "e2e_ns": Percentiles::of(&self.e2e),
+            "inbound_ns": Percentiles::of(&self.inbound),
+            "outbound_ns": Percentiles::of(&self.outbound),
+        });
+        seqstream_apps::summary::emit(&summary, self.cli.summary.as_deref())
+            .context("writing the --summary file")?;
+        tracing::info!(orders = c.orders.get(), reports = c.reports.get(), e2e = %Percentiles::of(&self.e2e), "stopped");
+        Ok(())
+    }
+}
+
 fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let (counters, _cleanup) = daemon::counters("algo", cli.counters.clone(), 16)?;
-    let c_md = counters.counter("market data messages")?;
-    let c_itch = counters.counter("itch messages")?;
-    let c_orders = counters.counter("orders sent")?;
-    let c_reports = counters.counter("execution reports")?;
-    let c_seen = counters.counter("orders seen in the replica")?;
-    let c_waits = counters.counter("back-pressure waits")?;
-    let c_bad = counters.counter("undecodable or foreign messages")?;
-    seqstream_agent::affinity::pin_current_thread(cli.core)?;
-
-    let mut outbox = Outbox::open_or_create(
+    let c = AlgoCounters {
+        md: counters.counter("market data messages")?,
+        itch: counters.counter("itch messages")?,
+        orders: counters.counter("orders sent")?,
+        reports: counters.counter("execution reports")?,
+        seen: counters.counter("orders seen in the replica")?,
+        waits: counters.counter("back-pressure waits")?,
+        bad: counters.counter("undecodable or foreign messages")?,
+    };
+    let outbox = Outbox::open_or_create(
         &cli.outbox,
         cli.source_id,
         cli.orders_stream,
@@ -162,8 +357,7 @@ fn main() -> Result<()> {
     )
     .with_context(|| format!("opening the outbox {}", cli.outbox.display()))?;
     let first_seq = outbox.next_source_seq();
-    let Some(mut composite) = seqstream_apps::stores::wait_for_tailer(&cli.composite, &stop)?
-    else {
+    let Some(composite) = seqstream_apps::stores::wait_for_tailer(&cli.composite, &stop)? else {
         return Ok(());
     };
     if composite.stream_id() != cli.composite_stream {
@@ -174,129 +368,35 @@ fn main() -> Result<()> {
             cli.composite_stream
         );
     }
-    let mut order_replica = LazyTailer {
-        dir: cli.orders.clone(),
-        stream_id: cli.orders_stream,
-        tailer: None,
-    };
     tracing::info!(composite = %cli.composite.display(), first_seq, "trading");
-
-    let mut clock = WallClock::new();
-    let mut strategy = Strategy::new(cli.quantity);
-    // Offer times, indexed by source_seq - first_seq.
-    let mut offered_at: Vec<u64> = Vec::new();
-    let (mut e2e, mut inbound, mut outbound) = (
-        latency::histogram(),
-        latency::histogram(),
-        latency::histogram(),
-    );
-    let prefix = format!("A{}-", cli.source_id);
-    let mut idle = cli.idle.build();
-    let mut buf = [0u8; 256];
-    let mut itch_by_type: std::collections::BTreeMap<String, u64> = Default::default();
-    while !stop.load(Ordering::Relaxed) {
-        let mut work = 0;
-        if let Some(t) = order_replica.get()? {
-            while let Some(f) = t.poll()? {
-                work += 1;
-                if f.source_id() != cli.source_id || f.is_heartbeat() {
-                    continue;
-                }
-                let now = clock.now_ns();
-                let Some(&at) = f
-                    .source_seq()
-                    .checked_sub(first_seq)
-                    .and_then(|i| offered_at.get(i as usize))
-                else {
-                    continue; // sent by an earlier run of this source
-                };
-                c_seen.incr();
-                e2e.saturating_record(now.saturating_sub(at));
-                inbound.saturating_record(f.timestamp_ns().saturating_sub(at));
-                outbound.saturating_record(now.saturating_sub(f.timestamp_ns()));
-            }
-        }
-        // Bounded per duty cycle, so that the replica above is read promptly.
-        for _ in 0..256 {
-            let Some(f) = composite.poll()? else { break };
-            work += 1;
-            if f.is_heartbeat() {
-                continue;
-            }
-            if f.flags() & flags::COMPOSITE == 0 {
-                c_bad.incr();
-                continue;
-            }
-            let Some((origin, payload)) = Origin::read(f.payload()) else {
-                c_bad.incr();
-                continue;
-            };
-            if origin.stream_id == cli.md_stream {
-                c_md.incr();
-                let intents = match strategy.on_market_data(payload) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        c_bad.incr();
-                        tracing::warn!(seq = origin.seq, error = %e, "undecodable market data");
-                        continue;
-                    }
-                };
-                for o in intents {
-                    let id = cl_ord_id(cli.source_id, outbox.next_source_seq());
-                    let now = clock.now_ns();
-                    let len = encode_order(&mut buf, &o, id.as_bytes(), cli.account, now)?;
-                    let Some(seq) = publish::offer(
-                        &mut outbox,
-                        cli.orders_stream,
-                        orders::NewOrderSingleDecoder::TEMPLATE_ID,
-                        &buf[..len],
-                        &mut idle,
-                        &stop,
-                        &c_waits,
-                    )?
-                    else {
-                        break;
-                    };
-                    debug_assert_eq!(seq - first_seq, offered_at.len() as u64);
-                    offered_at.push(now);
-                    c_orders.incr();
-                }
-            } else if origin.stream_id == cli.itch_stream {
-                c_itch.incr();
-                let t = payload.first().map_or('?', |&b| char::from(b));
-                *itch_by_type.entry(t.to_string()).or_default() += 1;
-            } else if origin.stream_id == cli.orders_stream
-                && f.template_id() == ExecutionReportDecoder::TEMPLATE_ID
-            {
-                match ExecutionReportDecoder::decode(payload) {
-                    Ok(er) if er.cl_ord_id().starts_with(prefix.as_bytes()) => c_reports.incr(),
-                    Ok(_) => {}
-                    Err(_) => c_bad.incr(),
-                }
-            }
-        }
-        idle.idle(work);
-    }
-    let summary = serde_json::json!({
-        "app": "algo",
-        "source_id": cli.source_id,
-        "market_data_messages": c_md.get(),
-        "book": strategy.books.stats,
-        "itch_messages": c_itch.get(),
-        "itch_by_type": itch_by_type,
-        "orders_sent": c_orders.get(),
-        "first_source_seq": first_seq,
-        "last_source_seq": outbox.next_source_seq() - 1,
-        "execution_reports": c_reports.get(),
-        "orders_seen_in_replica": c_seen.get(),
-        "undecodable": c_bad.get(),
-        "back_pressure_waits": c_waits.get(),
-        "e2e_ns": Percentiles::of(&e2e),
-        "inbound_ns": Percentiles::of(&inbound),
-        "outbound_ns": Percentiles::of(&outbound),
-    });
-    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
-        .context("writing the --summary file")?;
-    tracing::info!(orders = c_orders.get(), reports = c_reports.get(), e2e = %Percentiles::of(&e2e), "stopped");
+    let runner_cfg = RunnerConfig {
+        core: cli.core,
+        idle: cli.idle.clone(),
+        counters: Some(counters.clone()),
+        ..RunnerConfig::default()
+    };
+    let algo = Algo {
+        order_replica: LazyTailer {
+            dir: cli.orders.clone(),
+            stream_id: cli.orders_stream,
+            tailer: None,
+        },
+        prefix: format!("A{}-", cli.source_id),
+        strategy: Strategy::new(cli.quantity),
+        outbox,
+        composite,
+        first_seq,
+        clock: WallClock::new(),
+        pending: VecDeque::new(),
+        offered_at: Vec::new(),
+        e2e: latency::histogram(),
+        inbound: latency::histogram(),
+        outbound: latency::histogram(),
+        buf: [0u8; 256],
+        itch_by_type: Default::default(),
+        c,
+        cli,
+    };
+    AgentRunner::start(algo, runner_cfg, stop)?.join()?;
     Ok(())
 }

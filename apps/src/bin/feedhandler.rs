@@ -18,7 +18,9 @@
 //! Pace: as fast as the outbox accepts (`--pace max`), or the recorded spacing divided by
 //! `--speed` (`--pace recorded`).
 //!
-//! At the end it waits until every message is confirmed in the sequenced stream, prints a
+//! The replay is an agent on a runner of the runtime (`seqstream_apps::replay`): its duty
+//! cycle offers what is due and never blocks. At the end it waits until every message is
+//! confirmed in the sequenced stream, prints a
 //! JSON summary (and writes it to `--summary`), and exits 0 only if the whole capture was
 //! replayed (not interrupted by SIGINT/SIGTERM) and every message was confirmed.
 //!
@@ -27,14 +29,12 @@
 //! "arbitration"}` (see `seqstream_apps::feed::Count`); bad frames are counted, not fatal.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use seqstream_agent::{daemon, Idle};
+use seqstream_agent::{daemon, AgentRunner, Idle, RunnerConfig};
 use seqstream_apps::feed;
-use seqstream_apps::publish;
+use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
 use seqstream_feeds::mdp3::{self, Arbiter, Arbitration};
 use seqstream_feeds::moldudp64::SessionTracker;
 use seqstream_iodaemon::outbox::Outbox;
@@ -101,7 +101,8 @@ struct Cli {
     /// After the last offer, wait this long for every message to be confirmed, ms.
     #[arg(long, default_value_t = 30_000)]
     drain_timeout_ms: u64,
-    /// Idle strategy while back-pressured: busy-spin, yield, backoff, sleep:<N>us.
+    /// Idle strategy of the replay's runner (while a packet is not due yet, or the outbox
+    /// pushes back): busy-spin, yield, backoff, sleep:<N>us.
     #[arg(long, default_value = "backoff")]
     idle: Idle,
     /// Write the JSON summary here too.
@@ -233,7 +234,7 @@ fn main() -> Result<()> {
             (frames, not_udp, steps, arbitration)
         }
     };
-    let mut outbox = Outbox::open_or_create(
+    let outbox = Outbox::open_or_create(
         &outbox_path,
         cli.source_id,
         cli.stream_id,
@@ -243,50 +244,51 @@ fn main() -> Result<()> {
     .with_context(|| format!("opening the outbox {}", outbox_path.display()))?;
     let first_source_seq = outbox.next_source_seq();
     tracing::info!(frames, packets = steps.len(), outbox = %outbox_path.display(), first_source_seq, "replaying");
-
-    let mut idle = cli.idle.build();
-    let start = Instant::now();
     let first_time = steps.first().map_or(0, |s| s.time_ns);
-    let mut messages = 0u64;
-    let mut interrupted = false;
-    'replay: for step in &steps {
-        if let Pace::Recorded = cli.pace {
-            let due = Duration::from_nanos(
-                (step.time_ns.saturating_sub(first_time) as f64 / cli.speed) as u64,
-            );
-            while start.elapsed() < due {
-                if stop.load(Ordering::Relaxed) {
-                    interrupted = true;
-                    break 'replay;
+    let plan: Vec<ReplayStep> = steps
+        .iter()
+        .map(|step| ReplayStep {
+            due_ns: match cli.pace {
+                Pace::Recorded => {
+                    (step.time_ns.saturating_sub(first_time) as f64 / cli.speed) as u64
                 }
-                std::thread::sleep(
-                    due.saturating_sub(start.elapsed())
-                        .min(Duration::from_millis(10)),
-                );
-            }
-        }
-        for &(template, m) in &step.messages {
-            let offered = publish::offer(
-                &mut outbox,
-                cli.stream_id,
-                template,
-                m,
-                &mut idle,
-                &stop,
-                &c_waits,
-            )?;
-            if offered.is_none() {
-                interrupted = true;
-                break 'replay;
-            }
-            c_msgs.incr();
-            messages += 1;
-        }
-        c_packets.incr();
-    }
-    let complete = !interrupted;
-    let offered_in = start.elapsed();
-    let confirmed = publish::drain(&outbox, Duration::from_millis(cli.drain_timeout_ms), &stop);
+                Pace::Max => 0,
+            },
+            messages: step
+                .messages
+                .iter()
+                .map(|&(t, m)| (t, m.to_vec()))
+                .collect(),
+        })
+        .collect();
+    let planned = plan.len();
+    let (replay, outcome) = Replay::new(
+        "feedhandler",
+        outbox,
+        cli.stream_id,
+        plan,
+        cli.drain_timeout_ms * 1_000_000,
+        ReplayCounters {
+            steps: c_packets.clone(),
+            messages: c_msgs,
+            waits: c_waits.clone(),
+        },
+    );
+    let runner = AgentRunner::start(
+        replay,
+        RunnerConfig {
+            idle: cli.idle.clone(),
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?;
+    runner.join()?;
+    let o = outcome
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expect("the replay closed");
+    let (messages, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let mut summary = serde_json::json!({
         "app": "feedhandler",
         "feed": match cli.feed { Feed::Mdp3 => "mdp3", Feed::Itch => "itch" },
@@ -297,10 +299,10 @@ fn main() -> Result<()> {
         "packets": c_packets.get(),
         "messages": messages,
         "first_source_seq": first_source_seq,
-        "last_source_seq": outbox.next_source_seq() - 1,
+        "last_source_seq": o.last_source_seq,
         "back_pressure_waits": c_waits.get(),
-        "offer_ms": offered_in.as_millis() as u64,
-        "confirmed_ms": start.elapsed().as_millis() as u64,
+        "offer_ms": o.offer_ns / 1_000_000,
+        "confirmed_ms": o.elapsed_ns / 1_000_000,
         "complete": complete,
         "all_confirmed": confirmed,
     });
@@ -311,17 +313,10 @@ fn main() -> Result<()> {
         .context("writing the --summary file")?;
     tracing::info!(messages, complete, confirmed, "replayed");
     if !complete {
-        bail!(
-            "interrupted after {} of {} packets",
-            c_packets.get(),
-            steps.len()
-        );
+        bail!("interrupted after {} of {planned} packets", o.steps);
     }
     if !confirmed {
-        bail!(
-            "{} messages not confirmed in the stream",
-            outbox.in_flight()
-        );
+        bail!("messages not confirmed in the stream within --drain-timeout-ms");
     }
     Ok(())
 }

@@ -20,13 +20,12 @@
 //! verified ones), and `"publish"`: what a replay with the same options would publish.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use seqstream_agent::{daemon, Idle};
+use seqstream_agent::{daemon, AgentRunner, Idle, RunnerConfig};
 use seqstream_apps::fixlog::{self, Symbols};
-use seqstream_apps::publish;
+use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
 use seqstream_feeds::fix::count::dry_run;
 use seqstream_iodaemon::outbox::Outbox;
 
@@ -71,7 +70,8 @@ struct Cli {
     /// After the last offer, wait this long for every message to be confirmed, ms.
     #[arg(long, default_value_t = 30_000)]
     drain_timeout_ms: u64,
-    /// Idle strategy while back-pressured: busy-spin, yield, backoff, sleep:<N>us.
+    /// Idle strategy of the replay's runner (while the outbox pushes back): busy-spin, yield,
+    /// backoff, sleep:<N>us.
     #[arg(long, default_value = "backoff")]
     idle: Idle,
     /// Write the JSON summary here too.
@@ -123,8 +123,9 @@ fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("fixreplay", cli.counters.clone(), 8)?;
     let c_msgs = counters.counter("messages offered")?;
+    let c_orders = counters.counter("orders offered")?;
     let c_waits = counters.counter("back-pressure waits")?;
-    let mut outbox = Outbox::open_or_create(
+    let outbox = Outbox::open_or_create(
         &outbox_path,
         cli.source_id,
         cli.stream_id,
@@ -134,27 +135,41 @@ fn main() -> Result<()> {
     .with_context(|| format!("opening the outbox {}", outbox_path.display()))?;
     let first_source_seq = outbox.next_source_seq();
     tracing::info!(orders = orders.len(), outbox = %outbox_path.display(), first_source_seq, "replaying");
-    let mut idle = cli.idle.build();
-    let start = Instant::now();
-    let mut offered = 0u64;
-    for o in &orders {
-        let r = publish::offer(
-            &mut outbox,
-            cli.stream_id,
-            o.template_id,
-            &o.payload,
-            &mut idle,
-            &stop,
-            &c_waits,
-        )?;
-        if r.is_none() {
-            break;
-        }
-        c_msgs.incr();
-        offered += 1;
-    }
-    let complete = offered == orders.len() as u64;
-    let confirmed = publish::drain(&outbox, Duration::from_millis(cli.drain_timeout_ms), &stop);
+    let planned = orders.len();
+    let plan = orders
+        .iter()
+        .map(|o| ReplayStep {
+            due_ns: 0,
+            messages: vec![(o.template_id, o.payload.clone())],
+        })
+        .collect();
+    let (replay, outcome) = Replay::new(
+        "fixreplay",
+        outbox,
+        cli.stream_id,
+        plan,
+        cli.drain_timeout_ms * 1_000_000,
+        ReplayCounters {
+            steps: c_orders,
+            messages: c_msgs,
+            waits: c_waits.clone(),
+        },
+    );
+    let runner = AgentRunner::start(
+        replay,
+        RunnerConfig {
+            idle: cli.idle.clone(),
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?;
+    runner.join()?;
+    let o = outcome
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expect("the replay closed");
+    let (offered, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let summary = serde_json::json!({
         "app": "fixreplay",
         "source_id": cli.source_id,
@@ -164,22 +179,19 @@ fn main() -> Result<()> {
         "plan": stats,
         "symbols": symbols_json(&symbols),
         "first_source_seq": first_source_seq,
-        "last_source_seq": outbox.next_source_seq() - 1,
+        "last_source_seq": o.last_source_seq,
         "back_pressure_waits": c_waits.get(),
-        "confirmed_ms": start.elapsed().as_millis() as u64,
+        "confirmed_ms": o.elapsed_ns / 1_000_000,
         "complete": complete,
         "all_confirmed": confirmed,
     });
     seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
         .context("writing the --summary file")?;
     if !complete {
-        bail!("interrupted after {offered} of {} orders", orders.len());
+        bail!("interrupted after {offered} of {planned} orders");
     }
     if !confirmed {
-        bail!(
-            "{} messages not confirmed in the stream",
-            outbox.in_flight()
-        );
+        bail!("messages not confirmed in the stream within --drain-timeout-ms");
     }
     Ok(())
 }

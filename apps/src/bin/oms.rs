@@ -8,19 +8,20 @@
 //! orders as they arrive. `ClOrdID`s must be unique across the stream (the algo puts its
 //! source id in them).
 //!
-//! It runs until SIGINT/SIGTERM, then prints a JSON summary (also to `--summary`).
+//! It is an agent on a runner of the runtime (its `--core`, `--idle`), whose duty cycle never
+//! blocks: it runs until SIGINT/SIGTERM, then prints a JSON summary (also to `--summary`).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::clock::WallClock;
-use seqstream_agent::{daemon, Idle, IdleStrategy};
+use seqstream_agent::counters::Counter;
+use seqstream_agent::{daemon, Agent, AgentError, AgentRunner, DutyCycle, Idle, RunnerConfig};
 use seqstream_apps::{publish, streams};
-use seqstream_iodaemon::outbox::Outbox;
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_schemas::orders::{
     self, ExecutionReportDecoder, ExecutionReportEncoder, NewOrderSingleDecoder,
 };
@@ -76,19 +77,179 @@ struct Order {
     side: orders::Side,
 }
 
+/// The OMS as an agent: each duty cycle reads what the order stream holds and answers the
+/// orders not answered yet; a back-pressured offer leaves the order at the front of the
+/// backlog for the next cycle (counted in `back-pressure waits`), never blocking.
+struct Oms {
+    tailer: seqstream_store::Tailer,
+    outbox: Outbox,
+    source_id: u32,
+    stream_id: u32,
+    clock: WallClock,
+    answered: HashSet<Vec<u8>>,
+    backlog: VecDeque<Order>,
+    caught_up: bool,
+    next_order_id: u64,
+    buf: [u8; 256],
+    c: OmsCounters,
+    summary: Option<PathBuf>,
+}
+
+struct OmsCounters {
+    orders: Counter,
+    reports: Counter,
+    bad: Counter,
+    foreign: Counter,
+    waits: Counter,
+}
+
+/// Most frames read from the order stream in one duty cycle once caught up.
+const FRAMES_PER_CYCLE: usize = 256;
+
+impl Oms {
+    /// Reads frames (all of them until the stream's end is first reached, then a bounded
+    /// number); the work done.
+    fn read_orders(&mut self) -> Result<usize> {
+        let mut work = 0;
+        while let Some(f) = self.tailer.poll()? {
+            work += 1;
+            let p = f.payload();
+            if !f.is_heartbeat() {
+                if p.len() < 8 || u16::from_le_bytes([p[4], p[5]]) != orders::SCHEMA_ID {
+                    self.c.foreign.incr();
+                } else {
+                    match f.template_id() {
+                        NewOrderSingleDecoder::TEMPLATE_ID => {
+                            self.c.orders.incr();
+                            match NewOrderSingleDecoder::decode(p)
+                                .ok()
+                                .and_then(|d| Some((d.side()?, d)))
+                            {
+                                Some((side, d)) => self.backlog.push_back(Order {
+                                    cl_ord_id: orders_cl_ord_id(d.cl_ord_id()),
+                                    price: d.price().mantissa(),
+                                    quantity: d.order_qty(),
+                                    instrument: d.instrument_id(),
+                                    side,
+                                }),
+                                None => self.c.bad.incr(),
+                            }
+                        }
+                        ExecutionReportDecoder::TEMPLATE_ID if f.source_id() == self.source_id => {
+                            if let Ok(d) = ExecutionReportDecoder::decode(p) {
+                                self.answered.insert(orders_cl_ord_id(d.cl_ord_id()));
+                                self.next_order_id = self.next_order_id.max(d.order_id() + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if self.caught_up && work >= FRAMES_PER_CYCLE {
+                break;
+            }
+        }
+        // Until the stream's end is first reached, orders only accumulate: a report of an
+        // earlier run may still come after them.
+        if work == 0 {
+            self.caught_up = true;
+        }
+        Ok(work)
+    }
+
+    /// Answers the backlog in order until it is empty or the outbox pushes back; the reports
+    /// offered.
+    fn answer(&mut self) -> Result<usize> {
+        let mut work = 0;
+        while let Some(o) = self.backlog.front() {
+            if self.answered.contains(&o.cl_ord_id) {
+                self.backlog.pop_front();
+                continue;
+            }
+            let mut e = ExecutionReportEncoder::new(&mut self.buf)?;
+            e.set_order_id(self.next_order_id)
+                .set_exec_id(self.next_order_id);
+            e.price().set_mantissa(o.price);
+            e.last_px().set_mantissa(None);
+            e.set_order_qty(o.quantity)
+                .set_last_qty(None)
+                .set_leaves_qty(o.quantity)
+                .set_cum_qty(0)
+                .set_transact_time(self.clock.now_ns())
+                .set_instrument_id(o.instrument)
+                .set_side(o.side)
+                .set_exec_type(orders::ExecType::New)
+                .set_ord_status(orders::OrdStatus::New);
+            e.set_cl_ord_id(&o.cl_ord_id)?;
+            e.set_text(b"")?;
+            let len = e.encoded_length();
+            match self.outbox.offer(
+                self.stream_id,
+                ExecutionReportDecoder::TEMPLATE_ID,
+                &self.buf[..len],
+            ) {
+                Ok(_) => {}
+                Err(OfferError::BackPressured { .. }) => {
+                    self.c.waits.incr();
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let o = self.backlog.pop_front().expect("the order just answered");
+            self.answered.insert(o.cl_ord_id);
+            self.next_order_id += 1;
+            self.c.reports.incr();
+            work += 1;
+        }
+        Ok(work)
+    }
+}
+
+impl Agent for Oms {
+    fn role_name(&self) -> &str {
+        "oms"
+    }
+
+    fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        let mut work = self.read_orders()?;
+        if self.caught_up {
+            work += self.answer()?;
+        }
+        Ok(work)
+    }
+
+    /// Prints the JSON summary (also to `--summary`).
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        let summary = serde_json::json!({
+            "app": "oms",
+            "source_id": self.source_id,
+            "orders_seen": self.c.orders.get(),
+            "execution_reports": self.c.reports.get(),
+            "undecodable": self.c.bad.get(),
+            "foreign_messages": self.c.foreign.get(),
+            "back_pressure_waits": self.c.waits.get(),
+            "last_source_seq": self.outbox.next_source_seq() - 1,
+        });
+        seqstream_apps::summary::emit(&summary, self.summary.as_deref())
+            .context("writing the --summary file")?;
+        tracing::info!(reports = self.c.reports.get(), "stopped");
+        Ok(())
+    }
+}
+
 fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let (counters, _cleanup) = daemon::counters("oms", cli.counters.clone(), 16)?;
-    let c_orders = counters.counter("orders seen")?;
-    let c_reports = counters.counter("execution reports sent")?;
-    let c_bad = counters.counter("undecodable orders")?;
-    let c_foreign = counters.counter("messages of another schema")?;
-    let c_waits = counters.counter("back-pressure waits")?;
-    seqstream_agent::affinity::pin_current_thread(cli.core)?;
-
-    let mut outbox = Outbox::open_or_create(
+    let c = OmsCounters {
+        orders: counters.counter("orders seen")?,
+        reports: counters.counter("execution reports sent")?,
+        bad: counters.counter("undecodable orders")?,
+        foreign: counters.counter("messages of another schema")?,
+        waits: counters.counter("back-pressure waits")?,
+    };
+    let outbox = Outbox::open_or_create(
         &cli.outbox,
         cli.source_id,
         cli.stream_id,
@@ -102,7 +263,7 @@ fn main() -> Result<()> {
             "reports of an earlier run are still unsequenced: they may be answered twice"
         );
     }
-    let Some(mut tailer) = seqstream_apps::stores::wait_for_tailer(&cli.orders, &stop)? else {
+    let Some(tailer) = seqstream_apps::stores::wait_for_tailer(&cli.orders, &stop)? else {
         return Ok(());
     };
     if tailer.stream_id() != cli.stream_id {
@@ -114,114 +275,31 @@ fn main() -> Result<()> {
         );
     }
     tracing::info!(orders = %cli.orders.display(), "answering");
-
-    let mut clock = WallClock::new();
-    let mut idle = cli.idle.build();
-    let mut answered: HashSet<Vec<u8>> = HashSet::new();
-    let mut backlog: Vec<Order> = Vec::new();
-    let mut caught_up = false;
-    let mut next_order_id = 1u64;
-    let mut buf = [0u8; 256];
-    while !stop.load(Ordering::Relaxed) {
-        let mut work = 0;
-        while let Some(f) = tailer.poll()? {
-            work += 1;
-            let p = f.payload();
-            if f.is_heartbeat() {
-                continue;
-            }
-            if p.len() < 8 || u16::from_le_bytes([p[4], p[5]]) != orders::SCHEMA_ID {
-                c_foreign.incr();
-                continue;
-            }
-            match f.template_id() {
-                NewOrderSingleDecoder::TEMPLATE_ID => {
-                    c_orders.incr();
-                    let Ok(d) = NewOrderSingleDecoder::decode(p) else {
-                        c_bad.incr();
-                        continue;
-                    };
-                    let Some(side) = d.side() else {
-                        c_bad.incr();
-                        continue;
-                    };
-                    backlog.push(Order {
-                        cl_ord_id: orders_cl_ord_id(d.cl_ord_id()),
-                        price: d.price().mantissa(),
-                        quantity: d.order_qty(),
-                        instrument: d.instrument_id(),
-                        side,
-                    });
-                }
-                ExecutionReportDecoder::TEMPLATE_ID if f.source_id() == cli.source_id => {
-                    if let Ok(d) = ExecutionReportDecoder::decode(p) {
-                        answered.insert(orders_cl_ord_id(d.cl_ord_id()));
-                        next_order_id = next_order_id.max(d.order_id() + 1);
-                    }
-                }
-                _ => {}
-            }
-            if caught_up {
-                break;
-            }
-        }
-        // Until the stream's end is first reached, orders only accumulate: a report of an
-        // earlier run may still come after them.
-        if work == 0 {
-            caught_up = true;
-        }
-        if caught_up {
-            for o in backlog.drain(..) {
-                if !answered.insert(o.cl_ord_id.clone()) {
-                    continue;
-                }
-                let mut e = ExecutionReportEncoder::new(&mut buf)?;
-                e.set_order_id(next_order_id).set_exec_id(next_order_id);
-                e.price().set_mantissa(o.price);
-                e.last_px().set_mantissa(None);
-                e.set_order_qty(o.quantity)
-                    .set_last_qty(None)
-                    .set_leaves_qty(o.quantity)
-                    .set_cum_qty(0)
-                    .set_transact_time(clock.now_ns())
-                    .set_instrument_id(o.instrument)
-                    .set_side(o.side)
-                    .set_exec_type(orders::ExecType::New)
-                    .set_ord_status(orders::OrdStatus::New);
-                e.set_cl_ord_id(&o.cl_ord_id)?;
-                e.set_text(b"")?;
-                let len = e.encoded_length();
-                let Some(_) = publish::offer(
-                    &mut outbox,
-                    cli.stream_id,
-                    ExecutionReportDecoder::TEMPLATE_ID,
-                    &buf[..len],
-                    &mut idle,
-                    &stop,
-                    &c_waits,
-                )?
-                else {
-                    break;
-                };
-                next_order_id += 1;
-                c_reports.incr();
-            }
-        }
-        idle.idle(work);
-    }
-    let summary = serde_json::json!({
-        "app": "oms",
-        "source_id": cli.source_id,
-        "orders_seen": c_orders.get(),
-        "execution_reports": c_reports.get(),
-        "undecodable": c_bad.get(),
-        "foreign_messages": c_foreign.get(),
-        "back_pressure_waits": c_waits.get(),
-        "last_source_seq": outbox.next_source_seq() - 1,
-    });
-    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
-        .context("writing the --summary file")?;
-    tracing::info!(reports = c_reports.get(), "stopped");
+    let oms = Oms {
+        tailer,
+        outbox,
+        source_id: cli.source_id,
+        stream_id: cli.stream_id,
+        clock: WallClock::new(),
+        answered: HashSet::new(),
+        backlog: VecDeque::new(),
+        caught_up: false,
+        next_order_id: 1,
+        buf: [0u8; 256],
+        c,
+        summary: cli.summary.clone(),
+    };
+    let runner = AgentRunner::start(
+        oms,
+        RunnerConfig {
+            core: cli.core,
+            idle: cli.idle.clone(),
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        },
+        stop,
+    )?;
+    runner.join()?;
     Ok(())
 }
 

@@ -1,0 +1,273 @@
+//! [`Replay`]: an agent that publishes a planned sequence of messages through an outbox — at a
+//! recorded pace or as fast as the outbox takes them — then waits until every one is
+//! confirmed in the sequenced stream, and is then finished. The feed handler (capture
+//! packets) and `fixreplay` (orders of a FIX log) run one on a runner.
+//!
+//! Its duty cycle never blocks: a step not due yet, or an outbox that pushes back, is work 0
+//! (the runner's idle strategy waits), and the replay resumes where it stopped.
+
+use std::sync::{Arc, Mutex};
+
+use seqstream_agent::counters::Counter;
+use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
+
+/// Messages offered together once due: a captured packet's, or one order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayStep {
+    /// When the step is due, ns after the replay's first duty cycle (0: at once).
+    pub due_ns: u64,
+    /// `(template id, message)` in order.
+    pub messages: Vec<(u16, Vec<u8>)>,
+}
+
+/// The counters a replay updates as it goes.
+#[derive(Debug, Clone)]
+pub struct ReplayCounters {
+    /// Steps whose messages were all offered.
+    pub steps: Counter,
+    /// Messages offered.
+    pub messages: Counter,
+    /// Offers refused for back-pressure (each retried).
+    pub waits: Counter,
+}
+
+/// How a replay ended, for its summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayOutcome {
+    /// Steps whose messages were all offered.
+    pub steps: u64,
+    /// Messages offered.
+    pub messages: u64,
+    /// Every step was offered (`false`: stopped before the end).
+    pub complete: bool,
+    /// Every offered message was confirmed in the stream before the drain timeout.
+    pub confirmed: bool,
+    /// From the first duty cycle to the last offer, ns.
+    pub offer_ns: u64,
+    /// From the first duty cycle to the end (confirmed, timed out or stopped), ns.
+    pub elapsed_ns: u64,
+    /// The last source seq the outbox gave.
+    pub last_source_seq: u64,
+}
+
+enum Phase {
+    Offering,
+    Draining { deadline_ns: u64 },
+    Done,
+}
+
+/// The replay agent. See the module docs.
+pub struct Replay {
+    role: String,
+    outbox: Outbox,
+    stream_id: u32,
+    steps: Vec<ReplayStep>,
+    next_step: usize,
+    next_message: usize,
+    start_ns: Option<u64>,
+    drain_timeout_ns: u64,
+    phase: Phase,
+    outcome: ReplayOutcome,
+    counters: ReplayCounters,
+    result: Arc<Mutex<Option<ReplayOutcome>>>,
+}
+
+/// Most steps offered in one duty cycle.
+const STEPS_PER_CYCLE: usize = 64;
+
+impl Replay {
+    /// A replay named `role` of `steps` into `outbox` (for `stream_id`), waiting at most
+    /// `drain_timeout_ns` after the last offer for confirmations; its outcome is written to
+    /// the returned slot when it closes.
+    pub fn new(
+        role: &str,
+        outbox: Outbox,
+        stream_id: u32,
+        steps: Vec<ReplayStep>,
+        drain_timeout_ns: u64,
+        counters: ReplayCounters,
+    ) -> (Replay, Arc<Mutex<Option<ReplayOutcome>>>) {
+        let result = Arc::new(Mutex::new(None));
+        let replay = Replay {
+            role: role.to_string(),
+            outbox,
+            stream_id,
+            steps,
+            next_step: 0,
+            next_message: 0,
+            start_ns: None,
+            drain_timeout_ns,
+            phase: Phase::Offering,
+            outcome: ReplayOutcome::default(),
+            counters,
+            result: result.clone(),
+        };
+        (replay, result)
+    }
+
+    /// Offers what is due, from where the last cycle stopped; the messages offered.
+    fn offer(&mut self, now: u64, start: u64) -> Result<usize, OfferError> {
+        let mut work = 0;
+        let mut steps = 0;
+        while let Some(step) = self.steps.get(self.next_step) {
+            if now.saturating_sub(start) < step.due_ns || steps == STEPS_PER_CYCLE {
+                return Ok(work);
+            }
+            while let Some((template, m)) = step.messages.get(self.next_message) {
+                match self.outbox.offer(self.stream_id, *template, m) {
+                    Ok(_) => {
+                        self.next_message += 1;
+                        self.outcome.messages += 1;
+                        self.counters.messages.incr();
+                        work += 1;
+                    }
+                    Err(OfferError::BackPressured { .. }) => {
+                        self.counters.waits.incr();
+                        return Ok(work);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            self.next_step += 1;
+            self.next_message = 0;
+            self.outcome.steps += 1;
+            self.counters.steps.incr();
+            steps += 1;
+            work += 1;
+        }
+        self.outcome.complete = true;
+        self.outcome.offer_ns = now - start;
+        self.phase = Phase::Draining {
+            deadline_ns: now + self.drain_timeout_ns,
+        };
+        Ok(work.max(1))
+    }
+}
+
+impl Agent for Replay {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        let now = cycle.now_ns;
+        let start = *self.start_ns.get_or_insert(now);
+        match self.phase {
+            Phase::Offering => Ok(self.offer(now, start)?),
+            Phase::Draining { deadline_ns } => {
+                let confirmed = self.outbox.in_flight() == 0;
+                if confirmed || now > deadline_ns {
+                    self.outcome.confirmed = confirmed;
+                    self.outcome.elapsed_ns = now - start;
+                    self.phase = Phase::Done;
+                    return Ok(1);
+                }
+                Ok(0)
+            }
+            Phase::Done => Ok(0),
+        }
+    }
+
+    /// Writes the outcome (also when stopped early: `complete` or `confirmed` is then false).
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        if !matches!(self.phase, Phase::Done) {
+            self.outcome.confirmed = false;
+        }
+        self.outcome.last_source_seq = self.outbox.next_source_seq() - 1;
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.outcome);
+        Ok(())
+    }
+
+    fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqstream_agent::counters::CountersWriter;
+    use seqstream_iodaemon::outbox::OutboxReader;
+
+    #[test]
+    fn a_replay_waits_for_due_steps_resumes_after_back_pressure_and_finishes_once_confirmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.outbox");
+        // A window of 2 messages: the third offer is pushed back until two are confirmed.
+        let outbox = Outbox::open_or_create(&path, 1, 9, 1 << 12, 2).unwrap();
+        let w = CountersWriter::create(&dir.path().join("c"), 8).unwrap();
+        let counters = ReplayCounters {
+            steps: w.counter("steps").unwrap(),
+            messages: w.counter("messages").unwrap(),
+            waits: w.counter("waits").unwrap(),
+        };
+        let step = |due_ns, n: u8| ReplayStep {
+            due_ns,
+            messages: (0..n).map(|i| (7, vec![i; 8])).collect(),
+        };
+        let (mut r, outcome) = Replay::new(
+            "replay",
+            outbox,
+            9,
+            vec![step(0, 2), step(1_000, 1)],
+            500,
+            counters,
+        );
+        let mut reader = OutboxReader::open(&path).unwrap();
+        let at = |now_ns| DutyCycle { now_ns };
+        assert_eq!(r.do_work(&at(10)).unwrap(), 3, "step 0: two messages");
+        assert_eq!(r.do_work(&at(500)).unwrap(), 0, "step 1 is due at 1010");
+        assert_eq!(r.do_work(&at(1_010)).unwrap(), 0, "the window is full");
+        assert_eq!(reader.poll(10, |_| {}).unwrap(), 2);
+        reader.confirm(2).unwrap();
+        assert_eq!(
+            r.do_work(&at(1_020)).unwrap(),
+            2,
+            "step 1 offered, now draining"
+        );
+        assert!(!r.is_finished());
+        assert_eq!(r.do_work(&at(1_030)).unwrap(), 0, "one unconfirmed");
+        reader.poll(10, |_| {}).unwrap();
+        reader.confirm(3).unwrap();
+        assert_eq!(r.do_work(&at(1_040)).unwrap(), 1);
+        assert!(r.is_finished());
+        r.on_close().unwrap();
+        let o = outcome.lock().unwrap().unwrap();
+        assert_eq!((o.steps, o.messages, o.last_source_seq), (2, 3, 3));
+        assert!(o.complete && o.confirmed);
+        assert_eq!((o.offer_ns, o.elapsed_ns), (1_010, 1_030));
+    }
+
+    #[test]
+    fn a_replay_not_confirmed_in_time_finishes_unconfirmed_and_one_stopped_early_is_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = CountersWriter::create(&dir.path().join("c"), 8).unwrap();
+        let counters = || ReplayCounters {
+            steps: w.counter("steps").unwrap(),
+            messages: w.counter("messages").unwrap(),
+            waits: w.counter("waits").unwrap(),
+        };
+        let one = vec![ReplayStep {
+            due_ns: 0,
+            messages: vec![(7, b"m".to_vec())],
+        }];
+        let outbox = Outbox::open_or_create(&dir.path().join("a"), 1, 9, 1 << 12, 8).unwrap();
+        let (mut r, outcome) = Replay::new("a", outbox, 9, one.clone(), 100, counters());
+        r.do_work(&DutyCycle { now_ns: 0 }).unwrap();
+        r.do_work(&DutyCycle { now_ns: 101 }).unwrap();
+        assert!(r.is_finished());
+        r.on_close().unwrap();
+        let o = outcome.lock().unwrap().unwrap();
+        assert!(o.complete && !o.confirmed);
+        let outbox = Outbox::open_or_create(&dir.path().join("b"), 1, 9, 1 << 12, 8).unwrap();
+        let mut later = one;
+        later[0].due_ns = 1_000_000;
+        let (mut r, outcome) = Replay::new("b", outbox, 9, later, 100, counters());
+        r.do_work(&DutyCycle { now_ns: 0 }).unwrap();
+        r.on_close().unwrap();
+        let o = outcome.lock().unwrap().unwrap();
+        assert!(!o.complete && !o.confirmed);
+        assert_eq!(o.messages, 0);
+    }
+}
