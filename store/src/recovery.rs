@@ -3,23 +3,31 @@
 //!
 //! Order of work, so that bad input never modifies anything:
 //! 1. take the appender lock (`Locked` if held);
-//! 2. list and open every segment read-only and check magic, version, stream id, index,
-//!    header checksum, length and the position and seq chain, and scan every frame of every
-//!    sealed segment (length, CRC32C, seq): any fault is a typed error naming the file and
-//!    position, and nothing has been written;
-//! 3. only then repair: delete interrupted preparations, scan the active segment frame by frame
-//!    (length, CRC32C, seq), cut at the first invalid frame, zero everything after the cut,
-//!    rebuild its index, finish an interrupted roll, and rebuild any damaged index.
+//! 2. `validate`: list and open every segment read-only and check magic, version, stream id,
+//!    index, header checksum, length and the position and seq chain, scan every frame of every
+//!    sealed segment (length, CRC32C, seq) and the active segment frame by frame: any fault is
+//!    a typed error naming the file and position, and nothing has been written;
+//! 3. only then `repair`: delete interrupted preparations, cut the active segment at its first
+//!    invalid frame, zero everything after the cut, rebuild its index, finish an interrupted
+//!    roll, and rebuild any damaged index.
+//!
+//! This module owns the orchestration, the report and what both steps share; `validate`
+//! never writes, and `repair` runs only on what `validate` accepted.
 
 use std::path::{Path, PathBuf};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::format::{SegmentInfo, SegmentState};
+use crate::format::SegmentInfo;
 use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
-use crate::scan::{file_offset, scan, ScanEnd};
+use crate::scan::{scan, ScanEnd};
 use crate::segment::Segment;
+
+mod repair;
+mod validate;
+
+use validate::Validated;
 
 /// What recovery found and did; logged by daemons, printed by `storetool`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -86,44 +94,9 @@ pub(crate) fn open_for_append(
         return finish(dir, cfg, lock, active, None, None, report);
     }
 
-    // Step 2: validate everything read-only.
-    let mut segs = Vec::with_capacity(listing.segments.len());
-    for (index, path) in &listing.segments {
-        let s = Segment::open(path)?;
-        let state = s.state().expect("Segment::open checked the state word");
-        let (info, header_ok) = s.info();
-        if info.stream_id != cfg.stream_id {
-            return Err(StoreError::StreamMismatch {
-                path: path.clone(),
-                expected: cfg.stream_id,
-                found: info.stream_id,
-            });
-        }
-        if info.index != *index {
-            return Err(StoreError::CorruptHeader {
-                path: path.clone(),
-                reason: format!("header says index {}, file name {}", info.index, index),
-            });
-        }
-        if state != SegmentState::Prepared && !header_ok {
-            return Err(StoreError::CorruptHeader {
-                path: path.clone(),
-                reason: "header checksum mismatch".into(),
-            });
-        }
-        segs.push((path.clone(), s, info, state));
-    }
-    // Which segments are live: all but a trailing Prepared one.
-    let live = segs
-        .iter()
-        .rposition(|(_, _, _, st)| *st != SegmentState::Prepared)
-        .map(|i| i + 1)
-        .unwrap_or(0);
-    if live == 0 {
-        // A crash between preparing segment 0 and activating it, while creating the store.
-        if segs.len() == 1 && segs[0].2.index == 0 {
+    match validate::validate(cfg, &listing)? {
+        Validated::Unactivated(path) => {
             remove_leftovers(&listing.leftovers, &mut report)?;
-            let path = segs.pop().expect("one segment").0;
             // SAFETY: we hold the store lock: we are the single appender.
             let active = unsafe { Segment::open_writable(&path) }?;
             let created = if cfg.explicit_clock {
@@ -133,238 +106,11 @@ pub(crate) fn open_for_append(
             };
             active.activate(0, 1, created);
             report.created = true;
-            return finish(dir, cfg, lock, active, None, None, report);
+            finish(dir, cfg, lock, active, None, None, report)
         }
-        return Err(StoreError::CorruptHeader {
-            path: segs[0].0.clone(),
-            reason: "no active segment (only prepared ones)".into(),
-        });
-    }
-    if segs.len() - live > 1 {
-        return Err(StoreError::CorruptHeader {
-            path: segs[live + 1].0.clone(),
-            reason: "more than one prepared segment after the active one".into(),
-        });
-    }
-    for k in 0..live {
-        let (path, s, info, state) = &segs[k];
-        let committed = s.committed();
-        if committed < info.base_position || committed > info.limit_position() {
-            return Err(StoreError::CorruptHeader {
-                path: path.clone(),
-                reason: format!(
-                    "committed position {committed} outside [{}, {}]",
-                    info.base_position,
-                    info.limit_position()
-                ),
-            });
+        Validated::Store(store) => {
+            repair::repair(dir, cfg, lock, store, &listing.leftovers, report)
         }
-        if k + 1 < live {
-            let (_, _, next, _) = &segs[k + 1];
-            // Mid-roll crash: the next segment was activated but this one not yet sealed.
-            let interrupted_roll = *state == SegmentState::Active && k + 2 == live;
-            if *state != SegmentState::Sealed && !interrupted_roll {
-                return Err(StoreError::CorruptHeader {
-                    path: path.clone(),
-                    reason: format!("segment {} is not sealed but not the last", info.index),
-                });
-            }
-            if *state == SegmentState::Sealed && next.base_position != committed {
-                return Err(StoreError::CorruptHeader {
-                    path: segs[k + 1].0.clone(),
-                    reason: format!(
-                        "base position {} != end {} of the previous segment",
-                        next.base_position, committed
-                    ),
-                });
-            }
-            if *state == SegmentState::Sealed {
-                // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
-                // seq), ending exactly where its successor begins.
-                let end = scan_sealed(s, info, path)?;
-                if end.next_seq != next.base_seq {
-                    return Err(StoreError::CorruptHeader {
-                        path: segs[k + 1].0.clone(),
-                        reason: format!(
-                            "base seq {} != next seq {} after the previous segment",
-                            next.base_seq, end.next_seq
-                        ),
-                    });
-                }
-            }
-            if interrupted_roll {
-                let end = scan_committed_region(s, info, path)?;
-                if end.end_position != next.base_position || end.next_seq != next.base_seq {
-                    return Err(StoreError::CorruptHeader {
-                        path: segs[k + 1].0.clone(),
-                        reason: format!(
-                            "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
-                            end.end_position, end.next_seq, next.base_position, next.base_seq
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    // The last live segment: an active one is scanned frame by frame (its valid prefix is
-    // what survives); a sealed one must be whole.
-    let (last_path, last_seg, last_info, last_state) = &segs[live - 1];
-    let active_scan = if *last_state == SegmentState::Active {
-        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride)?;
-        let published = last_seg.committed();
-        if scan.end.end_position < published && !cfg.repair {
-            let reason = scan
-                .end
-                .fault
-                .map(|(_, f)| f.to_string())
-                .unwrap_or_else(|| "no frame (zeros)".into());
-            return Err(StoreError::CorruptFrame {
-                path: last_path.clone(),
-                position: scan.end.end_position,
-                reason: format!(
-                    "{reason}, below the committed position {published}: committed frames are damaged (open with StoreConfig::repair to cut them)"
-                ),
-            });
-        }
-        Some(scan)
-    } else {
-        None
-    };
-    let sealed_end = if *last_state == SegmentState::Sealed {
-        // The appender activates a segment's successor before it seals it, so a sealed last
-        // segment with no successor file means that file (and every frame in it, which
-        // replicas may hold) is gone: continuing would hand its seqs out again.
-        if segs.len() == live && !cfg.repair {
-            return Err(StoreError::CorruptHeader {
-                path: last_path.clone(),
-                reason: format!(
-                    "segment {} is sealed, but segment {} after it is missing: its frames (from seq {}) may be held by replicas; restore it from a replica, or open with repair to continue from that seq anyway",
-                    last_info.index,
-                    last_info.index + 1,
-                    scan_sealed(last_seg, last_info, last_path)?.next_seq
-                ),
-            });
-        }
-        Some(scan_sealed(last_seg, last_info, last_path)?)
-    } else {
-        None
-    };
-
-    // Step 3: repair, with writable mappings.
-    remove_leftovers(&listing.leftovers, &mut report)?;
-    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
-    for (path, s, info, state) in segs {
-        drop(s);
-        // SAFETY: we hold the store lock: we are the single appender.
-        let w = unsafe { Segment::open_writable(&path) }?;
-        writable.push((path, w, info, state));
-    }
-    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
-        let (_, s, _, _) = &writable[live - 2];
-        s.publish_state(SegmentState::Sealed);
-        writable[live - 2].3 = SegmentState::Sealed;
-        report.completed_roll = true;
-    }
-    for (path, s, info, state) in writable.iter().take(live) {
-        if *state == SegmentState::Sealed && !index_is_sound(dir, s, info) {
-            rebuild_index(dir, s, info, cfg.index_stride, path)?;
-            report.indexes_rebuilt.push(info.index);
-        }
-    }
-    let prepared = if writable.len() > live {
-        Some(writable.pop().expect("len > live").1)
-    } else {
-        None
-    };
-    let (_, active, info, _) = writable.pop().expect("live >= 1");
-    if let Some(end) = sealed_end {
-        // The last live segment is sealed (a power loss kept the seal, not the activation of
-        // its successor): activate the successor, prepared or new.
-        let next = match prepared {
-            Some(p) => p,
-            None => Segment::prepare(
-                dir,
-                cfg.stream_id,
-                info.index + 1,
-                cfg.segment_size,
-                cfg.pretouch,
-            )?,
-        };
-        let created = if cfg.explicit_clock {
-            end.last_timestamp_ns
-        } else {
-            cfg.clock.clone().realtime_ns()
-        };
-        next.activate(end.end_position, end.next_seq, created);
-        report.completed_roll = true;
-        let end = ScanEnd { fault: None, ..end };
-        return finish(dir, cfg, lock, next, None, Some(end), report);
-    }
-    let scan = active_scan.expect("the last live segment is active");
-    if let Some((pos, fault)) = scan.end.fault {
-        report.cut = Some((pos, fault.to_string()));
-    }
-    if scan.end.end_position < active.committed() {
-        report.lost_committed = true;
-        report
-            .cut
-            .get_or_insert((scan.end.end_position, "no frame (zeros)".into()));
-    }
-    active.zero_tail(file_offset(&info, scan.end.end_position));
-    active.publish_committed(scan.end.end_position);
-    if cfg.pretouch {
-        // SAFETY: single appender; the range is above the committed position.
-        unsafe {
-            active
-                .mapped()
-                .pretouch(file_offset(&info, scan.end.end_position), active.file_len())
-        };
-    }
-    finish(dir, cfg, lock, active, prepared, Some(scan.end), report).map(|mut r| {
-        for e in &scan.entries {
-            r.index.push(*e);
-        }
-        r.next_index_position = scan.next_index_position;
-        r
-    })
-}
-
-/// The frame-by-frame scan of an active segment: where its valid prefix ends and the index
-/// entries of that prefix.
-struct ActiveScan {
-    end: ScanEnd,
-    entries: Vec<IndexEntry>,
-    next_index_position: u64,
-}
-
-impl ActiveScan {
-    fn run(s: &Segment, info: &SegmentInfo, stride: u64) -> Result<ActiveScan> {
-        let mut entries = Vec::new();
-        let mut next_index_position = info.base_position;
-        let end = scan(
-            s,
-            info,
-            info.base_position,
-            info.base_seq,
-            0,
-            info.limit_position(),
-            |pos, h| {
-                if pos >= next_index_position {
-                    entries.push(IndexEntry {
-                        position: pos,
-                        seq: h.seq,
-                        timestamp_ns: h.timestamp_ns,
-                    });
-                    next_index_position = next_boundary(info, pos, stride);
-                }
-                true
-            },
-        )?;
-        Ok(ActiveScan {
-            end,
-            entries,
-            next_index_position,
-        })
     }
 }
 
@@ -420,76 +166,6 @@ fn finish(
 pub(crate) fn next_boundary(info: &SegmentInfo, pos: u64, stride: u64) -> u64 {
     let rel = pos - info.base_position;
     info.base_position + (rel / stride + 1) * stride
-}
-
-/// Scans the committed region of a segment and fails unless every byte below the committed
-/// position is a valid frame.
-fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
-    let committed = s.committed();
-    let end = scan(
-        s,
-        info,
-        info.base_position,
-        info.base_seq,
-        0,
-        committed,
-        |_, _| true,
-    )?;
-    if end.end_position != committed {
-        let reason = end
-            .fault
-            .map(|(_, f)| f.to_string())
-            .unwrap_or_else(|| "no frame (zeros)".into());
-        return Err(StoreError::CorruptFrame {
-            path: path.into(),
-            position: end.end_position,
-            reason,
-        });
-    }
-    Ok(end)
-}
-
-/// [`scan_committed_region`] of a sealed segment, whose damage no repair may cut: cutting it
-/// would drop every later segment and reuse their seqs. The error says so.
-fn scan_sealed(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
-    scan_committed_region(s, info, path).map_err(|e| match e {
-        StoreError::CorruptFrame {
-            path,
-            position,
-            reason,
-        } => StoreError::CorruptFrame {
-            path,
-            position,
-            reason: format!(
-                "{reason}, in sealed segment {}: committed frames are damaged; recovery never cuts a sealed segment (restore the file from a replica whose `storetool checksum` matches up to here)",
-                info.index
-            ),
-        },
-        other => other,
-    })
-}
-
-/// `true` when the segment's index opens and its first and last entries match the frames
-/// they point at.
-fn index_is_sound(dir: &Path, s: &Segment, info: &SegmentInfo) -> bool {
-    let Ok(index) = Index::open(dir, info.index) else {
-        return false;
-    };
-    if index.is_empty() {
-        return s.committed() == info.base_position;
-    }
-    let check = |i: u64| {
-        index.get(i).is_some_and(|e| {
-            e.position >= info.base_position
-                && e.position < s.committed()
-                && crate::format::decode_header(s.bytes(
-                    file_offset(info, e.position),
-                    (s.committed() - e.position) as usize,
-                ))
-                .is_ok_and(|h| h.seq == e.seq && h.timestamp_ns == e.timestamp_ns)
-        })
-    };
-    check(0) && check(index.len() - 1)
 }
 
 /// Rebuilds the index of a sealed segment by scanning its committed frames.

@@ -1,0 +1,109 @@
+//! Step 3 of opening a store for writing: repair what [`validate`](super::validate) found,
+//! with writable mappings. Deletes interrupted preparations, finishes an interrupted roll,
+//! rebuilds damaged indexes, and cuts the active segment at its valid prefix (zeroing what
+//! follows). Called only once validation has passed, under the store's lock.
+
+use std::path::{Path, PathBuf};
+
+use super::validate::{index_is_sound, Store};
+use super::{finish, rebuild_index, remove_leftovers, Recovered, RecoveryReport};
+use crate::config::StoreConfig;
+use crate::error::Result;
+use crate::format::{SegmentInfo, SegmentState};
+use crate::lock::DirLock;
+use crate::scan::{file_offset, ScanEnd};
+use crate::segment::Segment;
+
+/// Repairs the validated store in `dir`; `leftovers` are the temporary files of interrupted
+/// preparations.
+pub(super) fn repair(
+    dir: &Path,
+    cfg: &StoreConfig,
+    lock: DirLock,
+    store: Store,
+    leftovers: &[PathBuf],
+    mut report: RecoveryReport,
+) -> Result<Recovered> {
+    let Store {
+        segs,
+        live,
+        active_scan,
+        sealed_end,
+    } = store;
+    remove_leftovers(leftovers, &mut report)?;
+    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
+    for (path, s, info, state) in segs {
+        drop(s);
+        // SAFETY: we hold the store lock: we are the single appender.
+        let w = unsafe { Segment::open_writable(&path) }?;
+        writable.push((path, w, info, state));
+    }
+    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
+        let (_, s, _, _) = &writable[live - 2];
+        s.publish_state(SegmentState::Sealed);
+        writable[live - 2].3 = SegmentState::Sealed;
+        report.completed_roll = true;
+    }
+    for (path, s, info, state) in writable.iter().take(live) {
+        if *state == SegmentState::Sealed && !index_is_sound(dir, s, info) {
+            rebuild_index(dir, s, info, cfg.index_stride, path)?;
+            report.indexes_rebuilt.push(info.index);
+        }
+    }
+    let prepared = if writable.len() > live {
+        Some(writable.pop().expect("len > live").1)
+    } else {
+        None
+    };
+    let (_, active, info, _) = writable.pop().expect("live >= 1");
+    if let Some(end) = sealed_end {
+        // The last live segment is sealed (a power loss kept the seal, not the activation of
+        // its successor): activate the successor, prepared or new.
+        let next = match prepared {
+            Some(p) => p,
+            None => Segment::prepare(
+                dir,
+                cfg.stream_id,
+                info.index + 1,
+                cfg.segment_size,
+                cfg.pretouch,
+            )?,
+        };
+        let created = if cfg.explicit_clock {
+            end.last_timestamp_ns
+        } else {
+            cfg.clock.clone().realtime_ns()
+        };
+        next.activate(end.end_position, end.next_seq, created);
+        report.completed_roll = true;
+        let end = ScanEnd { fault: None, ..end };
+        return finish(dir, cfg, lock, next, None, Some(end), report);
+    }
+    let scan = active_scan.expect("the last live segment is active");
+    if let Some((pos, fault)) = scan.end.fault {
+        report.cut = Some((pos, fault.to_string()));
+    }
+    if scan.end.end_position < active.committed() {
+        report.lost_committed = true;
+        report
+            .cut
+            .get_or_insert((scan.end.end_position, "no frame (zeros)".into()));
+    }
+    active.zero_tail(file_offset(&info, scan.end.end_position));
+    active.publish_committed(scan.end.end_position);
+    if cfg.pretouch {
+        // SAFETY: single appender; the range is above the committed position.
+        unsafe {
+            active
+                .mapped()
+                .pretouch(file_offset(&info, scan.end.end_position), active.file_len())
+        };
+    }
+    finish(dir, cfg, lock, active, prepared, Some(scan.end), report).map(|mut r| {
+        for e in &scan.entries {
+            r.index.push(*e);
+        }
+        r.next_index_position = scan.next_index_position;
+        r
+    })
+}

@@ -1,0 +1,311 @@
+//! Step 2 of opening a store for writing: validate every segment, read-only. Any fault is a
+//! typed error naming the file (and position), and nothing has been written; what it finds
+//! is what [`repair`](super::repair) then changes.
+
+use std::path::{Path, PathBuf};
+
+use super::next_boundary;
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::format::{SegmentInfo, SegmentState};
+use crate::index::{Index, IndexEntry};
+use crate::layout::Listing;
+use crate::scan::{file_offset, scan, ScanEnd};
+use crate::segment::Segment;
+
+/// One segment as validation opened it (read-only).
+pub(super) type Opened = (PathBuf, Segment, SegmentInfo, SegmentState);
+
+/// What validation found.
+pub(super) enum Validated {
+    /// Only segment 0, prepared and never activated: a crash while creating the store.
+    Unactivated(PathBuf),
+    /// A store whose every segment is sound, and what repair must do to its end.
+    Store(Store),
+}
+
+/// A validated store.
+pub(super) struct Store {
+    /// Every segment, in index order.
+    pub(super) segs: Vec<Opened>,
+    /// How many of them are live (all but a trailing prepared one).
+    pub(super) live: usize,
+    /// The scan of the last live segment when it is active: its valid prefix.
+    pub(super) active_scan: Option<ActiveScan>,
+    /// The end of the last live segment when it is sealed.
+    pub(super) sealed_end: Option<ScanEnd>,
+}
+
+/// Validates the segments of `listing` (not empty) for `cfg`.
+pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated> {
+    let mut segs = Vec::with_capacity(listing.segments.len());
+    for (index, path) in &listing.segments {
+        let s = Segment::open(path)?;
+        let state = s.state().expect("Segment::open checked the state word");
+        let (info, header_ok) = s.info();
+        if info.stream_id != cfg.stream_id {
+            return Err(StoreError::StreamMismatch {
+                path: path.clone(),
+                expected: cfg.stream_id,
+                found: info.stream_id,
+            });
+        }
+        if info.index != *index {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: format!("header says index {}, file name {}", info.index, index),
+            });
+        }
+        if state != SegmentState::Prepared && !header_ok {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: "header checksum mismatch".into(),
+            });
+        }
+        segs.push((path.clone(), s, info, state));
+    }
+    // Which segments are live: all but a trailing Prepared one.
+    let live = segs
+        .iter()
+        .rposition(|(_, _, _, st)| *st != SegmentState::Prepared)
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    if live == 0 {
+        // A crash between preparing segment 0 and activating it, while creating the store.
+        if segs.len() == 1 && segs[0].2.index == 0 {
+            return Ok(Validated::Unactivated(segs.pop().expect("one segment").0));
+        }
+        return Err(StoreError::CorruptHeader {
+            path: segs[0].0.clone(),
+            reason: "no active segment (only prepared ones)".into(),
+        });
+    }
+    if segs.len() - live > 1 {
+        return Err(StoreError::CorruptHeader {
+            path: segs[live + 1].0.clone(),
+            reason: "more than one prepared segment after the active one".into(),
+        });
+    }
+    for k in 0..live {
+        let (path, s, info, state) = &segs[k];
+        let committed = s.committed();
+        if committed < info.base_position || committed > info.limit_position() {
+            return Err(StoreError::CorruptHeader {
+                path: path.clone(),
+                reason: format!(
+                    "committed position {committed} outside [{}, {}]",
+                    info.base_position,
+                    info.limit_position()
+                ),
+            });
+        }
+        if k + 1 < live {
+            let (_, _, next, _) = &segs[k + 1];
+            // Mid-roll crash: the next segment was activated but this one not yet sealed.
+            let interrupted_roll = *state == SegmentState::Active && k + 2 == live;
+            if *state != SegmentState::Sealed && !interrupted_roll {
+                return Err(StoreError::CorruptHeader {
+                    path: path.clone(),
+                    reason: format!("segment {} is not sealed but not the last", info.index),
+                });
+            }
+            if *state == SegmentState::Sealed && next.base_position != committed {
+                return Err(StoreError::CorruptHeader {
+                    path: segs[k + 1].0.clone(),
+                    reason: format!(
+                        "base position {} != end {} of the previous segment",
+                        next.base_position, committed
+                    ),
+                });
+            }
+            if *state == SegmentState::Sealed {
+                // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
+                // seq), ending exactly where its successor begins.
+                let end = scan_sealed(s, info, path)?;
+                if end.next_seq != next.base_seq {
+                    return Err(StoreError::CorruptHeader {
+                        path: segs[k + 1].0.clone(),
+                        reason: format!(
+                            "base seq {} != next seq {} after the previous segment",
+                            next.base_seq, end.next_seq
+                        ),
+                    });
+                }
+            }
+            if interrupted_roll {
+                let end = scan_committed_region(s, info, path)?;
+                if end.end_position != next.base_position || end.next_seq != next.base_seq {
+                    return Err(StoreError::CorruptHeader {
+                        path: segs[k + 1].0.clone(),
+                        reason: format!(
+                            "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
+                            end.end_position, end.next_seq, next.base_position, next.base_seq
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    // The last live segment: an active one is scanned frame by frame (its valid prefix is
+    // what survives); a sealed one must be whole.
+    let (last_path, last_seg, last_info, last_state) = &segs[live - 1];
+    let active_scan = if *last_state == SegmentState::Active {
+        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride)?;
+        let published = last_seg.committed();
+        if scan.end.end_position < published && !cfg.repair {
+            let reason = scan
+                .end
+                .fault
+                .map(|(_, f)| f.to_string())
+                .unwrap_or_else(|| "no frame (zeros)".into());
+            return Err(StoreError::CorruptFrame {
+                path: last_path.clone(),
+                position: scan.end.end_position,
+                reason: format!(
+                    "{reason}, below the committed position {published}: committed frames are damaged (open with StoreConfig::repair to cut them)"
+                ),
+            });
+        }
+        Some(scan)
+    } else {
+        None
+    };
+    let sealed_end = if *last_state == SegmentState::Sealed {
+        // The appender activates a segment's successor before it seals it, so a sealed last
+        // segment with no successor file means that file (and every frame in it, which
+        // replicas may hold) is gone: continuing would hand its seqs out again.
+        if segs.len() == live && !cfg.repair {
+            return Err(StoreError::CorruptHeader {
+                path: last_path.clone(),
+                reason: format!(
+                    "segment {} is sealed, but segment {} after it is missing: its frames (from seq {}) may be held by replicas; restore it from a replica, or open with repair to continue from that seq anyway",
+                    last_info.index,
+                    last_info.index + 1,
+                    scan_sealed(last_seg, last_info, last_path)?.next_seq
+                ),
+            });
+        }
+        Some(scan_sealed(last_seg, last_info, last_path)?)
+    } else {
+        None
+    };
+
+    Ok(Validated::Store(Store {
+        segs,
+        live,
+        active_scan,
+        sealed_end,
+    }))
+}
+
+/// The frame-by-frame scan of an active segment: where its valid prefix ends and the index
+/// entries of that prefix.
+pub(super) struct ActiveScan {
+    /// Where the valid prefix ends.
+    pub(super) end: ScanEnd,
+    /// The index entries of the prefix.
+    pub(super) entries: Vec<IndexEntry>,
+    /// Where the next index entry is due.
+    pub(super) next_index_position: u64,
+}
+
+impl ActiveScan {
+    fn run(s: &Segment, info: &SegmentInfo, stride: u64) -> Result<ActiveScan> {
+        let mut entries = Vec::new();
+        let mut next_index_position = info.base_position;
+        let end = scan(
+            s,
+            info,
+            info.base_position,
+            info.base_seq,
+            0,
+            info.limit_position(),
+            |pos, h| {
+                if pos >= next_index_position {
+                    entries.push(IndexEntry {
+                        position: pos,
+                        seq: h.seq,
+                        timestamp_ns: h.timestamp_ns,
+                    });
+                    next_index_position = next_boundary(info, pos, stride);
+                }
+                true
+            },
+        )?;
+        Ok(ActiveScan {
+            end,
+            entries,
+            next_index_position,
+        })
+    }
+}
+
+/// Scans the committed region of a segment and fails unless every byte below the committed
+/// position is a valid frame.
+fn scan_committed_region(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
+    let committed = s.committed();
+    let end = scan(
+        s,
+        info,
+        info.base_position,
+        info.base_seq,
+        0,
+        committed,
+        |_, _| true,
+    )?;
+    if end.end_position != committed {
+        let reason = end
+            .fault
+            .map(|(_, f)| f.to_string())
+            .unwrap_or_else(|| "no frame (zeros)".into());
+        return Err(StoreError::CorruptFrame {
+            path: path.into(),
+            position: end.end_position,
+            reason,
+        });
+    }
+    Ok(end)
+}
+
+/// [`scan_committed_region`] of a sealed segment, whose damage no repair may cut: cutting it
+/// would drop every later segment and reuse their seqs. The error says so.
+fn scan_sealed(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<ScanEnd> {
+    scan_committed_region(s, info, path).map_err(|e| match e {
+        StoreError::CorruptFrame {
+            path,
+            position,
+            reason,
+        } => StoreError::CorruptFrame {
+            path,
+            position,
+            reason: format!(
+                "{reason}, in sealed segment {}: committed frames are damaged; recovery never cuts a sealed segment (restore the file from a replica whose `storetool checksum` matches up to here)",
+                info.index
+            ),
+        },
+        other => other,
+    })
+}
+
+/// `true` when the segment's index opens and its first and last entries match the frames
+/// they point at.
+pub(super) fn index_is_sound(dir: &Path, s: &Segment, info: &SegmentInfo) -> bool {
+    let Ok(index) = Index::open(dir, info.index) else {
+        return false;
+    };
+    if index.is_empty() {
+        return s.committed() == info.base_position;
+    }
+    let check = |i: u64| {
+        index.get(i).is_some_and(|e| {
+            e.position >= info.base_position
+                && e.position < s.committed()
+                && crate::format::decode_header(s.bytes(
+                    file_offset(info, e.position),
+                    (s.committed() - e.position) as usize,
+                ))
+                .is_ok_and(|h| h.seq == e.seq && h.timestamp_ns == e.timestamp_ns)
+        })
+    };
+    check(0) && check(index.len() - 1)
+}
