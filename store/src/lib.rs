@@ -26,14 +26,21 @@
 //! | module | owns |
 //! |---|---|
 //! | [`format`] | byte layouts, frame encode/validate (pure) |
-//! | [`mapped`] | mapped files and every `unsafe` access to mapped bytes |
+//! | `mapped` (private) | mapped files and every `unsafe` access to mapped bytes |
 //! | [`sigbus`] | the `SIGBUS` handler that lets a mapped file shrink without killing its reader |
 //! | [`segment`] | one segment file: prepare, open, activate, seal, shared header words |
 //! | [`index`] | the sparse seq/time index of a segment |
 //! | [`appender`] | the single writer |
 //! | [`tailer`] | readers, seeking |
-//! | [`recovery`] | validation and crash recovery when an appender opens a store |
+//! | `recovery` (private; [`RecoveryReport`] is public) | validation, then crash recovery, when an appender opens a store |
+//! | `lock` (private) | the `flock` that makes an appender the store's single writer |
 //! | [`verify`] | `storetool verify`: every check of a store's files, read-only |
+//!
+//! An application needs [`Appender`], [`Tailer`] and their types, all at the crate root, and a
+//! replication client the appender's replica methods ([`Appender::open_replica`],
+//! [`Appender::append_replicated`], …). `format`, `segment`, `index`, `layout` and `scan` stay
+//! public for `storetool info` and for the tests that craft damaged files; nothing else
+//! outside the crate reaches into them.
 
 #![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -46,10 +53,10 @@ pub mod error;
 pub mod format;
 pub mod index;
 pub mod layout;
-pub mod lock;
-pub mod mapped;
+mod lock;
+mod mapped;
 pub mod pattern;
-pub mod recovery;
+mod recovery;
 pub mod scan;
 pub mod segment;
 pub mod sigbus;

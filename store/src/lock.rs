@@ -16,18 +16,18 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, StoreError};
 
 /// How long [`DirLock::acquire`] retries a held lock before failing.
-pub const LOCK_GRACE: Duration = Duration::from_millis(200);
+pub(crate) const LOCK_GRACE: Duration = Duration::from_millis(200);
 
 /// Held for as long as the value lives.
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     _dir: File,
 }
 
 impl DirLock {
     /// Takes the lock, retrying for [`LOCK_GRACE`]; `StoreError::Locked` if another open file
     /// description (another process, or another appender in this one) still holds it then.
-    pub fn acquire(dir: &Path) -> Result<DirLock> {
+    pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
         let f = File::open(dir).map_err(|e| StoreError::io("open", dir, e))?;
         let deadline = Instant::now() + LOCK_GRACE;
         loop {
