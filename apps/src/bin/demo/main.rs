@@ -143,6 +143,11 @@ struct Cli {
     /// short.
     #[arg(long, default_value = "backoff:20us")]
     idle: String,
+    /// Idle strategy of the feed handlers' replay agents. A paced replay waits for each
+    /// packet's recorded time: sleeping between packets costs it only that much pace
+    /// precision, and leaves the cores to the latency path.
+    #[arg(long, default_value = "sleep:100us")]
+    feed_idle: String,
     /// How each host's seqstreamd lays its roles on threads: shared (one thread per host)
     /// or dedicated (a thread per role and per replica's sender).
     #[arg(long, value_enum, default_value = "shared")]
@@ -454,7 +459,7 @@ impl Run<'_> {
             "--speed".into(),
             self.cli.speed.to_string(),
             "--idle".into(),
-            self.cli.idle.clone(),
+            self.cli.feed_idle.clone(),
             "--summary".into(),
             s(&self.l.file("h2", &format!("{name}.json"))),
             "--counters".into(),
