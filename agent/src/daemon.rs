@@ -38,6 +38,36 @@ pub struct RoleContext {
     pub sender_host: Option<crate::agent::AgentSink>,
 }
 
+/// Where a role's one thread runs under dedicated threading: the flags (and `seqstreamd`
+/// table keys) `idle`, `on_error` and `core` of the roles that have one thread.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlacementArgs {
+    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    pub idle: crate::Idle,
+    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
+    /// (counted, logged, and the role started again after N ms).
+    #[arg(long, default_value = "stop")]
+    pub on_error: crate::OnError,
+    /// Core to pin the role's thread to.
+    #[arg(long)]
+    pub core: Option<usize>,
+}
+
+impl PlacementArgs {
+    /// Its keys, for [`Role::PLACEMENT_KEYS`].
+    pub const KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+
+    /// As the runtime's placement.
+    pub fn placement(&self) -> crate::host::Placement {
+        crate::host::Placement {
+            core: self.core,
+            idle: self.idle.clone(),
+            on_error: self.on_error,
+        }
+    }
+}
+
 /// Options of every one-role daemon beyond its role's.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DaemonArgs {

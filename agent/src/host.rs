@@ -116,6 +116,8 @@ pub struct Layout {
     senders_group: HashMap<String, usize>,
     /// Members of each group, by role, so that a group runs them in the order it names them.
     group_members: Vec<Vec<Member>>,
+    /// The roles that asked where their handed agents go, and got a group's sink.
+    handing: Vec<String>,
 }
 
 /// A role's agents in a thread group.
@@ -139,6 +141,7 @@ impl Layout {
             role_group: HashMap::new(),
             senders_group: HashMap::new(),
             group_members: Vec::new(),
+            handing: Vec::new(),
         };
         match threading {
             Threading::Dedicated => {}
@@ -207,6 +210,7 @@ impl Layout {
     /// `None` for runners of their own.
     pub fn handed_agents_host(&mut self, role: &str) -> Option<AgentSink> {
         let g = *self.senders_group.get(role)?;
+        self.handing.push(role.to_string());
         Some(self.groups[g].1.sink())
     }
 
@@ -239,7 +243,7 @@ impl Layout {
             names.extend(
                 self.senders_group
                     .iter()
-                    .filter(|&(_, &sg)| sg == g)
+                    .filter(|&(r, &sg)| sg == g && self.handing.contains(r))
                     .map(|(r, _)| format!("{r}{SENDERS_SUFFIX}")),
             );
             names.sort_by_key(|n| order_in(group, n));

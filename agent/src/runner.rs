@@ -94,6 +94,19 @@ impl Default for RunnerConfig {
     }
 }
 
+impl RunnerConfig {
+    /// Pinned to `core` (`None`: unpinned), idling with `idle`, its counters in `counters`;
+    /// otherwise the defaults (stop on error, the system clock).
+    pub fn placed(core: Option<usize>, idle: Idle, counters: &CountersWriter) -> Self {
+        RunnerConfig {
+            core,
+            idle,
+            counters: Some(counters.clone()),
+            ..RunnerConfig::default()
+        }
+    }
+}
+
 /// Why a runner ended other than by being asked to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {

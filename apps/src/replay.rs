@@ -6,10 +6,11 @@
 //! Its duty cycle never blocks: a step not due yet, or an outbox that pushes back, is work 0
 //! (the runner's idle strategy waits), and the replay resumes where it stopped.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use seqstream_agent::counters::Counter;
-use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, RunnerConfig, RunnerError};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
 
 /// Messages offered together once due: a captured packet's, or one order.
@@ -70,7 +71,8 @@ pub struct Replay {
     phase: Phase,
     outcome: ReplayOutcome,
     counters: ReplayCounters,
-    result: Arc<Mutex<Option<ReplayOutcome>>>,
+    /// Where [`run`](Replay::run) collects the outcome when the agent closes.
+    result: Option<Arc<Mutex<Option<ReplayOutcome>>>>,
 }
 
 /// Most steps offered in one duty cycle.
@@ -78,8 +80,7 @@ const STEPS_PER_CYCLE: usize = 64;
 
 impl Replay {
     /// A replay named `role` of `steps` into `outbox` (for `stream_id`), waiting at most
-    /// `drain_timeout_ns` after the last offer for confirmations; its outcome is written to
-    /// the returned slot when it closes.
+    /// `drain_timeout_ns` after the last offer for confirmations.
     pub fn new(
         role: &str,
         outbox: Outbox,
@@ -87,9 +88,8 @@ impl Replay {
         steps: Vec<ReplayStep>,
         drain_timeout_ns: u64,
         counters: ReplayCounters,
-    ) -> (Replay, Arc<Mutex<Option<ReplayOutcome>>>) {
-        let result = Arc::new(Mutex::new(None));
-        let replay = Replay {
+    ) -> Replay {
+        Replay {
             role: role.to_string(),
             outbox,
             stream_id,
@@ -101,9 +101,27 @@ impl Replay {
             phase: Phase::Offering,
             outcome: ReplayOutcome::default(),
             counters,
-            result: result.clone(),
-        };
-        (replay, result)
+            result: None,
+        }
+    }
+
+    /// Runs the replay on a runner of its own (`cfg`) until it is finished or `stop` is set,
+    /// and returns how it ended. Errors: the runner's (an offer error, a pinning failure).
+    pub fn run(
+        mut self,
+        cfg: RunnerConfig,
+        stop: Arc<AtomicBool>,
+    ) -> Result<ReplayOutcome, RunnerError> {
+        let slot = Arc::new(Mutex::new(None));
+        self.result = Some(slot.clone());
+        AgentRunner::start(self, cfg, stop)?.join()?;
+        let outcome = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(outcome.expect("a replay that ran was closed"))
+    }
+
+    /// How the replay stands (final once it is finished or closed).
+    pub fn outcome(&self) -> ReplayOutcome {
+        self.outcome
     }
 
     /// Offers what is due, from where the last cycle stopped; the messages offered.
@@ -175,7 +193,9 @@ impl Agent for Replay {
             self.outcome.confirmed = false;
         }
         self.outcome.last_source_seq = self.outbox.next_source_seq() - 1;
-        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.outcome);
+        if let Some(slot) = &self.result {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.outcome);
+        }
         Ok(())
     }
 
@@ -206,7 +226,7 @@ mod tests {
             due_ns,
             messages: (0..n).map(|i| (7, vec![i; 8])).collect(),
         };
-        let (mut r, outcome) = Replay::new(
+        let mut r = Replay::new(
             "replay",
             outbox,
             9,
@@ -233,7 +253,7 @@ mod tests {
         assert_eq!(r.do_work(&at(1_040)).unwrap(), 1);
         assert!(r.is_finished());
         r.on_close().unwrap();
-        let o = outcome.lock().unwrap().unwrap();
+        let o = r.outcome();
         assert_eq!((o.steps, o.messages, o.last_source_seq), (2, 3, 3));
         assert!(o.complete && o.confirmed);
         assert_eq!((o.offer_ns, o.elapsed_ns), (1_010, 1_030));
@@ -253,20 +273,20 @@ mod tests {
             messages: vec![(7, b"m".to_vec())],
         }];
         let outbox = Outbox::open_or_create(&dir.path().join("a"), 1, 9, 1 << 12, 8).unwrap();
-        let (mut r, outcome) = Replay::new("a", outbox, 9, one.clone(), 100, counters());
+        let mut r = Replay::new("a", outbox, 9, one.clone(), 100, counters());
         r.do_work(&DutyCycle { now_ns: 0 }).unwrap();
         r.do_work(&DutyCycle { now_ns: 101 }).unwrap();
         assert!(r.is_finished());
         r.on_close().unwrap();
-        let o = outcome.lock().unwrap().unwrap();
+        let o = r.outcome();
         assert!(o.complete && !o.confirmed);
         let outbox = Outbox::open_or_create(&dir.path().join("b"), 1, 9, 1 << 12, 8).unwrap();
         let mut later = one;
         later[0].due_ns = 1_000_000;
-        let (mut r, outcome) = Replay::new("b", outbox, 9, later, 100, counters());
+        let mut r = Replay::new("b", outbox, 9, later, 100, counters());
         r.do_work(&DutyCycle { now_ns: 0 }).unwrap();
         r.on_close().unwrap();
-        let o = outcome.lock().unwrap().unwrap();
+        let o = r.outcome();
         assert!(!o.complete && !o.confirmed);
         assert_eq!(o.messages, 0);
     }

@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use seqstream_agent::daemon::{Role, RoleContext};
-use seqstream_agent::host::{Hosted, Placement};
-use seqstream_agent::{Idle, OnError};
+use seqstream_agent::daemon::{PlacementArgs, Role, RoleContext};
+use seqstream_agent::host::Hosted;
 
 use crate::forwarder::{Forwarder, ForwarderConfig, Route};
 
@@ -37,17 +36,10 @@ pub struct ForwardArgs {
     /// Session epoch written in every datagram.
     #[arg(long, default_value_t = 1)]
     pub epoch: u32,
-    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
-    #[arg(long, default_value = "backoff")]
-    pub idle: Idle,
-    /// What an error of a role (the forwarder, a replication client) does: `stop` (the
-    /// daemon exits with it) or `restart:<N>ms` (counted, logged, and the role started again
-    /// after N ms).
-    #[arg(long, default_value = "stop")]
-    pub on_error: OnError,
-    /// Core to pin the forwarding thread to.
-    #[arg(long)]
-    pub core: Option<usize>,
+    /// The forwarder's thread (and, in the iodaemon, the error policy of its replication
+    /// clients too).
+    #[command(flatten)]
+    pub placement: PlacementArgs,
 }
 
 /// Parses `STREAM_ID=ADDR=DIR`, the shape of a route (and of the iodaemon's `--follow`).
@@ -88,7 +80,7 @@ pub fn check_routes(routes: &[Route], kept: &[(u32, &Path)]) -> Result<()> {
 
 impl Role for ForwardArgs {
     const KIND: &'static str = "forward";
-    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+    const PLACEMENT_KEYS: &'static [&'static str] = PlacementArgs::KEYS;
 
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let cfg = ForwarderConfig {
@@ -103,11 +95,7 @@ impl Role for ForwardArgs {
         tracing::info!(bind = %forwarder.local_addr(), outboxes = self.outboxes.len(), "forwarding");
         Ok(vec![Hosted {
             agent: Box::new(forwarder),
-            placement: Placement {
-                core: self.core,
-                idle: self.idle.clone(),
-                on_error: self.on_error,
-            },
+            placement: self.placement.placement(),
         }])
     }
 }

@@ -3,7 +3,7 @@
 //! SIGTERM; a configuration that cannot work is refused at start.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,18 +14,9 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::digest::digest;
 use seqstream_store::{pattern, Appender, StoreConfig};
+use seqstream_testkit::KillOnDrop as Proc;
 
 const STREAM: u32 = 5;
-
-/// Kills the iodaemon if the test fails.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn append(a: &mut Appender, n: u64) {
     for _ in 0..n {

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -14,6 +14,7 @@ use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::StoreConfig;
+use seqstream_testkit::{free_udp_port, KillOnDrop as Proc};
 
 const STREAM: u32 = 2;
 const PER_SOURCE: u64 = 20_000;
@@ -53,29 +54,11 @@ fn sequencer_child_role() {
     }
 }
 
-/// Kills and reaps the child when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn kill_9_of_sequencer_and_iodaemon_mid_run_loses_and_duplicates_nothing() {
     let d = tempfile::tempdir().unwrap();
     let store: PathBuf = d.path().join("stream");
-    let port = free_port();
+    let port = free_udp_port();
     let outboxes: Vec<PathBuf> = (1..=2)
         .map(|s| d.path().join(format!("app{s}.outbox")))
         .collect();

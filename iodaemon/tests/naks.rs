@@ -5,7 +5,7 @@
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
@@ -13,6 +13,7 @@ use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
+use seqstream_testkit::KillOnDrop as Proc;
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
@@ -51,16 +52,6 @@ fn outbox_of_five(path: &Path) {
     let mut o = Outbox::open_or_create(path, SOURCE, STREAM, 1 << 20, 4096).unwrap();
     for i in 0..5u8 {
         o.offer(STREAM, 0, &[i; 16]).unwrap();
-    }
-}
-
-/// Kills and reaps the child when dropped, so a failing test leaks no process.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

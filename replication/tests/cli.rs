@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters;
 use seqstream_store::{Appender, StoreConfig};
+use seqstream_testkit::KillOnDrop as Proc;
 
 #[test]
 fn serve_from_a_config_file_then_stop_cleanly_on_sigterm() {
@@ -109,16 +110,6 @@ fn help_and_bad_flags() {
         err.contains("/nonexistent") && !err.contains("panicked"),
         "{err}"
     );
-}
-
-/// Kills and reaps the child when dropped, unless it was already reaped.
-struct Proc(std::process::Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Waits (bounded) until `cond` holds.

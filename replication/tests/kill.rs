@@ -3,32 +3,16 @@
 //! byte-identical, with every frame exactly once.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
+use seqstream_testkit::store_files as live_files;
+use seqstream_testkit::{free_tcp_port, KillOnDrop as Proc};
 
 const STREAM: u32 = 3;
-
-/// Kills and reaps the child when dropped, so a failing test leaks no process.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn replicator(args: &[&str], dir: &Path) -> Proc {
     Proc(
@@ -45,19 +29,6 @@ fn replicator(args: &[&str], dir: &Path) -> Proc {
             .spawn()
             .unwrap(),
     )
-}
-
-fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn replica_position(dir: &Path) -> u64 {
@@ -85,7 +56,7 @@ fn kill_9_of_server_and_follower_at_random_instants() {
         .segment_size(64 << 10)
         .pretouch(false);
     let mut a = Appender::open_or_create(&primary, cfg).unwrap();
-    let port = free_port();
+    let port = free_tcp_port();
     let listen = format!("127.0.0.1:{port}");
     let serve = || {
         replicator(

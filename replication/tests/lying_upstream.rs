@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,18 +13,10 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
+use seqstream_testkit::store_files as live_files;
+use seqstream_testkit::KillOnDrop as Proc;
 
 const STREAM: u32 = 8;
-
-/// Kills and reaps the child when dropped, so a failing test leaks no process.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn replicator(args: &[&str], dir: &Path) -> Proc {
     Proc(
@@ -82,19 +74,6 @@ fn replica_position(dir: &Path) -> u64 {
     };
     while let Ok(Some(_)) = t.poll() {}
     t.position()
-}
-
-fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]

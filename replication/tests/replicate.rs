@@ -16,6 +16,7 @@ use seqstream_replication::framing::put_sofh;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
+use seqstream_testkit::store_files as live_files;
 
 const SECRET: &[u8] = b"s3cret";
 const STREAM: u32 = 9;
@@ -119,20 +120,6 @@ fn wait_for(counters: &Path, position: u64, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Live segments and their indexes, by name.
-fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn assert_identical(primary: &Path, replica: &Path) {

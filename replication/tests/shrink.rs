@@ -3,22 +3,13 @@
 //! names it, and keep serving.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
+use seqstream_testkit::KillOnDrop as Proc;
 
 const STREAM: u32 = 5;
-
-/// Kills and reaps the child when dropped, so a failing test leaks no process.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn replicator(args: &[&str], dir: &Path, log: &str) -> Proc {
     Proc(

@@ -395,7 +395,11 @@ impl Host {
         for (name, role) in &file.roles {
             let ctx = RoleContext {
                 counters: writer.scoped(&format!("{name} ")),
-                sender_host: layout.handed_agents_host(name),
+                // Only a server hands out agents (its senders).
+                sender_host: match role {
+                    RoleSpec::Serve(_) => layout.handed_agents_host(name),
+                    _ => None,
+                },
             };
             let agents = role
                 .build(ctx)

@@ -14,7 +14,7 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_store::Tailer;
 use seqstream_testkit::{
-    counter, free_tcp_port, free_udp_port, thread_names, wait_counter, KillOnDrop,
+    counter, free_tcp_port, free_udp_port, store_files, thread_names, wait_counter, KillOnDrop,
 };
 
 const STREAM: u32 = 1;
@@ -132,20 +132,6 @@ fn frames(dir: &Path) -> (Vec<(u64, Vec<u8>)>, u64) {
     (out, t.position())
 }
 
-/// The bytes of a store's live segments and indexes, by name.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Runs the whole host (sequencer, server, client, forwarder) in one seqstreamd laid out
 /// by `threading` (the file's top part); offers `n` messages; checks that each was sequenced
 /// once, confirmed, and replicated byte for byte; returns the runner threads it had.
@@ -179,7 +165,10 @@ fn one_host(threading: &str, n: u64) -> Vec<String> {
         assert!(payload.ends_with(format!("message {i:06}").as_bytes()));
     }
     assert_eq!(frames(&site.path("replica")).0, primary);
-    assert_eq!(files(&site.path("replica")), files(&site.path("primary")));
+    assert_eq!(
+        store_files(&site.path("replica")),
+        store_files(&site.path("primary"))
+    );
     threads
 }
 
@@ -358,7 +347,10 @@ max_segment_size = 4194304
     drop(stuck);
     assert!(r.terminate(Duration::from_secs(20)).unwrap().success());
     assert!(d.terminate(Duration::from_secs(20)).unwrap().success());
-    assert_eq!(files(&site.path("replica")), files(&site.path("primary")));
+    assert_eq!(
+        store_files(&site.path("replica")),
+        store_files(&site.path("primary"))
+    );
 }
 
 #[test]

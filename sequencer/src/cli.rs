@@ -8,9 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use seqstream_agent::daemon::{Role, RoleContext};
-use seqstream_agent::host::{Hosted, Placement};
-use seqstream_agent::{Idle, OnError};
+use seqstream_agent::daemon::{PlacementArgs, Role, RoleContext};
+use seqstream_agent::host::Hosted;
 use seqstream_store::{FlushPolicy, StoreConfig};
 
 use crate::compositor::{Compositor, CompositorConfig, MergePolicy};
@@ -46,21 +45,14 @@ pub struct SequencerArgs {
     /// Flush policy: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
     pub flush: FlushPolicy,
-    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
-    #[arg(long, default_value = "backoff")]
-    pub idle: Idle,
-    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
-    /// (counted, logged, and the role started again after N ms).
-    #[arg(long, default_value = "stop")]
-    pub on_error: OnError,
-    /// Core to pin the sequencing thread to.
-    #[arg(long)]
-    pub core: Option<usize>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub placement: PlacementArgs,
 }
 
 impl Role for SequencerArgs {
     const KIND: &'static str = "sequencer";
-    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+    const PLACEMENT_KEYS: &'static [&'static str] = PlacementArgs::KEYS;
 
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let cfg = SequencerConfig {
@@ -84,11 +76,7 @@ impl Role for SequencerArgs {
         tracing::info!(stream_id = self.stream_id, listen = %sequencer.local_addr(), store = %self.store.display(), next_seq = sequencer.appender().next_seq(), "sequencing");
         Ok(vec![Hosted {
             agent: Box::new(sequencer),
-            placement: Placement {
-                core: self.core,
-                idle: self.idle.clone(),
-                on_error: self.on_error,
-            },
+            placement: self.placement.placement(),
         }])
     }
 }
@@ -111,21 +99,14 @@ pub struct CompositorArgs {
     /// Segment size of the composite store, bytes.
     #[arg(long, default_value_t = 1 << 30)]
     pub segment_size: u64,
-    /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us.
-    #[arg(long, default_value = "backoff")]
-    pub idle: Idle,
-    /// What an error of the role does: `stop` (the daemon exits with it) or `restart:<N>ms`
-    /// (counted, logged, and the role started again after N ms).
-    #[arg(long, default_value = "stop")]
-    pub on_error: OnError,
-    /// Core to pin the merging thread to.
-    #[arg(long)]
-    pub core: Option<usize>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub placement: PlacementArgs,
 }
 
 impl Role for CompositorArgs {
     const KIND: &'static str = "compositor";
-    const PLACEMENT_KEYS: &'static [&'static str] = &["idle", "on_error", "core"];
+    const PLACEMENT_KEYS: &'static [&'static str] = PlacementArgs::KEYS;
 
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let cfg = CompositorConfig {
@@ -139,11 +120,7 @@ impl Role for CompositorArgs {
         tracing::info!(output = %self.output.display(), policy = ?self.policy, next_seq = compositor.output().next_seq(), "merging");
         Ok(vec![Hosted {
             agent: Box::new(compositor),
-            placement: Placement {
-                core: self.core,
-                idle: self.idle.clone(),
-                on_error: self.on_error,
-            },
+            placement: self.placement.placement(),
         }])
     }
 }

@@ -13,6 +13,7 @@ use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy}
 use seqstream_store::composite::Origin;
 use seqstream_store::format::flags;
 use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, Tailer};
+use seqstream_testkit::store_files as live_files;
 
 fn cfg(stream: u32) -> StoreConfig {
     StoreConfig::new(stream)
@@ -90,19 +91,6 @@ fn assert_exactly_once(frames: &[(Origin, u64)], expected: &[(u32, Vec<u64>)]) {
         frames.len(),
         expected.iter().map(|(_, s)| s.len()).sum::<usize>()
     );
-}
-
-fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]

@@ -8,25 +8,16 @@
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters;
 use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_schemas::wire;
+use seqstream_testkit::KillOnDrop as Proc;
 
 const STREAM: u32 = 6;
 const GARBAGE: u64 = 10_000;
-
-/// Kills and reaps the child when dropped, so a failing test leaks no process.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A datagram of source 1 in `epoch` carrying messages `first..first + n`.
 fn datagram(epoch: u32, first: u64, n: u64) -> Vec<u8> {

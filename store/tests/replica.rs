@@ -7,6 +7,7 @@ use std::path::Path;
 
 use seqstream_store::segment::{segment_file_name, Segment};
 use seqstream_store::{pattern, Appender, StoreConfig, StoreError, Tailer, SEGMENT_HEADER_PREFIX};
+use seqstream_testkit::store_files as live_files;
 
 fn cfg() -> StoreConfig {
     StoreConfig::new(4)
@@ -70,19 +71,6 @@ fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
         }
         pending.drain(..used);
     }
-}
-
-fn live_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    seqstream_store::layout::live_files(dir)
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]

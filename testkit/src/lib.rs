@@ -168,3 +168,16 @@ pub fn thread_names(pid: u32) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A store's live files (active and sealed segments, their indexes) and their bytes, by name
+/// (`seqstream_store::layout::live_files`): equal for a replica and its primary.
+pub fn store_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    seqstream_store::layout::live_files(dir)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
+        })
+        .collect()
+}

@@ -369,12 +369,7 @@ fn main() -> Result<()> {
         );
     }
     tracing::info!(composite = %cli.composite.display(), first_seq, "trading");
-    let runner_cfg = RunnerConfig {
-        core: cli.core,
-        idle: cli.idle.clone(),
-        counters: Some(counters.clone()),
-        ..RunnerConfig::default()
-    };
+    let runner_cfg = RunnerConfig::placed(cli.core, cli.idle.clone(), &counters);
     let algo = Algo {
         order_replica: LazyTailer {
             dir: cli.orders.clone(),

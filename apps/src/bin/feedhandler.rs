@@ -32,7 +32,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use seqstream_agent::{daemon, AgentRunner, Idle, RunnerConfig};
+use seqstream_agent::{daemon, Idle, RunnerConfig};
 use seqstream_apps::feed;
 use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
 use seqstream_feeds::mdp3::{self, Arbiter, Arbitration};
@@ -262,7 +262,7 @@ fn main() -> Result<()> {
         })
         .collect();
     let planned = plan.len();
-    let (replay, outcome) = Replay::new(
+    let replay = Replay::new(
         "feedhandler",
         outbox,
         cli.stream_id,
@@ -274,20 +274,10 @@ fn main() -> Result<()> {
             waits: c_waits.clone(),
         },
     );
-    let runner = AgentRunner::start(
-        replay,
-        RunnerConfig {
-            idle: cli.idle.clone(),
-            counters: Some(counters.clone()),
-            ..RunnerConfig::default()
-        },
+    let o = replay.run(
+        RunnerConfig::placed(None, cli.idle.clone(), &counters),
         stop,
     )?;
-    runner.join()?;
-    let o = outcome
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .expect("the replay closed");
     let (messages, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let mut summary = serde_json::json!({
         "app": "feedhandler",

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use seqstream_agent::{daemon, AgentRunner, Idle, RunnerConfig};
+use seqstream_agent::{daemon, Idle, RunnerConfig};
 use seqstream_apps::fixlog::{self, Symbols};
 use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
 use seqstream_feeds::fix::count::dry_run;
@@ -143,7 +143,7 @@ fn main() -> Result<()> {
             messages: vec![(o.template_id, o.payload.clone())],
         })
         .collect();
-    let (replay, outcome) = Replay::new(
+    let replay = Replay::new(
         "fixreplay",
         outbox,
         cli.stream_id,
@@ -155,20 +155,10 @@ fn main() -> Result<()> {
             waits: c_waits.clone(),
         },
     );
-    let runner = AgentRunner::start(
-        replay,
-        RunnerConfig {
-            idle: cli.idle.clone(),
-            counters: Some(counters.clone()),
-            ..RunnerConfig::default()
-        },
+    let o = replay.run(
+        RunnerConfig::placed(None, cli.idle.clone(), &counters),
         stop,
     )?;
-    runner.join()?;
-    let o = outcome
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .expect("the replay closed");
     let (offered, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let summary = serde_json::json!({
         "app": "fixreplay",

@@ -291,12 +291,7 @@ fn main() -> Result<()> {
     };
     let runner = AgentRunner::start(
         oms,
-        RunnerConfig {
-            core: cli.core,
-            idle: cli.idle.clone(),
-            counters: Some(counters.clone()),
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::placed(cli.core, cli.idle.clone(), &counters),
         stop,
     )?;
     runner.join()?;

@@ -129,7 +129,7 @@ fn main() -> Result<()> {
     let stop = daemon::stop_flag()?;
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
-    let follows = cli.follow.roles(cli.forward.on_error)?;
+    let follows = cli.follow.roles(cli.forward.placement.on_error)?;
     let kept: Vec<_> = cli
         .follow
         .follows
