@@ -40,6 +40,11 @@
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
 //!
+//! A stopped server drains: each sender sends what its store holds until its replica has
+//! acknowledged all of it and the store has stopped growing (its writers, stopped with the
+//! same daemon, are done), for [`DRAIN_TIMEOUT`] at most, so a daemon stopped on SIGTERM
+//! leaves its replicas whole.
+//!
 //! A sender whose session fails (a fault of its replica, or of its socket) logs it
 //! (`replica dropped`, rate-limited), counts it (`disconnects`), gives its slot back and ends
 //! its runner: the server carries on.
@@ -658,7 +663,46 @@ struct Sender {
     shared: Arc<Shared>,
 }
 
+/// How long a stopped sender keeps sending what its store holds, at most ([`Sender::drain`]).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the store must stay still (its writers stopped) before a draining sender ends.
+const DRAIN_SETTLE: Duration = Duration::from_millis(10);
+
 impl Sender {
+    /// The server is stopping: sends what the store holds until the replica has acknowledged
+    /// all of it and nothing new was sent for [`DRAIN_SETTLE`] (the store's writers, stopped
+    /// with the same daemon, have appended their last frame), or for [`DRAIN_TIMEOUT`] at
+    /// most (a replica that stopped reading). So a daemon stopped on SIGTERM leaves its
+    /// replicas whole. It blocks: it runs only at shutdown, after the last duty cycle.
+    fn drain(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let mut still_since = started;
+        while started.elapsed() < DRAIN_TIMEOUT {
+            let work = if self.opened {
+                session.do_work()
+            } else {
+                self.opened = true;
+                session.open(self.peer).map(|()| 1)
+            };
+            match work {
+                Err(e) => {
+                    self.end(Err(e));
+                    return;
+                }
+                Ok(0) if session.acked_position == session.sent_position => {
+                    if still_since.elapsed() >= DRAIN_SETTLE {
+                        return;
+                    }
+                }
+                Ok(_) => still_since = std::time::Instant::now(),
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
     /// Ends the session: logs why, closes the socket, frees the slot (counted); the agent is
     /// finished.
     fn end(&mut self, result: Result<()>) {
@@ -689,6 +733,7 @@ impl Agent for Sender {
     /// on, and this sender's runner ends.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
         if self.shared.closing.load(Ordering::Relaxed) {
+            self.drain();
             self.end(Ok(()));
         }
         let Some(session) = self.session.as_mut() else {
@@ -709,8 +754,10 @@ impl Agent for Sender {
         }
     }
 
-    /// The server is stopping: the session ends as a disconnect.
+    /// The server is stopping: the session [drains](Sender::drain), then ends as a
+    /// disconnect.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
+        self.drain();
         if self.session.is_some() {
             self.end(Ok(()));
         }

@@ -429,3 +429,39 @@ fn help_explains_the_file_and_check_parses_it_without_opening_anything() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("[[sequencer]] md-seq"));
 }
+
+#[test]
+fn a_primary_stopped_while_it_appends_heartbeats_leaves_its_replica_whole() {
+    // Its sequencer appends a heartbeat frame every 2 ms until the very end: without the
+    // senders' drain, the last frames appended before SIGTERM would often miss the replica.
+    for round in 0..8 {
+        let site = Site::new();
+        let primary = site
+            .primary_roles()
+            .replace("no_heartbeat = true", "heartbeat_ms = 2");
+        let mut d = site.start(&format!("threading = \"dedicated\"\n{primary}"), "primary");
+        let replica_text = format!(
+            "[[follow]]\nname = \"rep\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\nupstream = \"127.0.0.1:{}\"\nmax_segment_size = 4194304\n",
+            site.path("replica").display(),
+            site.path("secret").display(),
+            site.serve_port
+        );
+        let mut r = site.start(&replica_text, "replica");
+        let rc = site.path("replica.counters");
+        wait_counter(&rc, "rep replica position", LONG, |p| p > 0);
+        // A few heartbeats more, then the primary stops in the middle of appending them.
+        std::thread::sleep(Duration::from_millis(20 + 7 * round));
+        let status = d
+            .terminate(Duration::from_secs(20))
+            .expect("stops on SIGTERM");
+        assert!(status.success(), "{}", site.log("primary"));
+        let (_, end) = frames(&site.path("primary"));
+        wait_counter(&rc, "rep replica position", LONG, |p| p == end);
+        assert!(r.terminate(Duration::from_secs(20)).unwrap().success());
+        assert_eq!(
+            store_files(&site.path("replica")),
+            store_files(&site.path("primary")),
+            "round {round}"
+        );
+    }
+}

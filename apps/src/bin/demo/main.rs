@@ -24,9 +24,10 @@
 //!
 //! It measures the network floor (netfloor), replays the captures through the feed handlers,
 //! waits until the algo has seen all the market data and every order has its report, stops
-//! the applications, waits until the composite holds every component message and every
-//! replica has its primary's end (the demo's sequencers append no heartbeat frames, so the
-//! stores are final once the applications stop), stops the daemons, and then audits the
+//! the applications, waits until the composite holds every component message, stops the
+//! sequencer host (whose replication senders drain: each sends what its store holds until
+//! its replica has acknowledged all of it), waits until every replica has its primary's
+//! final end, stops the application hosts, and then audits the
 //! stores: each source's messages present exactly once, every order answered by exactly one
 //! report, the composite holding each component message once, every store passing `storetool
 //! verify`, every replica's digest equal to its primary's. The last line printed is one JSON
@@ -318,7 +319,7 @@ impl Run<'_> {
             work: self.l.work.clone(),
             port_base: cli.port_base,
             segment_size: cli.segment_size,
-            heartbeat_ms: None,
+            heartbeat_ms: Some(100),
             threading: cli.threading,
             idle: cli.idle.clone(),
             pinned: false,
@@ -550,9 +551,10 @@ impl Run<'_> {
     fn shut_down(&mut self) -> Result<(Value, Value)> {
         self.procs.stop("algo")?;
         self.procs.stop("oms")?;
-        // Nothing appends to a primary now but the compositor (the sequencers append no
-        // heartbeat frames in the demo): once it has merged everything, every primary's end
-        // is final.
+        // Nothing but heartbeat frames reaches a primary now; once the compositor has merged
+        // every component message, the sequencer host stops: its replication senders drain
+        // (they send what their stores hold until their replicas have acknowledged it all),
+        // so every primary's end is final and held by its replicas.
         let composite = self.l.store("seq", "composite");
         let components = self.components();
         let components: Vec<(u32, &Path)> = components
@@ -570,6 +572,7 @@ impl Run<'_> {
                 Ok(a.missing == 0)
             },
         )?;
+        self.procs.stop("seqstreamd-seq")?;
         let ends = self
             .replica_pairs()
             .into_iter()
@@ -587,7 +590,7 @@ impl Run<'_> {
                     .all(|(end, replica)| digest(replica).map_or(0, |d| d.end_position) == *end))
             },
         )?;
-        for name in ["seqstreamd-h1", "seqstreamd-h2", "seqstreamd-seq"] {
+        for name in ["seqstreamd-h1", "seqstreamd-h2"] {
             self.procs.stop(name)?;
         }
         Ok((

@@ -73,8 +73,7 @@ pub struct Site {
     pub port_base: u16,
     /// Segment size of every store, bytes.
     pub segment_size: u64,
-    /// Sequencers append heartbeat frames every this many ms (`None`: never; the demo's
-    /// stores are then final once its applications stop, so replicas can be compared).
+    /// Sequencers append heartbeat frames after this many ms without traffic (`None`: never).
     pub heartbeat_ms: Option<u64>,
     /// The thread layout.
     pub threading: Threading,
