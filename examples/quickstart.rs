@@ -29,7 +29,7 @@ use seqstream_store::{StoreConfig, StoreError, Tailer};
 const STREAM: u32 = 2;
 const SOURCE: u32 = 11;
 
-pub fn main() -> Result<()> {
+pub(crate) fn main() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("orders");
     let outbox_path = dir.path().join("algo.outbox");

@@ -22,9 +22,6 @@
 //! | [`ratelimit`] | rate limits of repeated log lines |
 //! | `daemon` (feature `daemon`) | config files, SIGINT/SIGTERM, logging, counters paths |
 
-#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 pub mod affinity;
 pub mod agent;
 pub mod clock;

@@ -28,13 +28,18 @@ pub enum FeedError {
     /// A directory named as a capture could not be listed.
     #[error("{path}: cannot list the directory: {source}")]
     Dir {
+        /// The directory.
         path: String,
+        /// Why it could not be listed.
         #[source]
         source: std::io::Error,
     },
     /// A directory holds no `*.pcap` or `*.pcapng` file.
     #[error("{path}: no .pcap or .pcapng file in the directory")]
-    EmptyDir { path: String },
+    EmptyDir {
+        /// The directory.
+        path: String,
+    },
     /// The capture could not be read, or a frame's headers are malformed.
     #[error(transparent)]
     Capture(#[from] CaptureError),
@@ -44,17 +49,24 @@ pub enum FeedError {
     /// An ITCH capture's datagram is no MoldUDP64 packet.
     #[error("{path}: frame {frame}: {reason}")]
     Mold {
+        /// The file.
         path: String,
+        /// The frame, 0-based, in the file.
         frame: usize,
+        /// Why it is no MoldUDP64 packet.
         #[source]
         reason: MoldError,
     },
     /// Message `index` (0-based, in its MoldUDP64 packet) is no ITCH 5.0 message.
     #[error("{path}: frame {frame}: message {index}: {reason}")]
     Itch {
+        /// The file.
         path: String,
+        /// The frame, 0-based, in the file.
         frame: usize,
+        /// The message, 0-based, in its packet.
         index: usize,
+        /// Why it is no ITCH 5.0 message.
         #[source]
         reason: ItchError,
     },

@@ -23,7 +23,7 @@ use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the composite benchmark.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Latency samples (after 10 % warm-up).
     #[arg(long, default_value_t = 50_000)]
     samples: u64,
@@ -46,7 +46,7 @@ fn cfg(stream: u32) -> StoreConfig {
     StoreConfig::new(stream).segment_size(256 << 20)
 }
 
-pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (samples, frames) = if args.quick {
         (2_000, 20_000)
     } else {

@@ -39,7 +39,7 @@ const BENCH: &str = "feeds";
 
 /// Options of `bench feeds`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Messages per timed run (rounded up to whole passes over a case's messages).
     #[arg(long, default_value_t = 2_000_000)]
     iterations: u64,
@@ -80,7 +80,7 @@ const ER_BODY: &str = "35=8|34=6|49=TW|52=20040515-13:27:25.000|56=CLIENT1|6=43.
                        17=5|20=0|31=43.2|32=100|37=3|38=200|39=1|54=2|55=DELL|150=1|151=100|";
 
 /// Runs the benchmark; see the module documentation for the cases.
-pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (iterations, runs) = if args.quick {
         (100_000, 2)
     } else {

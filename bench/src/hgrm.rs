@@ -23,11 +23,11 @@ use anyhow::{bail, ensure, Context, Result};
 use hdrhistogram::Histogram;
 
 /// Percentile ticks per half distance to 100 %, HdrHistogram's usual choice.
-pub const TICKS_PER_HALF_DISTANCE: u32 = 5;
+pub(crate) const TICKS_PER_HALF_DISTANCE: u32 = 5;
 
 /// One row of a percentile distribution.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The value (ns) at or below which `percentile` of the samples lie.
     pub value: f64,
     /// As a fraction, 0.0 ..= 1.0 (the file's `Percentile` column).
@@ -38,7 +38,7 @@ pub struct Row {
 
 /// A parsed `.hgrm` file: its rows and its footer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Distribution {
+pub(crate) struct Distribution {
     pub rows: Vec<Row>,
     pub mean: f64,
     pub std_deviation: f64,
@@ -55,7 +55,7 @@ fn sub_bucket_count(sigfig: u8) -> u64 {
 }
 
 /// Formats `h` as a percentile distribution.
-pub fn format(h: &Histogram<u64>, ticks_per_half_distance: u32) -> String {
+pub(crate) fn format(h: &Histogram<u64>, ticks_per_half_distance: u32) -> String {
     let p = usize::from(h.sigfig());
     let mut out = String::new();
     // Writing to a String cannot fail.
@@ -101,13 +101,13 @@ pub fn format(h: &Histogram<u64>, ticks_per_half_distance: u32) -> String {
 }
 
 /// Writes `h` to `path` in the `.hgrm` format.
-pub fn write_file(path: &Path, h: &Histogram<u64>) -> Result<()> {
+pub(crate) fn write_file(path: &Path, h: &Histogram<u64>) -> Result<()> {
     std::fs::write(path, format(h, TICKS_PER_HALF_DISTANCE))
         .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Parses a percentile distribution (ours or Java's).
-pub fn parse(text: &str) -> Result<Distribution> {
+pub(crate) fn parse(text: &str) -> Result<Distribution> {
     let mut rows = Vec::new();
     let mut footer = std::collections::HashMap::<String, String>::new();
     let mut saw_header = false;
@@ -159,7 +159,7 @@ pub fn parse(text: &str) -> Result<Distribution> {
 }
 
 /// Reads and parses a `.hgrm` file.
-pub fn read_file(path: &Path) -> Result<Distribution> {
+pub(crate) fn read_file(path: &Path) -> Result<Distribution> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     parse(&text).with_context(|| format!("parsing {}", path.display()))

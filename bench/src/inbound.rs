@@ -25,7 +25,7 @@ use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the inbound benchmark.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Latency samples (after 10 % warm-up).
     #[arg(long, default_value_t = 20_000)]
     samples: u64,
@@ -131,7 +131,7 @@ fn offer_until_accepted(out: &mut Outbox, payload: &[u8]) {
     }
 }
 
-pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (samples, messages) = if args.quick {
         (1_000, 20_000)
     } else {

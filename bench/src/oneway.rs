@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 
 /// Cores for the writer and reader threads (None: unpinned), and how they wait.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Pinning {
+pub(crate) struct Pinning {
     /// Writer (sender) thread's core.
     pub writer: Option<usize>,
     /// Reader (receiver) thread's core.
@@ -35,18 +35,18 @@ impl Pinning {
     }
 }
 
-pub fn pin(core: Option<usize>) -> Result<()> {
+pub(crate) fn pin(core: Option<usize>) -> Result<()> {
     seqstream_agent::affinity::pin_current_thread(core).map_err(anyhow::Error::from)
 }
 
-pub fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
 /// One-way latency, one message in flight: the writer stamps a clock reading, the reader
 /// records `now - stamp` when it sees it and acknowledges, then the writer sends the next.
 /// Returns the reader's histogram in ns.
-pub fn ping(
+pub(crate) fn ping(
     samples: u64,
     pins: Pinning,
     send: impl FnMut(u64) + Send,
@@ -106,7 +106,7 @@ pub fn ping(
 
 /// The floor of every in-process latency figure: a bare cache-line hand-off of the stamp
 /// between the same two threads, measured with [`ping`].
-pub fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
+pub(crate) fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
     let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let (wline, rline) = (line.clone(), line);
     let mut last = 0u64;
@@ -127,7 +127,7 @@ pub fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
 /// Append → tailer latency, the method of every store-path figure: the writer appends a
 /// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
 /// copy of it) until the frame arrives.
-pub fn append_to_tailer(
+pub(crate) fn append_to_tailer(
     samples: u64,
     pins: Pinning,
     mut appender: seqstream_store::Appender,

@@ -15,7 +15,7 @@ use crate::hgrm::{self, Distribution};
 
 /// Options of `bench plot`.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Directory of `X.hgrm` / `X.floor.hgrm` pairs, as `--hgrm-dir` writes them.
     #[arg(long, value_name = "DIR")]
     hgrm_dir: PathBuf,
@@ -28,7 +28,7 @@ pub struct Args {
 const FIGURE: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 const FLOOR: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     let pairs = pairs(&args.hgrm_dir)?;
     if pairs.is_empty() {
         bail!(

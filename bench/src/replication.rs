@@ -31,7 +31,7 @@ use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Follower counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     followers: Vec<usize>,
@@ -171,7 +171,7 @@ fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool) -> Result<()> 
     Ok(())
 }
 
-pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (followers, samples, bytes) = if args.quick {
         (vec![1, 2], 2_000, 8 << 20)
     } else {

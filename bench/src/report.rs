@@ -17,7 +17,7 @@ use serde::Serialize;
 /// Which direction of a figure is an improvement.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum Better {
+pub(crate) enum Better {
     /// Throughput-like figures (msgs/s, GB/s).
     Higher,
     /// Latency-like figures (ns).
@@ -26,7 +26,7 @@ pub enum Better {
 
 /// One measured figure and the floor measured beside it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Figure {
+pub(crate) struct Figure {
     /// Benchmark name, e.g. `store`.
     pub bench: &'static str,
     /// Case within the benchmark, e.g. `append_64B`.
@@ -47,7 +47,7 @@ pub struct Figure {
 
 impl Figure {
     /// Builds a figure; the ratio is derived, never passed in.
-    pub fn new(
+    pub(crate) fn new(
         bench: &'static str,
         case: impl Into<String>,
         metric: &'static str,
@@ -76,7 +76,7 @@ impl Figure {
 
 /// Prints figures as they are measured, in human or JSON-lines form.
 #[derive(Debug, Clone)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     json: bool,
     hgrm_dir: Option<PathBuf>,
 }
@@ -85,7 +85,7 @@ impl Reporter {
     /// `json == true` prints one JSON object per line; otherwise an aligned table row.
     /// `hgrm_dir`: where [`emit_percentiles`] also writes whole distributions (created if
     /// missing).
-    pub fn new(json: bool, hgrm_dir: Option<PathBuf>) -> Result<Self> {
+    pub(crate) fn new(json: bool, hgrm_dir: Option<PathBuf>) -> Result<Self> {
         if let Some(dir) = &hgrm_dir {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the .hgrm directory {}", dir.display()))?;
@@ -94,12 +94,12 @@ impl Reporter {
     }
 
     /// Where distributions are written, if anywhere.
-    pub fn hgrm_dir(&self) -> Option<&Path> {
+    pub(crate) fn hgrm_dir(&self) -> Option<&Path> {
         self.hgrm_dir.as_deref()
     }
 
     /// Prints one figure immediately (so a long run shows progress).
-    pub fn emit(&self, f: &Figure) {
+    pub(crate) fn emit(&self, f: &Figure) {
         if self.json {
             println!(
                 "{}",
@@ -126,7 +126,7 @@ impl Reporter {
 
 /// File name stem of a case's distributions: `<bench>_<case>`, anything but ASCII letters,
 /// digits, `.`, `-` and `_` replaced by `_`.
-pub fn hgrm_stem(bench: &str, case: &str) -> String {
+pub(crate) fn hgrm_stem(bench: &str, case: &str) -> String {
     format!("{bench}_{case}")
         .chars()
         .map(|c| {
@@ -142,7 +142,7 @@ pub fn hgrm_stem(bench: &str, case: &str) -> String {
 /// Emits p50, p99, p99.9 and max of a latency histogram (ns) next to the same percentiles of
 /// its floor's, and writes both distributions as `.hgrm` files if the reporter has a
 /// directory for them.
-pub fn emit_percentiles(
+pub(crate) fn emit_percentiles(
     reporter: &Reporter,
     bench: &'static str,
     case: &str,

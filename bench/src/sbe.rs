@@ -16,7 +16,7 @@ use crate::report::{Better, Figure, Reporter};
 
 /// Options of `bench sbe`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Messages encoded or decoded per timed run.
     #[arg(long, default_value_t = 2_000_000)]
     iterations: u64,
@@ -45,7 +45,7 @@ const MDP3_BOOK: [u8; 150] = [
 ];
 
 /// Runs the benchmark and prints six figures (encode and decode of three messages).
-pub fn run(args: &Args, reporter: &Reporter) -> anyhow::Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> anyhow::Result<()> {
     let quick = Args {
         iterations: 200_000,
         runs: 2,

@@ -14,7 +14,7 @@ use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the store benchmark.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Directory for the benchmark's store and floor files (a page-cache-backed file system;
     /// the default is the system temp dir).
     #[arg(long)]
@@ -48,7 +48,7 @@ pub struct Args {
 
 const BENCH: &str = "store";
 
-pub fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (bytes, reps, samples, sealed_bytes) = if args.quick {
         (16 << 20, 1, 5_000, 16 << 20)
     } else {

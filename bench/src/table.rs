@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 /// Options of `bench table`.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// JSON-lines file of figures, as `bench <name> --json` prints them (`-`: standard input).
     #[arg(long, value_name = "FILE")]
     json: PathBuf,
@@ -32,7 +32,7 @@ const HEADER: &str =
     "| bench | case | metric | value | unit | floor | ratio (value/floor) | better |\n\
                       |---|---|---|---:|---|---:|---:|---|\n";
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     let text = if args.json.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -48,7 +48,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 /// The Markdown table of every figure in `jsonl` (blank lines skipped), in input order.
-pub fn markdown(jsonl: &str) -> Result<String> {
+pub(crate) fn markdown(jsonl: &str) -> Result<String> {
     let mut out = String::from(HEADER);
     for (i, line) in jsonl.lines().enumerate() {
         if line.trim().is_empty() {
@@ -78,7 +78,7 @@ fn cell(s: &str) -> String {
 
 /// Three significant digits; at 1,000 and above, a whole number with thousands separators
 /// (`12,300,000`, `1,230`, `123`, `1.23`, `0.0123`).
-pub fn number(v: f64) -> String {
+pub(crate) fn number(v: f64) -> String {
     if !v.is_finite() {
         return "–".to_string();
     }

@@ -68,27 +68,42 @@ pub enum CaptureError {
     /// The file could not be opened.
     #[error("{path}: cannot open: {source}")]
     Open {
+        /// The file.
         path: String,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
     /// Reading the source failed (an I/O error, not a format problem).
     #[error("{path}: read error at byte {offset}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Byte offset of the failed read in the file.
         offset: u64,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
     /// The source holds fewer than the 4 bytes that name a format.
     #[error("{path}: {len} bytes: too short to be a pcap or pcapng file")]
-    TooShort { path: String, len: usize },
+    TooShort {
+        /// The file.
+        path: String,
+        /// Its length, bytes.
+        len: usize,
+    },
     /// The first 4 bytes (read big-endian into `magic`) are no pcap or pcapng magic.
     #[error(
         "{path}: not a pcap or pcapng file: magic 0x{magic:08x} \
          (pcap starts a1b2c3d4 or a1b23c4d in either byte order, pcapng 0a0d0d0a)"
     )]
-    UnknownFormat { path: String, magic: u32 },
+    UnknownFormat {
+        /// The file.
+        path: String,
+        /// Its first 4 bytes, read big-endian.
+        magic: u32,
+    },
     /// The file ends inside a header or a record: `needed` bytes were announced or required
     /// from `offset` on, `remaining` were left.
     #[error(
@@ -96,19 +111,29 @@ pub enum CaptureError {
          (from byte {offset})"
     )]
     Truncated {
+        /// The file.
         path: String,
+        /// The frame being read, 0-based.
         frame: usize,
+        /// Byte offset of the cut header or record in the file.
         offset: u64,
+        /// What the cut went through.
         cut: Cut,
+        /// Bytes announced or required from `offset` on.
         needed: u64,
+        /// Bytes left in the file from `offset` on.
         remaining: usize,
     },
     /// A header, record or block is malformed (`reason` says which field).
     #[error("{path}: frame {frame}: malformed capture at byte {offset}: {reason}")]
     Format {
+        /// The file.
         path: String,
+        /// The frame being read, 0-based.
         frame: usize,
+        /// Byte offset of the malformed header, record or block.
         offset: u64,
+        /// Which field is wrong, and how.
         reason: String,
     },
     /// The frame's interface has a link type this module does not decode.
@@ -117,15 +142,21 @@ pub enum CaptureError {
          (Ethernet 1, raw IP 101 or 228, Linux cooked 113 are)"
     )]
     LinkType {
+        /// The file.
         path: String,
+        /// The frame, 0-based.
         frame: usize,
+        /// The interface's link type (a LINKTYPE_ value).
         linktype: u32,
     },
     /// The frame's link, IPv4 or UDP headers are malformed or cut short.
     #[error("{path}: frame {frame}: {reason}")]
     BadFrame {
+        /// The file.
         path: String,
+        /// The frame, 0-based.
         frame: usize,
+        /// What is wrong with its headers.
         #[source]
         reason: FrameError,
     },
@@ -159,25 +190,51 @@ pub enum FrameError {
     /// A link-layer, VLAN or IP header is malformed or cut short (`reason` is etherparse's
     /// message).
     #[error("bad {layer} header: {reason}")]
-    Header { layer: &'static str, reason: String },
+    Header {
+        /// The layer (`link`, `VLAN`, `IPv4`, …).
+        layer: &'static str,
+        /// etherparse's message.
+        reason: String,
+    },
     /// The IPv4 total length (`total_len`) is smaller than the IPv4 header (`header_len`).
     #[error("IPv4 total length {total_len} is smaller than its {header_len}-byte header")]
-    Ipv4TooShort { total_len: u16, header_len: usize },
+    Ipv4TooShort {
+        /// The IPv4 total length field, bytes.
+        total_len: u16,
+        /// The IPv4 header's length, bytes.
+        header_len: usize,
+    },
     /// The IPv4 total length says `total_len` bytes; only `captured` bytes from the IPv4
     /// header on are in the capture (the frame was cut, usually by the snaplen).
     #[error("frame cut short: the IPv4 total length is {total_len} bytes, {captured} captured")]
-    Ipv4Cut { total_len: u16, captured: usize },
+    Ipv4Cut {
+        /// The IPv4 total length field, bytes.
+        total_len: u16,
+        /// Bytes captured from the IPv4 header on.
+        captured: usize,
+    },
     /// Fewer than the 8 bytes of a UDP header follow the IPv4 header.
     #[error("UDP header cut short: {available} bytes after the IPv4 header")]
-    UdpHeaderCut { available: usize },
+    UdpHeaderCut {
+        /// Bytes after the IPv4 header.
+        available: usize,
+    },
     /// The UDP length field is below the 8 bytes of its own header.
     #[error("UDP length {udp_len} is smaller than the 8-byte UDP header")]
-    UdpTooShort { udp_len: u16 },
+    UdpTooShort {
+        /// The UDP length field, bytes.
+        udp_len: u16,
+    },
     /// The UDP length says `udp_len` bytes; the IPv4 payload holds `available`.
     #[error(
         "frame cut short: the UDP length is {udp_len} bytes, the IPv4 payload has {available}"
     )]
-    UdpCut { udp_len: u16, available: usize },
+    UdpCut {
+        /// The UDP length field, bytes.
+        udp_len: u16,
+        /// Bytes of the IPv4 payload.
+        available: usize,
+    },
 }
 
 /// The link-layer header types (tcpdump.org `LINKTYPE_*` values) this module decodes.

@@ -46,18 +46,32 @@ pub const MESSAGE_HEADER_LEN: usize = 8;
 pub enum PacketError {
     /// Fewer than the 12 bytes of the packet header.
     #[error("MDP3 packet of {len} bytes is shorter than the 12-byte packet header")]
-    ShortHeader { len: usize },
+    ShortHeader {
+        /// The packet's length, bytes.
+        len: usize,
+    },
     /// One byte is left at `offset` where a 2-byte `MsgSize` should be.
     #[error("MDP3 packet: MsgSize at byte {offset} is cut short")]
-    SizeCut { offset: usize },
+    SizeCut {
+        /// Byte offset of the cut `MsgSize` in the packet.
+        offset: usize,
+    },
     /// The `MsgSize` at `offset` is below 10: its own 2 bytes plus an SBE message header.
     #[error("MDP3 packet: MsgSize {size} at byte {offset} is smaller than an SBE message header")]
-    SizeTooSmall { offset: usize, size: u16 },
+    SizeTooSmall {
+        /// Byte offset of the `MsgSize` in the packet.
+        offset: usize,
+        /// Its value, bytes.
+        size: u16,
+    },
     /// The `MsgSize` at `offset` says `size` bytes; `remaining` are left from there.
     #[error("MDP3 packet: MsgSize {size} at byte {offset} runs past the packet ({remaining} bytes left)")]
     PastEnd {
+        /// Byte offset of the `MsgSize` in the packet.
         offset: usize,
+        /// Its value, bytes.
         size: u16,
+        /// Bytes left in the packet from `offset` on.
         remaining: usize,
     },
 }
@@ -160,8 +174,11 @@ pub enum ReadError {
     /// Frame `frame` (0-based) of `path` is a UDP datagram that is no MDP3 packet.
     #[error("{path}: frame {frame}: {reason}")]
     Packet {
+        /// The file.
         path: String,
+        /// The frame, 0-based.
         frame: usize,
+        /// Why it is no MDP3 packet.
         #[source]
         reason: PacketError,
     },
@@ -345,11 +362,17 @@ pub enum Arbitration {
     /// A copy of a packet already processed (the other feed's): drop it.
     Duplicate,
     /// Newer than the next expected: `missed` packets were lost on both feeds. Process it.
-    Gap { missed: u32 },
+    Gap {
+        /// Packets lost on both feeds.
+        missed: u32,
+    },
     /// `MsgSeqNum` 1 after a higher number: the channel's numbering restarted (CME resets
     /// sequence numbers at the start of a week and after a channel reset) where `from` was
     /// expected. Process it.
-    Reset { from: u32 },
+    Reset {
+        /// The `MsgSeqNum` that was expected.
+        from: u32,
+    },
 }
 
 /// A/B feed arbitration by `MsgSeqNum`: the first copy of each packet wins. A packet

@@ -29,31 +29,58 @@ pub const END_OF_SESSION: u16 = 0xFFFF;
 pub enum MoldError {
     /// Fewer than the 20 header bytes.
     #[error("MoldUDP64 packet of {len} bytes is shorter than the 20-byte header")]
-    ShortHeader { len: usize },
+    ShortHeader {
+        /// The packet's length, bytes.
+        len: usize,
+    },
     /// Message `index`'s 2-byte length field starts at `offset`, one byte before the end.
     #[error("MoldUDP64 message {index}: its length field at byte {offset} is cut short")]
-    LengthCut { index: u16, offset: usize },
+    LengthCut {
+        /// The message, 0-based, in the packet.
+        index: u16,
+        /// Byte offset of its length field in the packet.
+        offset: usize,
+    },
     /// Message `index` (length field at `offset`) says `len` bytes; `remaining` follow.
     #[error(
         "MoldUDP64 message {index}: the length at byte {offset} says {len} bytes, \
          {remaining} remain"
     )]
     PastEnd {
+        /// The message, 0-based, in the packet.
         index: u16,
+        /// Byte offset of its length field in the packet.
         offset: usize,
+        /// The length it says, bytes.
         len: u16,
+        /// Bytes after the length field.
         remaining: usize,
     },
     /// The header counts `count` messages; the packet ends after `found`.
     #[error("MoldUDP64 header counts {count} messages, the packet holds {found}")]
-    CountMismatch { count: u16, found: u16 },
+    CountMismatch {
+        /// The header's message count.
+        count: u16,
+        /// Messages the packet holds.
+        found: u16,
+    },
     /// `extra` bytes follow the last message (or the header of a heartbeat or end of
     /// session) from `offset` on.
     #[error("MoldUDP64 packet has {extra} bytes after its last message, from byte {offset}")]
-    TrailingBytes { offset: usize, extra: usize },
+    TrailingBytes {
+        /// Byte offset of the first extra byte.
+        offset: usize,
+        /// Bytes after the last message.
+        extra: usize,
+    },
     /// `sequence + count` does not fit 64 bits.
     #[error("MoldUDP64 sequence number {sequence} plus {count} messages overflows")]
-    SequenceOverflow { sequence: u64, count: u16 },
+    SequenceOverflow {
+        /// The header's sequence number.
+        sequence: u64,
+        /// The header's message count.
+        count: u16,
+    },
 }
 
 /// What a packet is, from its message count.

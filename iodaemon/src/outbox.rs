@@ -65,18 +65,29 @@ pub enum OutboxError {
     /// A system call on the file failed (`op` names it).
     #[error("{op} {path}")]
     Io {
+        /// The system call that failed.
         op: &'static str,
+        /// The outbox file.
         path: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// Another producer has the outbox open (it holds the `flock` every producer takes):
     /// an outbox has one producer.
     #[error("{path}: another producer has this outbox open")]
-    Locked { path: String },
+    Locked {
+        /// The outbox file.
+        path: String,
+    },
     /// The file is not an outbox, or of another version, or its header is inconsistent.
     #[error("{path}: not a usable outbox ({reason})")]
-    Corrupt { path: String, reason: String },
+    Corrupt {
+        /// The outbox file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An invalid capacity or window.
     #[error("invalid outbox configuration: {0}")]
     Config(String),
@@ -88,13 +99,28 @@ pub enum OfferError {
     /// The ring is full, or `window` messages are in flight: wait for the iodaemon to drain
     /// and the sequencer to confirm.
     #[error("back-pressured: {in_flight} messages in flight, {free} bytes free in the ring")]
-    BackPressured { in_flight: u64, free: usize },
+    BackPressured {
+        /// Messages offered and not yet confirmed.
+        in_flight: u64,
+        /// Free bytes in the ring.
+        free: usize,
+    },
     /// This outbox carries another stream's messages.
     #[error("offered for stream {offered}, this outbox is stream {outbox}'s")]
-    WrongStream { offered: u32, outbox: u32 },
+    WrongStream {
+        /// The stream the message was offered for.
+        offered: u32,
+        /// The stream of this outbox.
+        outbox: u32,
+    },
     /// The message can never fit in this ring.
     #[error("a {len}-byte message does not fit in a ring of {capacity} bytes")]
-    TooLarge { len: usize, capacity: usize },
+    TooLarge {
+        /// The message's length, bytes.
+        len: usize,
+        /// The ring's capacity, bytes.
+        capacity: usize,
+    },
     /// The outbox file shrank under its mapping (it was truncated or replaced): nothing can
     /// be offered through it any more. Recreate it.
     #[error("the outbox file shrank under its producer")]

@@ -31,7 +31,9 @@ pub enum Error {
     /// A socket call failed (`op` says which).
     #[error("{op}: {source}")]
     Io {
+        /// The system call that failed.
         op: &'static str,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
@@ -71,11 +73,23 @@ pub enum Error {
 pub enum Lie {
     /// A `Segment` message whose index is not the one its header carries.
     #[error("segment message {index} carries segment {named}'s header")]
-    SegmentIndex { index: u64, named: u64 },
+    SegmentIndex {
+        /// The index the `Segment` message names.
+        index: u64,
+        /// The index its header carries.
+        named: u64,
+    },
     /// A segment longer than the replica lets an upstream make it allocate
     /// (`FollowerConfig::max_segment_size`).
     #[error("segment {index} of {length} bytes, longer than the {max} bytes this replica allows")]
-    SegmentTooLarge { index: u64, length: u64, max: u64 },
+    SegmentTooLarge {
+        /// The segment's index.
+        index: u64,
+        /// Its length, bytes.
+        length: u64,
+        /// The most this replica allows, bytes.
+        max: u64,
+    },
     /// A segment announced while a frame of the previous one is incomplete.
     #[error("segment {0} starts inside an incomplete frame")]
     SegmentInsideFrame(u64),
@@ -87,7 +101,12 @@ pub enum Lie {
     DataBeforeSegment,
     /// `Data` at a position other than the replica's end.
     #[error("data at position {got}, expected {expected}")]
-    DataPosition { got: u64, expected: u64 },
+    DataPosition {
+        /// The stream position the `Data` message starts at.
+        got: u64,
+        /// The replica's end position.
+        expected: u64,
+    },
     /// A message only a replica sends.
     #[error("a {0} message, which only replicas send")]
     Unexpected(&'static str),

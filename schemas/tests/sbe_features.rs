@@ -7,7 +7,9 @@
 macro_rules! feature {
     ($schema:ident, $codec:literal, $roundtrip:literal) => {
         // The tests use part of each codec; the rest is compiled (and linted) all the same.
-        #[allow(dead_code)]
+        // The codec is a library's public API, included here in a test crate where no `pub`
+        // is reachable from outside.
+        #[allow(dead_code, unreachable_pub)]
         mod $schema {
             include!(concat!(env!("OUT_DIR"), "/", $codec));
 

@@ -19,8 +19,6 @@
 //!
 //! `docs/seqstreamd.md` explains the file with a full example.
 
-#![warn(missing_docs, unreachable_pub)]
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -178,7 +178,9 @@ pub enum Error {
     /// A socket call failed.
     #[error("{op}: {source}")]
     Io {
+        /// The system call that failed.
         op: &'static str,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },

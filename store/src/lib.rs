@@ -42,9 +42,6 @@
 //! public for `storetool info` and for the tests that craft damaged files; nothing else
 //! outside the crate reaches into them.
 
-#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 pub mod appender;
 pub mod composite;
 pub mod config;

@@ -81,6 +81,8 @@ fn killed_while_writing_a_frame_leaves_a_torn_frame_that_is_cut() {
     last.publish_committed(last_frame.0);
     let info = last.info().0;
     let off = 4096 + (last_frame.0 - info.base_position) as usize + 40;
+    // SAFETY: this test holds the only mapping of the segment that writes (no appender is
+    // open), and no tailer reads it while the bytes are torn.
     unsafe { last.mapped().bytes_mut(off, last_frame.1 - 40).fill(0xEE) };
     drop(last);
     let r = reopen_and_append(dir.path(), 100);

@@ -11,9 +11,6 @@
 //! seqstream_testkit::counted(&mut allocs, || agent.do_work());
 //! ```
 
-#![warn(missing_docs, unreachable_pub, unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

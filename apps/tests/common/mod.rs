@@ -6,10 +6,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The workspace binaries the demo starts, next to this package's.
-pub const DAEMONS: [&str; 1] = ["seqstreamd"];
+pub(crate) const DAEMONS: [&str; 1] = ["seqstreamd"];
 
 /// Where `cargo test` put this package's binaries (and every package's, with `--workspace`).
-pub fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_demo"))
         .parent()
         .unwrap()
@@ -19,7 +19,7 @@ pub fn bin_dir() -> PathBuf {
 /// `cargo test --workspace` builds every package's binaries into the same directory, but
 /// `cargo test -p seqstream-apps` does not: build them (a no-op when they are up to date),
 /// with the profile this test was built with, so as not to rebuild what the former built.
-pub fn ensure_daemons() -> PathBuf {
+pub(crate) fn ensure_daemons() -> PathBuf {
     let dir = bin_dir();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "--bins", "-p", "seqstreamd"]);
@@ -40,7 +40,7 @@ pub fn ensure_daemons() -> PathBuf {
 
 /// A sequencer and an iodaemon forwarder for one stream on loopback, each a duty cycle on its
 /// own thread in this process, for tests that run applications against a real stream.
-pub struct LocalStream {
+pub(crate) struct LocalStream {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -48,7 +48,12 @@ pub struct LocalStream {
 impl LocalStream {
     /// Sequences `stream` into `store` from `sources` (all on 127.0.0.1), forwarding
     /// `outboxes` (which must exist).
-    pub fn start(store: &Path, stream: u32, sources: &[u32], outboxes: &[PathBuf]) -> LocalStream {
+    pub(crate) fn start(
+        store: &Path,
+        stream: u32,
+        sources: &[u32],
+        outboxes: &[PathBuf],
+    ) -> LocalStream {
         use seqstream_agent::counters::CountersWriter;
         use seqstream_agent::{Idle, IdleStrategy};
         use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
@@ -120,7 +125,7 @@ impl Drop for LocalStream {
 
 /// Waits up to `limit` for the demo to exit and returns its status and stdout; kills it and
 /// panics with `overran` if it does not.
-pub fn finish(
+pub(crate) fn finish(
     child: &mut std::process::Child,
     limit: Duration,
     overran: &str,
@@ -148,7 +153,7 @@ pub fn finish(
 /// `"demo": "ok"` and exit 0, nothing lost, duplicated or missing, stores verified, replicas
 /// identical, every order answered by exactly one report, and the CME capture's A/B
 /// arbitration of 1,000 frames. Returns the summary and the work directory.
-pub fn small_demo(port_base: u16, extra: &[&str]) -> (serde_json::Value, tempfile::TempDir) {
+pub(crate) fn small_demo(port_base: u16, extra: &[&str]) -> (serde_json::Value, tempfile::TempDir) {
     ensure_daemons();
     let work = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_demo"))

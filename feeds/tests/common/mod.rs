@@ -6,7 +6,7 @@ use seqstream_feeds::capture::Capture;
 use seqstream_feeds::moldudp64::Packet;
 
 /// The vendored Nasdaq TotalView-ITCH 5.0 captures, by file name.
-pub const CAPTURES: [&str; 8] = [
+pub(crate) const CAPTURES: [&str; 8] = [
     "AddOrderNoMpidAttributionMessage.pcap",
     "MarketParticipantPositionMessage.pcap",
     "Multiple.Packets.pcap",
@@ -18,10 +18,10 @@ pub const CAPTURES: [&str; 8] = [
 ];
 
 /// The MoldUDP64 session every vendored packet carries.
-pub const SESSION: &[u8; 10] = b"000010059B";
+pub(crate) const SESSION: &[u8; 10] = b"000010059B";
 
 /// One MoldUDP64 downstream packet, its messages copied out.
-pub struct MoldPacket {
+pub(crate) struct MoldPacket {
     /// Session (10 ASCII bytes).
     pub session: [u8; 10],
     /// Sequence number of the first message.
@@ -32,7 +32,7 @@ pub struct MoldPacket {
 
 /// Every MoldUDP64 packet of one vendored capture, in capture order, read with
 /// [`Capture`] and [`Packet::parse`]; every frame must be a UDP datagram holding one.
-pub fn capture(name: &str) -> Vec<MoldPacket> {
+pub(crate) fn capture(name: &str) -> Vec<MoldPacket> {
     let path = format!(
         "{}/../data/nasdaq-itch50/v5.0/{name}",
         env!("CARGO_MANIFEST_DIR")
@@ -56,7 +56,7 @@ pub fn capture(name: &str) -> Vec<MoldPacket> {
 
 /// Every ITCH message of one vendored capture, in order, checking the MoldUDP64 session
 /// and that sequence numbers do not go backwards.
-pub fn messages(name: &str) -> Vec<Vec<u8>> {
+pub(crate) fn messages(name: &str) -> Vec<Vec<u8>> {
     let mut last = 0;
     let mut out = Vec::new();
     for packet in capture(name) {

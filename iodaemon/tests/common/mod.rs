@@ -8,13 +8,19 @@ use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_store::{pattern, Tailer};
 
 /// The pattern key of message `seq` of `source`: payloads differ per source.
-pub fn key(source: u64, seq: u64) -> u64 {
+pub(crate) fn key(source: u64, seq: u64) -> u64 {
     seq * 31 + source
 }
 
 /// A thread that offers `n` pattern messages of `source` to `stream` through its outbox,
 /// retrying (bounded in time) while back-pressured.
-pub fn producer(path: PathBuf, source: u64, stream: u32, window: u64, n: u64) -> JoinHandle<()> {
+pub(crate) fn producer(
+    path: PathBuf,
+    source: u64,
+    stream: u32,
+    window: u64,
+    n: u64,
+) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut out =
             Outbox::open_or_create(&path, source as u32, stream, 1 << 20, window).unwrap();
@@ -40,7 +46,7 @@ pub fn producer(path: PathBuf, source: u64, stream: u32, window: u64, n: u64) ->
 }
 
 /// Frames of the stream that are not heartbeats.
-pub fn count_messages(store: &Path) -> u64 {
+pub(crate) fn count_messages(store: &Path) -> u64 {
     let Ok(mut t) = Tailer::open(store) else {
         return 0;
     };
@@ -54,7 +60,7 @@ pub fn count_messages(store: &Path) -> u64 {
 }
 
 /// Waits (bounded) until the stream holds `total` messages.
-pub fn wait_for_messages(store: &Path, total: u64) {
+pub(crate) fn wait_for_messages(store: &Path, total: u64) {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let n = count_messages(store);
@@ -71,7 +77,7 @@ pub fn wait_for_messages(store: &Path, total: u64) {
 
 /// Every message of sources `1..=sources` is in the stream exactly once, in per-source
 /// order, with its bytes.
-pub fn assert_exactly_once_in_order(store: &Path, sources: usize, per_source: u64) {
+pub(crate) fn assert_exactly_once_in_order(store: &Path, sources: usize, per_source: u64) {
     let mut next = vec![1u64; sources + 1];
     let mut t = Tailer::open(store).unwrap();
     while let Some(f) = t.poll().unwrap() {

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use pcap_file::pcapng::{Block, PcapNgReader};
 
 /// Path of a file under the repository's `data/`.
-pub fn data(path: &str) -> PathBuf {
+pub(crate) fn data(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../data")
         .join(path)
 }
 
 /// The UDP payload of an Ethernet/IPv4/UDP frame, or `None` for anything else.
-pub fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
+pub(crate) fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
     let ip = frame.get(14..)?;
     if ethertype != 0x0800 || ip.first()? >> 4 != 4 || *ip.get(9)? != 17 {
@@ -27,7 +27,7 @@ pub fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
 
 /// One MDP3 message of the capture: which packet it came from and its SBE bytes (header
 /// onwards, without the MsgSize prefix).
-pub struct Mdp3Message {
+pub(crate) struct Mdp3Message {
     /// 0-based index of the packet in the capture.
     pub packet: usize,
     /// `MsgSeqNum` of the packet's binary packet header.
@@ -37,7 +37,7 @@ pub struct Mdp3Message {
 }
 
 /// Every MDP3 message of `data/cme-mdp3/cme_mdp3_v6_channel340_incremental.pcapng`, in order.
-pub fn capture_messages() -> Vec<Mdp3Message> {
+pub(crate) fn capture_messages() -> Vec<Mdp3Message> {
     let file = std::fs::File::open(data("cme-mdp3/cme_mdp3_v6_channel340_incremental.pcapng"))
         .expect("capture is vendored under data/");
     let mut reader = PcapNgReader::new(file).expect("pcapng section header");

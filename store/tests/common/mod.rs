@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Child;
 
 /// Every file of `dir` with its bytes' CRC32C and length: equal snapshots mean nothing changed.
-pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, u64)> {
+pub(crate) fn snapshot(dir: &Path) -> BTreeMap<String, (u32, u64)> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
@@ -21,7 +21,7 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, u64)> {
 }
 
 /// Kills and reaps the child when dropped, so a failing test never leaks a process.
-pub struct KillOnDrop(pub Child);
+pub(crate) struct KillOnDrop(pub Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -31,13 +31,13 @@ impl Drop for KillOnDrop {
 }
 
 /// Path of the storetool binary built for these tests.
-pub fn storetool() -> &'static str {
+pub(crate) fn storetool() -> &'static str {
     env!("CARGO_BIN_EXE_storetool")
 }
 
 /// Reads every frame of the store and checks seqs are 1..=n, contiguous, with positions
 /// contiguous and payloads matching the test pattern. Returns n.
-pub fn check_pattern_store(dir: &Path) -> u64 {
+pub(crate) fn check_pattern_store(dir: &Path) -> u64 {
     let mut t = seqstream_store::Tailer::open(dir).unwrap();
     let mut n = 0u64;
     let mut pos = 0u64;
@@ -56,7 +56,7 @@ pub fn check_pattern_store(dir: &Path) -> u64 {
 }
 
 /// As [`check_pattern_store`], but only frames with seq <= `upto` must match the pattern.
-pub fn check_pattern_store_prefix(dir: &Path, upto: u64) -> u64 {
+pub(crate) fn check_pattern_store_prefix(dir: &Path, upto: u64) -> u64 {
     let mut t = seqstream_store::Tailer::open(dir).unwrap();
     let mut n = 0u64;
     while let Some(f) = t.poll().unwrap() {

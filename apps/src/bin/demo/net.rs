@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 
 /// One simulated host.
 #[derive(Debug, Clone)]
-pub struct Host {
+pub(crate) struct Host {
     /// `seq`, `h1` or `h2`.
     pub name: &'static str,
     /// Its namespace, when namespaces are used.
@@ -28,7 +28,7 @@ pub struct Host {
 }
 
 /// The three hosts, and how the sequencer host is reached from each application host.
-pub struct Network {
+pub(crate) struct Network {
     /// The sequencer host.
     pub seq: Host,
     /// Application host 1 (algo).
@@ -63,7 +63,7 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 
 impl Network {
     /// Three loopback addresses.
-    pub fn loopback() -> Network {
+    pub(crate) fn loopback() -> Network {
         let host = |name, d| Host {
             name,
             netns: None,
@@ -81,7 +81,7 @@ impl Network {
 
     /// Three namespaces named `<tag>-seq`, `<tag>-h1`, `<tag>-h2`, joined by veth links.
     /// `tag` must be at most 8 characters (interface names are limited to 15).
-    pub fn namespaces(tag: &str) -> Result<Network> {
+    pub(crate) fn namespaces(tag: &str) -> Result<Network> {
         let mut net = Network {
             seq: Host {
                 name: "seq",
@@ -140,18 +140,18 @@ impl Network {
     }
 
     /// Whether the hosts are namespaces.
-    pub fn is_netns(&self) -> bool {
+    pub(crate) fn is_netns(&self) -> bool {
         !self.namespaces.is_empty()
     }
 
     /// The address the sequencer host's servers bind to.
-    pub fn seq_bind(&self) -> IpAddr {
+    pub(crate) fn seq_bind(&self) -> IpAddr {
         self.seq.ip
     }
 
     /// The source address replication clients of host `h` connect from, as the sequencer
     /// host sees it.
-    pub fn client_ip(&self, h: &Host) -> IpAddr {
+    pub(crate) fn client_ip(&self, h: &Host) -> IpAddr {
         if self.is_netns() {
             h.ip
         } else {

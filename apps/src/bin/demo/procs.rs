@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 /// One started process.
-pub struct Proc {
+pub(crate) struct Proc {
     /// Short name, also the log file's.
     pub name: String,
     child: Child,
@@ -25,7 +25,7 @@ pub struct Proc {
 }
 
 /// Every process the demo started, in start order.
-pub struct Procs {
+pub(crate) struct Procs {
     logs: PathBuf,
     procs: Vec<Proc>,
     /// Set by SIGINT/SIGTERM: waits give up at once.
@@ -34,7 +34,7 @@ pub struct Procs {
 
 impl Procs {
     /// A set whose logs go to `logs/`, whose waits end when `interrupted` is set.
-    pub fn new(logs: &Path, interrupted: Arc<AtomicBool>) -> Result<Self> {
+    pub(crate) fn new(logs: &Path, interrupted: Arc<AtomicBool>) -> Result<Self> {
         std::fs::create_dir_all(logs)?;
         Ok(Procs {
             logs: logs.to_path_buf(),
@@ -44,7 +44,7 @@ impl Procs {
     }
 
     /// Starts `program args…`, inside network namespace `netns` when given.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &mut self,
         name: &str,
         netns: Option<&str>,
@@ -98,7 +98,7 @@ impl Procs {
     }
 
     /// The pid of process `name` (`ip netns exec` execs its program: the same pid).
-    pub fn pid(&mut self, name: &str) -> Result<u32> {
+    pub(crate) fn pid(&mut self, name: &str) -> Result<u32> {
         Ok(self.get(name)?.child.id())
     }
 
@@ -110,7 +110,7 @@ impl Procs {
     }
 
     /// Fails, naming it and showing its log, if a process that should still run has exited.
-    pub fn check_running(&mut self) -> Result<()> {
+    pub(crate) fn check_running(&mut self) -> Result<()> {
         self.check_running_except(&[])
     }
 
@@ -132,14 +132,14 @@ impl Procs {
 
     /// Waits up to `timeout` for `name` to exit by itself; fails if it does not, if it exits
     /// with an error, if another process dies meanwhile, or on SIGINT/SIGTERM.
-    pub fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
+    pub(crate) fn wait(&mut self, name: &str, timeout: Duration) -> Result<()> {
         self.wait_all(&[name], timeout)
     }
 
     /// Waits up to `timeout` for every process of `names` to exit by itself; fails if one
     /// does not, if one exits with an error, if another process dies meanwhile, or on
     /// SIGINT/SIGTERM.
-    pub fn wait_all(&mut self, names: &[&str], timeout: Duration) -> Result<()> {
+    pub(crate) fn wait_all(&mut self, names: &[&str], timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             let mut running = 0;
@@ -175,7 +175,7 @@ impl Procs {
     }
 
     /// Sends SIGTERM to `name` and waits for it (SIGKILL after 10 s); fails unless it exits 0.
-    pub fn stop(&mut self, name: &str) -> Result<()> {
+    pub(crate) fn stop(&mut self, name: &str) -> Result<()> {
         let p = self.get(name)?;
         if p.exit.is_none() {
             // SAFETY: kill(2) on the pid of our own child, which `wait` has not reaped yet
@@ -204,7 +204,7 @@ impl Procs {
     }
 
     /// The stdout of `name`.
-    pub fn output(&mut self, name: &str) -> Result<String> {
+    pub(crate) fn output(&mut self, name: &str) -> Result<String> {
         let p = self.get(name)?;
         std::fs::read_to_string(&p.out).with_context(|| p.out.display().to_string())
     }
@@ -222,7 +222,7 @@ impl Drop for Procs {
 }
 
 /// The last lines of a log file (without a backtrace), indented, for error messages.
-pub fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let text = text.split("\nStack backtrace:").next().unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();

@@ -18,17 +18,17 @@ use seqstream_apps::streams::{COMPOSITE, ITCH, MARKET_DATA, ORDERS};
 use toml::{Table, Value};
 
 /// Source ids of the publishers.
-pub const FEED_SOURCE: u32 = 1;
+pub(crate) const FEED_SOURCE: u32 = 1;
 /// The ITCH feed handler's source id.
-pub const ITCH_SOURCE: u32 = 4;
+pub(crate) const ITCH_SOURCE: u32 = 4;
 /// The algo's source id.
-pub const ALGO_SOURCE: u32 = 11;
+pub(crate) const ALGO_SOURCE: u32 = 11;
 /// The OMS's source id.
-pub const OMS_SOURCE: u32 = 21;
+pub(crate) const OMS_SOURCE: u32 = 21;
 
 /// Which thread layout every host's `seqstreamd` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Threading {
+pub(crate) enum Threading {
     /// Every role, and every replica's sender, on a thread of its own.
     Dedicated,
     /// Every role of a host on one thread.
@@ -37,7 +37,7 @@ pub enum Threading {
 
 impl Threading {
     /// The `threading` value of a host file.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Threading::Dedicated => "dedicated",
             Threading::Shared => "shared",
@@ -46,7 +46,7 @@ impl Threading {
 }
 
 /// Where and how the topology is laid out.
-pub struct Site {
+pub(crate) struct Site {
     /// Market-data streams: CME MDP3 (stream 1) and Nasdaq ITCH (stream 4).
     pub cme: bool,
     /// See `cme`.
@@ -101,7 +101,7 @@ fn port(stream: u32) -> u16 {
 
 /// The short name of `stream` (`md`, `orders`, `composite`, `itch`): its store directory and
 /// the prefix of its roles' names.
-pub fn stream_name(stream: u32) -> &'static str {
+pub(crate) fn stream_name(stream: u32) -> &'static str {
     STREAMS
         .iter()
         .find(|(s, _, _)| *s == stream)
@@ -119,17 +119,17 @@ fn strings<I: IntoIterator<Item = String>>(v: I) -> Value {
 
 impl Site {
     /// The store of `stream` on `host`.
-    pub fn store(&self, host: &str, stream: u32) -> PathBuf {
+    pub(crate) fn store(&self, host: &str, stream: u32) -> PathBuf {
         (self.stores)(self, host).join(stream_name(stream))
     }
 
     /// The outbox file `file` on `host`.
-    pub fn outbox(&self, host: &str, file: &str) -> PathBuf {
+    pub(crate) fn outbox(&self, host: &str, file: &str) -> PathBuf {
         (self.outboxes)(self, host).join(file)
     }
 
     /// The streams the seq host sequences, in the compositor's merge order.
-    pub fn sequenced(&self) -> Vec<u32> {
+    pub(crate) fn sequenced(&self) -> Vec<u32> {
         let mut v = Vec::new();
         if self.cme {
             v.push(MARKET_DATA);
@@ -142,7 +142,7 @@ impl Site {
     }
 
     /// The replicas each application host keeps (host index 0 or 1).
-    pub fn replicas(&self, host: usize) -> Vec<u32> {
+    pub(crate) fn replicas(&self, host: usize) -> Vec<u32> {
         if host == 0 {
             vec![ORDERS, COMPOSITE]
         } else {
@@ -159,7 +159,7 @@ impl Site {
     }
 
     /// The outboxes each application host's forwarder drains: (file, source id, stream).
-    pub fn outboxes_of(&self, host: usize) -> Vec<(&'static str, u32, u32)> {
+    pub(crate) fn outboxes_of(&self, host: usize) -> Vec<(&'static str, u32, u32)> {
         if host == 0 {
             return vec![("algo.outbox", ALGO_SOURCE, ORDERS)];
         }
@@ -220,7 +220,7 @@ impl Site {
     }
 
     /// The sequencer host's file.
-    pub fn seq_host(&self) -> Table {
+    pub(crate) fn seq_host(&self) -> Table {
         let mut file = self.header("seq");
         let mut next_core = 2i64;
         let mut core = || {
@@ -302,7 +302,7 @@ impl Site {
     }
 
     /// Application host `host`'s file (0: host 1, 1: host 2).
-    pub fn app_host(&self, host: usize) -> Table {
+    pub(crate) fn app_host(&self, host: usize) -> Table {
         let me = ["h1", "h2"][host];
         let mut file = self.header(me);
         let mut next_core = 2i64;
@@ -362,7 +362,7 @@ impl Site {
     }
 
     /// Every host's file as TOML text: (`seq`/`h1`/`h2`, text).
-    pub fn files(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn files(&self) -> Vec<(&'static str, String)> {
         let text = |t: Table| toml::to_string(&t).expect("a host file serializes");
         vec![
             ("seq", text(self.seq_host())),
@@ -374,7 +374,7 @@ impl Site {
 
 /// Writes the topology's files for three real hosts into `dir` (`seq-host/`, `host1/`,
 /// `host2/`, each a `seqstreamd.toml`): the example files of `config/`.
-pub fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> anyhow::Result<()> {
+pub(crate) fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> anyhow::Result<()> {
     let ip = |d: u8| IpAddr::from([10, 0, 0, d]);
     let site = Site {
         cme,
