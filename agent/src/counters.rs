@@ -43,6 +43,15 @@ pub enum CountersError {
         /// Its number of slots.
         capacity: usize,
     },
+    /// The file is the counters file of another process that is still running: replacing it
+    /// would hide that process from `seqstat`.
+    #[error("counters file {path} belongs to process {pid}, which is running")]
+    InUse {
+        /// The file.
+        path: PathBuf,
+        /// The process that writes it.
+        pid: u32,
+    },
     /// The file is not a counters file of this version (`reason` says what is wrong).
     #[error("{path}: {reason}")]
     NotCounters {
@@ -146,12 +155,30 @@ impl Counter {
 impl CountersWriter {
     /// Creates (replacing) the counters file at `path` with room for `capacity` counters. The
     /// file is built under a temporary name and renamed into place, so a reader of an older
-    /// file at that path never sees it half-built.
+    /// file at that path never sees it half-built. Its directory is created if missing.
+    ///
+    /// Errors: `InUse` when the file is the counters file of another running process (a
+    /// second daemon started on the same path must not hide the first one).
     pub fn create(path: &Path, capacity: usize) -> Result<CountersWriter, CountersError> {
         let io = |op, path: &Path| {
             let path = path.to_path_buf();
             move |source| CountersError::Io { op, path, source }
         };
+        if let Ok(old) = read(path) {
+            let alive = old.pid != std::process::id()
+                // SAFETY: kill(2) with signal 0 sends nothing; it only asks whether the pid
+                // names a process.
+                && unsafe { libc::kill(old.pid as libc::pid_t, 0) } == 0;
+            if alive {
+                return Err(CountersError::InUse {
+                    path: path.to_path_buf(),
+                    pid: old.pid,
+                });
+            }
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io("create_dir", dir))?;
+        }
         let len = HEADER + capacity * SLOT;
         let tmp = path.with_extension("counters.tmp");
         let f = OpenOptions::new()
@@ -333,5 +360,20 @@ mod tests {
         // One file, one allocation cursor: the scopes share its capacity.
         md.counter("x").unwrap();
         assert!(w.counter("y").is_err());
+    }
+
+    #[test]
+    fn a_running_processs_file_is_not_replaced_and_a_missing_directory_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/sub/x.counters");
+        let w = CountersWriter::create(&path, 4).unwrap();
+        w.counter("a").unwrap().add(1);
+        // This process may replace its own file; another running one's is refused.
+        CountersWriter::create(&path, 4).unwrap();
+        let mut header = std::fs::read(&path).unwrap();
+        header[16..20].copy_from_slice(&1u32.to_le_bytes()); // pid 1 (init) is running
+        std::fs::write(&path, &header).unwrap();
+        let e = CountersWriter::create(&path, 4).unwrap_err();
+        assert!(matches!(e, CountersError::InUse { pid: 1, .. }), "{e}");
     }
 }

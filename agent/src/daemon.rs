@@ -134,20 +134,18 @@ pub fn table_to_flags(table: &toml::Table) -> Result<Vec<String>> {
     Ok(flags)
 }
 
+/// Pushes `flag` for `value`: `--flag=value` (so a value that starts with `-` is a value,
+/// never another flag), once per item of an array, bare for `true`, nothing for `false`.
 fn push_flag(out: &mut Vec<String>, flag: &str, value: &toml::Value) -> Result<()> {
     match value {
         toml::Value::Boolean(true) => out.push(flag.to_string()),
         toml::Value::Boolean(false) => {}
         toml::Value::Array(items) => {
             for item in items {
-                out.push(flag.to_string());
-                out.push(plain(item)?);
+                out.push(format!("{flag}={}", plain(item)?));
             }
         }
-        other => {
-            out.push(flag.to_string());
-            out.push(plain(other)?);
-        }
+        other => out.push(format!("{flag}={}", plain(other)?)),
     }
     Ok(())
 }
@@ -354,7 +352,7 @@ mod tests {
         let file = dir.path().join("d.toml");
         std::fs::write(
             &file,
-            "stream_id = 7\nfollow = [\"1=a=b\", \"2=c=d\"]\nidle = \"yield\"\nverbose = true\n",
+            "stream_id = 7\nfollow = [\"1=a=b\", \"2=c=d\"]\nidle = \"yield\"\nverbose = true\nepoch = -1\n",
         )
         .unwrap();
         let f = file.display().to_string();
@@ -363,21 +361,19 @@ mod tests {
             merged,
             args(&[
                 "d",
-                "--follow",
-                "1=a=b",
-                "--follow",
-                "2=c=d",
-                "--stream-id",
-                "7",
+                "--epoch=-1",
+                "--follow=1=a=b",
+                "--follow=2=c=d",
+                "--stream-id=7",
                 "--verbose",
                 "--idle",
                 "spin"
             ])
         );
         let eq = merge_config(args(&["d", &format!("--config={f}"), "--idle=spin"])).unwrap();
-        assert!(eq.contains(&"--stream-id".to_string()));
+        assert!(eq.contains(&"--stream-id=7".to_string()));
         assert!(
-            !eq.contains(&"yield".to_string()),
+            !eq.contains(&"--idle=yield".to_string()),
             "--idle=spin overrides the file"
         );
         assert_eq!(

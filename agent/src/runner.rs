@@ -65,6 +65,16 @@ impl std::str::FromStr for OnError {
     }
 }
 
+impl std::fmt::Display for OnError {
+    /// As it parses: `stop`, `restart:<N>ms`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OnError::Stop => f.write_str("stop"),
+            OnError::Restart { delay } => write!(f, "restart:{}ms", delay.as_millis()),
+        }
+    }
+}
+
 /// How one runner runs its agent.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -538,5 +548,8 @@ mod tests {
             })
         );
         assert!("restart:soon".parse::<OnError>().is_err());
+        for text in ["stop", "restart:250ms"] {
+            assert_eq!(text.parse::<OnError>().unwrap().to_string(), text);
+        }
     }
 }

@@ -175,16 +175,60 @@ fn placement(t: &RawThread, what: &str) -> Result<Placement> {
 }
 
 /// A role parser's error as one line about keys: its reason and tip, without the usage
-/// (which is the flags', not the table's).
+/// (which is the flags', not the table's), each flag named as its key (`'--stream-id
+/// <STREAM_ID>'` → `'stream_id'`).
 fn clap_reason(e: &clap::Error) -> String {
     e.render()
         .to_string()
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more"))
-        .map(|l| l.trim_start_matches("error: ").replace("--", ""))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .map(|l| as_keys(l.trim_start_matches("error: ")))
+        .fold(String::new(), |mut out, l| {
+            if !out.is_empty() {
+                // A list after a colon continues its line; a tip is a clause of its own.
+                out.push_str(if out.ends_with(':') { " " } else { "; " });
+            }
+            out.push_str(&l);
+            out
+        })
+}
+
+/// Rewrites the flags clap names in `line` as table keys: a word `--stream-id` (quoted or
+/// not) becomes `stream_id`, a `<VALUE>` placeholder after it goes, and the argument a tip
+/// or an "unexpected argument" names (`'stream-id'`) is spelt as a key too.
+fn as_keys(line: &str) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut names_argument = false;
+    for word in line.split(' ') {
+        let quoted = word.strip_prefix('\'');
+        let bare = quoted.unwrap_or(word);
+        if bare.starts_with('<') {
+            // A placeholder: keep only what closes the quote or the clause.
+            let tail: String = bare.chars().skip_while(|&c| c != '>').skip(1).collect();
+            if let Some(last) = words.last_mut() {
+                last.push_str(&tail);
+            }
+            continue;
+        }
+        let is_flag = bare.starts_with("--") || (quoted.is_some() && names_argument);
+        names_argument = word == "argument" || word == "exists:";
+        if is_flag {
+            let flag = bare.trim_start_matches("--");
+            let end = flag
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+                .unwrap_or(flag.len());
+            let key = flag[..end].replace('-', "_");
+            words.push(format!(
+                "{}{key}{}",
+                if quoted.is_some() { "'" } else { "" },
+                &flag[end..]
+            ));
+        } else {
+            words.push(word.to_string());
+        }
+    }
+    words.join(" ")
 }
 
 impl HostFile {
@@ -238,6 +282,13 @@ impl HostFile {
                         bail!("{what}: {key} is the host's (a top-level key), not a role's");
                     }
                 }
+                // An empty array would set nothing, so its key would never be checked.
+                if let Some((key, _)) = table
+                    .iter()
+                    .find(|(_, v)| v.as_array().is_some_and(|a| a.is_empty()))
+                {
+                    bail!("{what}: {key} = []: an empty array sets nothing; remove the key");
+                }
                 // Under groups threading, a server whose senders no group hosts still
                 // places their own runners with `cores` and `idle`.
                 let own_senders = kind == Kind::Groups && !grouped_senders.contains(&name);
@@ -290,6 +341,16 @@ impl HostFile {
         )?;
         if roles.is_empty() {
             bail!("no role: add a [[sequencer]], [[compositor]], [[serve]], [[follow]] or [[forward]] table");
+        }
+        for role in &grouped_senders {
+            if let Some((_, spec)) = roles.iter().find(|(n, _)| n == role) {
+                if !matches!(spec, RoleSpec::Serve(_)) {
+                    bail!(
+                        "[[thread]] roles: {role}{SENDERS_SUFFIX}: {role} is a [[{}]], not a [[serve]]: it has no senders",
+                        spec.kind()
+                    );
+                }
+            }
         }
         let threading = match kind {
             Kind::Dedicated => Threading::Dedicated,
@@ -477,7 +538,7 @@ source = ["1@127.0.0.1"]
         );
         let e = err(&SEQ.replace("stream_id = 1", "stream_id = \"one\""));
         assert!(
-            e.contains("[[sequencer]] md") && e.contains("stream-id"),
+            e.contains("[[sequencer]] md") && e.contains("'stream_id'"),
             "{e}"
         );
         let e = err(&format!(
@@ -504,6 +565,31 @@ source = ["1@127.0.0.1"]
             "threading = \"groups\"\n[[thread]]\nroles = [\"md\"]\nidle = \"slow\"\n{SEQ}"
         ));
         assert!(e.contains("[[thread]] thread-1: idle"), "{e}");
+    }
+
+    #[test]
+    fn parser_errors_name_keys_not_flags() {
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = \"one\""));
+        assert!(e.contains("invalid value 'one' for 'stream_id':"), "{e}");
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = 1\nno_heartbeats = true"));
+        assert!(
+            e.contains("unexpected argument 'no_heartbeats'") && e.contains("'no_heartbeat'"),
+            "{e}"
+        );
+        let e = err("[[sequencer]]\nname = \"x\"\nstream_id = 1\n");
+        assert!(
+            e.contains("store") && !e.contains("--") && !e.contains("<STORE>"),
+            "{e}"
+        );
+        // A value that starts with a dash is a value.
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = -1"));
+        assert!(e.contains("invalid value '-1' for 'stream_id'"), "{e}");
+        let e = err(&SEQ.replace("stream_id = 1", "stream_id = 1\nbogus = []"));
+        assert!(e.contains("bogus = []"), "{e}");
+        let e = err(&format!(
+            "threading = \"groups\"\n[[thread]]\nroles = [\"md\", \"md.senders\"]\n{SEQ}"
+        ));
+        assert!(e.contains("not a [[serve]]"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use seqstream_agent::daemon;
-use seqstream_agent::host::Threading;
+use seqstream_agent::host::{Placement, Threading};
 use seqstreamd::{Host, HostFile};
 
 #[derive(Parser)]
@@ -55,7 +55,9 @@ Each role table takes `name` (default <kind>-<n>; its counters are labelled
 \"<name> ...\") and the long flags of its one-role daemon without the dashes,
 `_` for `-` (stream_id = 1 is --stream-id 1; an array repeats the flag).
 core, cores, idle and on_error place a role's own threads: they belong in a
-role's table only under dedicated threading.
+role's table under dedicated threading (and cores/idle in a [[serve]] whose
+senders no [[thread]] hosts), otherwise in [shared] or [[thread]].
+Relative paths are relative to the daemon's working directory.
 
 dedicated: each role (and each replica's sender) on a thread of its own.
 shared:    every role and sender on one thread: the fewest threads.
@@ -74,21 +76,27 @@ fn main() -> Result<()> {
         for (name, role) in &file.roles {
             println!("[[{}]] {name}", role.kind());
         }
+        let place = |p: &Placement| {
+            let core = p
+                .core
+                .map_or("unpinned".to_string(), |c| format!("core {c}"));
+            format!("{core}, idle {}, on_error {}", p.idle, p.on_error)
+        };
         match &file.threading {
-            Threading::Dedicated => {
-                println!("threading dedicated: a thread per role and per replica's sender")
-            }
+            Threading::Dedicated => println!(
+                "threading dedicated: a thread per role and per replica's sender, each placed by its table"
+            ),
             Threading::Shared(t) => println!(
-                "threading shared: every role on thread {} ({:?}, idle {})",
-                t.name, t.placement.core, t.placement.idle
+                "threading shared: every role on thread {} ({})",
+                t.name,
+                place(&t.placement)
             ),
             Threading::Groups(groups) => {
                 for t in groups {
                     println!(
-                        "thread {} ({:?}, idle {}): {}",
+                        "thread {} ({}): {}",
                         t.name,
-                        t.placement.core,
-                        t.placement.idle,
+                        place(&t.placement),
                         t.roles.join(", ")
                     );
                 }
