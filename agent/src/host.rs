@@ -118,6 +118,8 @@ pub struct Layout {
     group_members: Vec<Vec<Member>>,
     /// The roles that asked where their handed agents go, and got a group's sink.
     handing: Vec<String>,
+    /// Label a dedicated runner's counters with its role's name too.
+    scoped_runners: bool,
 }
 
 /// A role's agents in a thread group.
@@ -142,6 +144,7 @@ impl Layout {
             senders_group: HashMap::new(),
             group_members: Vec::new(),
             handing: Vec::new(),
+            scoped_runners: false,
         };
         match threading {
             Threading::Dedicated => {}
@@ -199,6 +202,14 @@ impl Layout {
         let composite = CompositeAgent::new(Some(group.name.clone()), Vec::new());
         self.group_members.push(Vec::new());
         self.groups.push((group, composite));
+    }
+
+    /// Labels each dedicated runner's counters with its role's name as well as its agent's
+    /// (`md-serve repl-accept stream 1 duty cycles`), so that two roles whose agents share a
+    /// name (two servers of one stream) keep counters apart. A host of named roles
+    /// (`seqstreamd`) asks for it; a one-role daemon does not need it.
+    pub fn scope_runner_counters(&mut self) {
+        self.scoped_runners = true;
     }
 
     /// `"dedicated"`, `"shared"` or `"groups"`.
@@ -276,27 +287,38 @@ impl Layout {
             roles,
             groups,
             mut group_members,
+            scoped_runners,
             ..
         } = self;
         let mut runners = Vec::new();
-        let config = |p: &Placement| RunnerConfig {
+        let config = |p: &Placement, counters: Option<CountersWriter>| RunnerConfig {
             core: p.core,
             idle: p.idle.clone(),
             on_error: p.on_error,
-            counters: counters.cloned(),
+            counters,
             ..RunnerConfig::default()
         };
         let mut starts: Vec<(Box<dyn Agent>, RunnerConfig)> = Vec::new();
-        for (_, agents) in roles {
+        for (role, agents) in roles {
+            let counters = counters.map(|c| {
+                if scoped_runners {
+                    c.scoped(&format!("{role} "))
+                } else {
+                    c.clone()
+                }
+            });
             for h in agents {
-                starts.push((h.agent, config(&h.placement)));
+                starts.push((h.agent, config(&h.placement, counters.clone())));
             }
         }
         for (g, (group, composite)) in groups.into_iter().enumerate() {
             let mut members = std::mem::take(&mut group_members[g]);
             members.sort_by_key(|(r, _)| order_in(&group, r));
             let composite = composite.with_members(members.into_iter().flat_map(|(_, a)| a));
-            starts.push((Box::new(composite), config(&group.placement)));
+            starts.push((
+                Box::new(composite),
+                config(&group.placement, counters.cloned()),
+            ));
         }
         for (agent, cfg) in starts {
             match AgentRunner::start(agent, cfg, stop.clone()) {

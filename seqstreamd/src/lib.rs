@@ -398,6 +398,7 @@ impl HostFile {
         };
         // A layout that does not fit the roles fails here, before anything is opened.
         Layout::new(file.threading.clone(), &file.names())?;
+        file.check_stores()?;
         file.check_routes()?;
         Ok(file)
     }
@@ -405,6 +406,80 @@ impl HostFile {
     /// The roles' names, in order.
     pub fn names(&self) -> Vec<String> {
         self.roles.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// What the roles do to each other's files and ports: one writer per store (a sequencer's
+    /// store, a compositor's output, a replica), a compositor that does not merge its own
+    /// output, a server that names the stream its store's writer writes, one sequencer per
+    /// listen address, one forwarder per outbox.
+    fn check_stores(&self) -> Result<()> {
+        let mut writers: Vec<(&str, u32, &Path)> = Vec::new();
+        let mut listens = Vec::new();
+        let mut outboxes: Vec<(&str, &Path)> = Vec::new();
+        for (name, r) in &self.roles {
+            let written = match r {
+                RoleSpec::Sequencer(s) => {
+                    if s.listen.port() != 0 {
+                        if let Some((other, _)) = listens.iter().find(|(_, l)| *l == s.listen) {
+                            bail!(
+                                "[[sequencer]] {name} and {other} both listen on {}",
+                                s.listen
+                            );
+                        }
+                        listens.push((name.as_str(), s.listen));
+                    }
+                    Some((s.stream_id, s.store.as_path()))
+                }
+                RoleSpec::Compositor(c) => {
+                    if c.components.contains(&c.output) {
+                        bail!(
+                            "[[compositor]] {name}: its output {} is one of its components",
+                            c.output.display()
+                        );
+                    }
+                    Some((c.stream_id, c.output.as_path()))
+                }
+                RoleSpec::Follow(f) => Some((f.common.stream_id, f.common.store.as_path())),
+                RoleSpec::Forward(f) => {
+                    for o in &f.outboxes {
+                        if let Some((other, _)) = outboxes.iter().find(|(_, p)| *p == o.as_path()) {
+                            bail!(
+                                "[[forward]] {name} and {other} both drain {}: an outbox has one consumer",
+                                o.display()
+                            );
+                        }
+                        outboxes.push((name.as_str(), o.as_path()));
+                    }
+                    None
+                }
+                RoleSpec::Serve(_) => None,
+            };
+            if let Some((stream, store)) = written {
+                if let Some((other, _, _)) = writers.iter().find(|(_, _, p)| *p == store) {
+                    bail!(
+                        "{name} and {other} both write the store {}: a store has one writer",
+                        store.display()
+                    );
+                }
+                writers.push((name.as_str(), stream, store));
+            }
+        }
+        for (name, r) in &self.roles {
+            if let RoleSpec::Serve(s) = r {
+                let c = &s.common;
+                if let Some((writer, stream, _)) = writers
+                    .iter()
+                    .find(|(_, st, p)| *p == c.store.as_path() && *st != c.stream_id)
+                {
+                    bail!(
+                        "[[serve]] {name}: stream_id {} for {}, which {writer} writes as stream {stream}",
+                        c.stream_id,
+                        c.store.display()
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The forwarders' routes against the stores this host keeps (its sequencers' stores,
@@ -451,6 +526,7 @@ impl Host {
             COUNTERS,
         )?;
         let mut layout = Layout::new(file.threading.clone(), &file.names())?;
+        layout.scope_runner_counters();
         for (name, role) in &file.roles {
             let ctx = RoleContext {
                 counters: writer.scoped(&format!("{name} ")),
@@ -590,6 +666,34 @@ source = ["1@127.0.0.1"]
             "threading = \"groups\"\n[[thread]]\nroles = [\"md\", \"md.senders\"]\n{SEQ}"
         ));
         assert!(e.contains("not a [[serve]]"), "{e}");
+    }
+
+    #[test]
+    fn roles_that_clash_over_a_store_a_port_or_an_outbox_are_refused() {
+        let second = SEQ.replace("name = \"md\"", "name = \"md2\"");
+        let e = err(&format!(
+            "{SEQ}{}",
+            second.replace("127.0.0.1:0", "127.0.0.1:7001")
+        ));
+        assert!(e.contains("both write the store /tmp/x/md"), "{e}");
+        let e = err(&format!(
+            "{}{}",
+            SEQ.replace("127.0.0.1:0", "127.0.0.1:7001"),
+            second
+                .replace("127.0.0.1:0", "127.0.0.1:7001")
+                .replace("/tmp/x/md", "/tmp/x/md2")
+        ));
+        assert!(e.contains("both listen on 127.0.0.1:7001"), "{e}");
+        let e = err(&format!(
+            "{SEQ}[[serve]]\nstore = \"/tmp/x/md\"\nstream_id = 2\nsecret_file = \"/s\"\nlisten = \"127.0.0.1:0\"\nallow = [\"127.0.0.1\"]\n"
+        ));
+        assert!(e.contains("which md writes as stream 1"), "{e}");
+        let e =
+            err("[[compositor]]\ncomponent = [\"/a\", \"/c\"]\noutput = \"/c\"\nstream_id = 3\n");
+        assert!(e.contains("is one of its components"), "{e}");
+        let fwd = "[[forward]]\noutbox = [\"/o\"]\nroute = [\"1=127.0.0.1:9=/tmp/x/md\"]\n";
+        let e = err(&format!("{SEQ}{fwd}{fwd}"));
+        assert!(e.contains("both drain /o"), "{e}");
     }
 
     #[test]

@@ -155,6 +155,10 @@ fn one_host(threading: &str, n: u64) -> Vec<String> {
     wait_counter(&c, "md-seq messages sequenced", LONG, |v| v == n);
     let (primary, end) = frames(&site.path("primary"));
     wait_counter(&c, "md-rep replica position", LONG, |p| p == end);
+    // Under dedicated threading a runner's counters carry its role's name too.
+    if threading.contains("dedicated") {
+        assert!(counter(&c, "md-seq sequencer stream 1 duty cycles").is_some());
+    }
     let threads = thread_names(d.pid());
     let status = d
         .terminate(Duration::from_secs(20))
