@@ -3,9 +3,12 @@
 //! from the daemon's config). Writers update with relaxed atomic adds on their own cache line,
 //! with no system call; readers (`seqstat`) take a snapshot with one `read(2)` of the file.
 //!
-//! Layout (little-endian): a 64-byte header — magic `"SEQCNTR\0"`, version u32 (1), capacity
+//! Layout (little-endian): a 64-byte header — magic `"SEQCNTR\0"`, version u32 (2), capacity
 //! u32, then the writer's pid u32 — followed by `capacity` 64-byte slots: value u64 (atomic),
-//! label length u8, label bytes (at most 55, UTF-8). A slot with label length 0 is unused.
+//! label length u8, type id u8 ([`CounterKind`]), label bytes (at most 54, UTF-8). A slot
+//! with label length 0 is unused. Modelled on Aeron's counters file, whose counters also
+//! carry a type id and a label; a label here names the role and instance (`md-seq messages
+//! sequenced`, `md-serve consumer[0] position acked`).
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -15,11 +18,44 @@ use std::sync::Arc;
 use memmap2::MmapRaw;
 
 const MAGIC: [u8; 8] = *b"SEQCNTR\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER: usize = 64;
 const SLOT: usize = 64;
 /// Longest label, in bytes.
-pub const MAX_LABEL: usize = 55;
+pub const MAX_LABEL: usize = 54;
+
+/// What a counter's value means: its type id in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CounterKind {
+    /// A total that only grows: events, messages, bytes since the writer started.
+    Count = 1,
+    /// A level that goes up and down: connections, lag, messages in flight.
+    Gauge = 2,
+    /// A stream position (bytes) or sequence number that a role has reached.
+    Position = 3,
+}
+
+impl CounterKind {
+    fn from_id(id: u8) -> Option<CounterKind> {
+        match id {
+            1 => Some(CounterKind::Count),
+            2 => Some(CounterKind::Gauge),
+            3 => Some(CounterKind::Position),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CounterKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CounterKind::Count => "count",
+            CounterKind::Gauge => "gauge",
+            CounterKind::Position => "position",
+        })
+    }
+}
 
 /// Why a counters file could not be created, extended or read.
 #[derive(Debug, thiserror::Error)]
@@ -224,9 +260,24 @@ impl CountersWriter {
         &self.file.path
     }
 
-    /// Allocates a counter named `label` (after the writer's [scope](Self::scoped); truncated to [`MAX_LABEL`] bytes at a character
-    /// boundary), starting at 0. `Full` when every slot is taken.
+    /// Allocates a [`CounterKind::Count`] named `label` (after the writer's
+    /// [scope](Self::scoped); truncated to [`MAX_LABEL`] bytes at a character boundary),
+    /// starting at 0. `Full` when every slot is taken.
     pub fn counter(&self, label: &str) -> Result<Counter, CountersError> {
+        self.typed(CounterKind::Count, label)
+    }
+
+    /// [`counter`](Self::counter) for a [`CounterKind::Gauge`].
+    pub fn gauge(&self, label: &str) -> Result<Counter, CountersError> {
+        self.typed(CounterKind::Gauge, label)
+    }
+
+    /// [`counter`](Self::counter) for a [`CounterKind::Position`].
+    pub fn position(&self, label: &str) -> Result<Counter, CountersError> {
+        self.typed(CounterKind::Position, label)
+    }
+
+    fn typed(&self, kind: CounterKind, label: &str) -> Result<Counter, CountersError> {
         let scoped;
         let label = if self.prefix.is_empty() {
             label
@@ -247,8 +298,10 @@ impl CountersWriter {
         while !label.is_char_boundary(end) {
             end -= 1;
         }
-        // The label first, then its length: a reader skips the slot until the length is set.
-        self.file.write(offset + 9, &label.as_bytes()[..end]);
+        // The type and label first, then the length: a reader skips the slot until the length
+        // is set.
+        self.file.write(offset + 9, &[kind as u8]);
+        self.file.write(offset + 10, &label.as_bytes()[..end]);
         self.file.write(offset + 8, &[end as u8]);
         Ok(Counter {
             file: self.file.clone(),
@@ -266,9 +319,17 @@ pub struct Snapshot {
     pub pid: u32,
     /// `(label, value)` in allocation order.
     pub counters: Vec<(String, u64)>,
+    /// The kind of each counter, in the same order.
+    pub kinds: Vec<CounterKind>,
 }
 
 impl Snapshot {
+    /// The kind of the first counter labelled `label`, if there is one.
+    pub fn kind(&self, label: &str) -> Option<CounterKind> {
+        let i = self.counters.iter().position(|(l, _)| l == label)?;
+        self.kinds.get(i).copied()
+    }
+
     /// The value of the first counter labelled `label`, if there is one.
     pub fn get(&self, label: &str) -> Option<u64> {
         self.counters
@@ -301,20 +362,24 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
     }
     let capacity = (u32_at(12) as usize).min((bytes.len() - HEADER) / SLOT);
     let mut counters = Vec::new();
+    let mut kinds = Vec::new();
     for slot in bytes[HEADER..].chunks_exact(SLOT).take(capacity) {
         let n = usize::from(slot[8]).min(MAX_LABEL);
         if n == 0 {
             break;
         }
-        let label = String::from_utf8_lossy(&slot[9..9 + n]).into_owned();
+        let kind = CounterKind::from_id(slot[9]).ok_or_else(|| bad("a counter of unknown type"))?;
+        let label = String::from_utf8_lossy(&slot[10..10 + n]).into_owned();
         let mut value = [0u8; 8];
         value.copy_from_slice(&slot[..8]);
         counters.push((label, u64::from_le_bytes(value)));
+        kinds.push(kind);
     }
     Ok(Snapshot {
         path: path.into(),
         pid: u32_at(16),
         counters,
+        kinds,
     })
 }
 
@@ -342,6 +407,22 @@ mod tests {
         assert!(w.counter("e").is_err());
         std::fs::write(&path, b"garbage").unwrap();
         assert!(read(&path).is_err());
+    }
+
+    #[test]
+    fn each_counter_keeps_its_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.counters");
+        let w = CountersWriter::create(&path, 4).unwrap();
+        w.counter("frames").unwrap();
+        w.gauge("lag bytes").unwrap().set(7);
+        w.position("replica position").unwrap();
+        let s = read(&path).unwrap();
+        assert_eq!(s.kind("frames"), Some(CounterKind::Count));
+        assert_eq!(s.kind("lag bytes"), Some(CounterKind::Gauge));
+        assert_eq!(s.kind("replica position"), Some(CounterKind::Position));
+        assert_eq!(s.get("lag bytes"), Some(7));
+        assert_eq!(CounterKind::Gauge.to_string(), "gauge");
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl Forwarder {
             confirmed: c("messages confirmed")?,
             naks: c("naks received")?,
             datagrams: c("datagrams sent")?,
-            in_flight: c("in flight")?,
+            in_flight: counters.gauge("in flight").map_err(Error::Counters)?,
             bad_naks: c("bad naks")?,
             stale_naks: c("stale naks")?,
         };

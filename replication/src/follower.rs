@@ -225,16 +225,18 @@ impl Follower {
     /// with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
+        let g = |l: &str| counters.gauge(l).map_err(Error::Counters);
+        let pos = |l: &str| counters.position(l).map_err(Error::Counters);
         let counters = Counters {
-            position: c("replica position")?,
-            next_seq: c("replica next seq")?,
+            position: pos("replica position")?,
+            next_seq: pos("replica next seq")?,
             frames: c("frames received")?,
             bytes: c("bytes received")?,
             connects: c("connects")?,
             rejected: c("rejected data (peer lied)")?,
             errors: c("session errors")?,
-            upstream_committed: c("upstream committed position")?,
-            lag_bytes: c("lag bytes")?,
+            upstream_committed: pos("upstream committed position")?,
+            lag_bytes: g("lag bytes")?,
         };
         // New segments of a replica take the upstream's size: that of its active segment.
         let appender = match Appender::reopen_replica(&cfg.store, cfg.store_config.clone()) {

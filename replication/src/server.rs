@@ -318,6 +318,8 @@ impl Server {
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| Error::io("epoll_ctl", e))?;
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
+        let g = |l: &str| counters.gauge(l).map_err(Error::Counters);
+        let pos = |l: &str| counters.position(l).map_err(Error::Counters);
         let server_counters = Counters {
             accepted: c("connections accepted")?,
             refused_address: c("refused address")?,
@@ -325,15 +327,15 @@ impl Server {
             refused_limit: c("refused limit")?,
             refused_handshake: c("refused handshake")?,
             disconnects: c("disconnects")?,
-            consumers: c("consumers")?,
+            consumers: g("consumers")?,
         };
         let mut slots = Vec::with_capacity(cfg.max_consumers);
         for i in 0..cfg.max_consumers {
             slots.push(Some(SlotCounters {
-                position_sent: c(&format!("consumer[{i}] position sent"))?,
-                position_acked: c(&format!("consumer[{i}] position acked"))?,
-                lag_bytes: c(&format!("consumer[{i}] lag bytes"))?,
-                frames_unacked: c(&format!("consumer[{i}] frames unacked"))?,
+                position_sent: pos(&format!("consumer[{i}] position sent"))?,
+                position_acked: pos(&format!("consumer[{i}] position acked"))?,
+                lag_bytes: g(&format!("consumer[{i}] lag bytes"))?,
+                frames_unacked: g(&format!("consumer[{i}] frames unacked"))?,
                 connections: c(&format!("consumer[{i}] connections"))?,
             }));
         }

@@ -163,7 +163,7 @@ impl Compositor {
                 .counter("polls held back (timestamp)")
                 .map_err(Error::Counters)?,
             position: counters
-                .counter("composite position")
+                .position("composite position")
                 .map_err(Error::Counters)?,
         })
     }

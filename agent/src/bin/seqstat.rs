@@ -73,10 +73,17 @@ fn main() -> Result<()> {
                     .iter()
                     .map(|(k, v)| (k.clone(), (*v).into()))
                     .collect();
+                let kinds: serde_json::Map<String, serde_json::Value> = snap
+                    .counters
+                    .iter()
+                    .zip(&snap.kinds)
+                    .map(|((k, _), kind)| (k.clone(), kind.to_string().into()))
+                    .collect();
                 println!(
                     "{}",
                     serde_json::json!({
-                        "file": snap.path, "pid": snap.pid, "running": running, "counters": map
+                        "file": snap.path, "pid": snap.pid, "running": running, "counters": map,
+                        "kinds": kinds
                     })
                 );
             } else {
@@ -86,8 +93,8 @@ fn main() -> Result<()> {
                     snap.pid,
                     if running { "" } else { ", not running" }
                 );
-                for (label, value) in &snap.counters {
-                    println!("  {label:<40} {value:>20}");
+                for ((label, value), kind) in snap.counters.iter().zip(&snap.kinds) {
+                    println!("  {label:<48} {value:>20}  {kind}");
                 }
             }
         }
