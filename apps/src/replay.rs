@@ -6,12 +6,136 @@
 //! Its duty cycle never blocks: a step not due yet, or an outbox that pushes back, is work 0
 //! (the runner's idle strategy waits), and the replay resumes where it stopped.
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use seqstream_agent::counters::Counter;
-use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, RunnerConfig, RunnerError};
-use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, Idle, RunnerConfig, RunnerError};
+use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError};
+
+/// The options every replaying application has (the feed handler's and `fixreplay`'s flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// The outbox file (created if absent) that the host's iodaemon drains.
+    #[arg(long, required_unless_present = "count")]
+    pub outbox: Option<PathBuf>,
+    /// This publisher's source id (the sequencer must allow it).
+    #[arg(long, default_value_t = 1)]
+    pub source_id: u32,
+    /// Most messages in flight (offered, not yet seen in the stream).
+    #[arg(long, default_value_t = 4096)]
+    pub window: u64,
+    /// After the last offer, wait this long for every message to be confirmed, ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
+    /// Idle strategy of the replay's runner (while a step is not due yet, or the outbox
+    /// pushes back): busy-spin, yield, backoff, sleep:<N>us.
+    #[arg(long, default_value = "backoff")]
+    pub idle: Idle,
+    /// Write the JSON summary here too.
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+}
+
+/// Why a replay could not run, or did not end well.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// `--outbox` is missing (it is optional only with `--count`).
+    #[error("--outbox is required to replay")]
+    NoOutbox,
+    /// The outbox could not be opened.
+    #[error("opening the outbox {path}")]
+    Outbox {
+        /// The outbox file.
+        path: String,
+        /// Why.
+        #[source]
+        source: OutboxError,
+    },
+    /// The replay's runner failed (an offer error, a pinning failure).
+    #[error(transparent)]
+    Runner(#[from] RunnerError),
+    /// The summary could not be written to `--summary`.
+    #[error("writing the --summary file")]
+    Summary(#[source] std::io::Error),
+    /// Stopped (SIGINT/SIGTERM) before every step was offered.
+    #[error("interrupted after {done} of {planned} {unit}")]
+    Interrupted {
+        /// Steps offered.
+        done: u64,
+        /// Steps planned.
+        planned: usize,
+        /// What a step is (`packets`, `orders`).
+        unit: &'static str,
+    },
+    /// Offered messages were still unconfirmed when the drain timeout passed.
+    #[error("messages not confirmed in the stream within --drain-timeout-ms")]
+    Unconfirmed,
+}
+
+impl ReplayArgs {
+    /// Opens the outbox (for `stream_id`, a ring of `ring_bytes`) and runs the replay `role`
+    /// of `steps` on a runner with `--idle`, its runner's counters in `counters`, until it is
+    /// finished or `stop` is set. Returns the first source seq it offered and the outcome.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        role: &str,
+        stream_id: u32,
+        ring_bytes: usize,
+        steps: Vec<ReplayStep>,
+        replay_counters: ReplayCounters,
+        counters: &CountersWriter,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(u64, ReplayOutcome), ReplayError> {
+        let path = self.outbox.as_ref().ok_or(ReplayError::NoOutbox)?;
+        let outbox =
+            Outbox::open_or_create(path, self.source_id, stream_id, ring_bytes, self.window)
+                .map_err(|source| ReplayError::Outbox {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+        let first_source_seq = outbox.next_source_seq();
+        tracing::info!(role, steps = steps.len(), outbox = %path.display(), first_source_seq, "replaying");
+        let replay = Replay::new(
+            role,
+            outbox,
+            stream_id,
+            steps,
+            self.drain_timeout_ms * 1_000_000,
+            replay_counters,
+        );
+        let outcome = replay.run(
+            RunnerConfig::placed(None, self.idle.clone(), counters),
+            stop,
+        )?;
+        Ok((first_source_seq, outcome))
+    }
+
+    /// Prints `summary` (also to `--summary`), then fails unless the replay of `planned`
+    /// steps (`unit`: what a step is) was complete and confirmed.
+    pub fn report(
+        &self,
+        summary: &serde_json::Value,
+        outcome: &ReplayOutcome,
+        planned: usize,
+        unit: &'static str,
+    ) -> Result<(), ReplayError> {
+        crate::summary::emit(summary, self.summary.as_deref()).map_err(ReplayError::Summary)?;
+        if !outcome.complete {
+            return Err(ReplayError::Interrupted {
+                done: outcome.steps,
+                planned,
+                unit,
+            });
+        }
+        if !outcome.confirmed {
+            return Err(ReplayError::Unconfirmed);
+        }
+        Ok(())
+    }
+}
 
 /// Messages offered together once due: a captured packet's, or one order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,14 +30,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, ValueEnum};
-use seqstream_agent::{daemon, Idle, RunnerConfig};
+use seqstream_agent::daemon;
 use seqstream_apps::feed;
-use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
+use seqstream_apps::replay::{ReplayArgs, ReplayCounters, ReplayStep};
 use seqstream_feeds::mdp3::{self, Arbiter, Arbitration};
 use seqstream_feeds::moldudp64::SessionTracker;
-use seqstream_iodaemon::outbox::Outbox;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Pace {
@@ -77,12 +76,8 @@ struct Cli {
     /// Replay only the first N frames of the captures.
     #[arg(long)]
     max_frames: Option<usize>,
-    /// The outbox file (created if absent) that the host's iodaemon drains.
-    #[arg(long, required_unless_present = "count")]
-    outbox: Option<PathBuf>,
-    /// This publisher's source id (the sequencer must allow it).
-    #[arg(long, default_value_t = 1)]
-    source_id: u32,
+    #[command(flatten)]
+    replay: ReplayArgs,
     /// The market-data stream id.
     #[arg(long, default_value_t = seqstream_apps::streams::MARKET_DATA)]
     stream_id: u32,
@@ -92,22 +87,9 @@ struct Cli {
     /// Speed-up of the recorded pace (2 = twice as fast).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Most messages in flight (offered, not yet seen in the stream).
-    #[arg(long, default_value_t = 4096)]
-    window: u64,
     /// Outbox ring size, bytes (a power of two).
     #[arg(long, default_value_t = 8 << 20)]
     ring_bytes: usize,
-    /// After the last offer, wait this long for every message to be confirmed, ms.
-    #[arg(long, default_value_t = 30_000)]
-    drain_timeout_ms: u64,
-    /// Idle strategy of the replay's runner (while a packet is not due yet, or the outbox
-    /// pushes back): busy-spin, yield, backoff, sleep:<N>us.
-    #[arg(long, default_value = "backoff")]
-    idle: Idle,
-    /// Write the JSON summary here too.
-    #[arg(long)]
-    summary: Option<PathBuf>,
     /// Counters file for seqstat (default /dev/shm/seqstream-feedhandler-<pid>.counters).
     #[arg(long)]
     counters: Option<PathBuf>,
@@ -136,9 +118,6 @@ fn main() -> Result<()> {
         println!("{}", count.to_json());
         return Ok(());
     }
-    let Some(outbox_path) = cli.outbox.clone() else {
-        bail!("--outbox is required to replay");
-    };
     let (counters, _cleanup) = daemon::counters("feedhandler", cli.counters.clone(), 16)?;
     let c_packets = counters.counter("packets replayed")?;
     let c_dups = counters.counter("duplicates dropped (other feed)")?;
@@ -234,16 +213,7 @@ fn main() -> Result<()> {
             (frames, not_udp, steps, arbitration)
         }
     };
-    let outbox = Outbox::open_or_create(
-        &outbox_path,
-        cli.source_id,
-        cli.stream_id,
-        cli.ring_bytes,
-        cli.window,
-    )
-    .with_context(|| format!("opening the outbox {}", outbox_path.display()))?;
-    let first_source_seq = outbox.next_source_seq();
-    tracing::info!(frames, packets = steps.len(), outbox = %outbox_path.display(), first_source_seq, "replaying");
+    tracing::info!(frames, packets = steps.len(), "captures loaded");
     let first_time = steps.first().map_or(0, |s| s.time_ns);
     let plan: Vec<ReplayStep> = steps
         .iter()
@@ -262,27 +232,25 @@ fn main() -> Result<()> {
         })
         .collect();
     let planned = plan.len();
-    let replay = Replay::new(
+    let replay_counters = ReplayCounters {
+        steps: c_packets.clone(),
+        messages: c_msgs,
+        waits: c_waits.clone(),
+    };
+    let (first_source_seq, o) = cli.replay.run(
         "feedhandler",
-        outbox,
         cli.stream_id,
+        cli.ring_bytes,
         plan,
-        cli.drain_timeout_ms * 1_000_000,
-        ReplayCounters {
-            steps: c_packets.clone(),
-            messages: c_msgs,
-            waits: c_waits.clone(),
-        },
-    );
-    let o = replay.run(
-        RunnerConfig::placed(None, cli.idle.clone(), &counters),
+        replay_counters,
+        &counters,
         stop,
     )?;
     let (messages, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let mut summary = serde_json::json!({
         "app": "feedhandler",
         "feed": match cli.feed { Feed::Mdp3 => "mdp3", Feed::Itch => "itch" },
-        "source_id": cli.source_id,
+        "source_id": cli.replay.source_id,
         "stream_id": cli.stream_id,
         "frames": frames,
         "not_udp": not_udp,
@@ -299,14 +267,7 @@ fn main() -> Result<()> {
     if let (Some(s), serde_json::Value::Object(a)) = (summary.as_object_mut(), arbitration) {
         s.extend(a);
     }
-    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
-        .context("writing the --summary file")?;
     tracing::info!(messages, complete, confirmed, "replayed");
-    if !complete {
-        bail!("interrupted after {} of {planned} packets", o.steps);
-    }
-    if !confirmed {
-        bail!("messages not confirmed in the stream within --drain-timeout-ms");
-    }
+    cli.replay.report(&summary, &o, planned, "packets")?;
     Ok(())
 }

@@ -21,13 +21,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
-use seqstream_agent::{daemon, Idle, RunnerConfig};
+use seqstream_agent::daemon;
 use seqstream_apps::fixlog::{self, Symbols};
-use seqstream_apps::replay::{Replay, ReplayCounters, ReplayStep};
+use seqstream_apps::replay::{ReplayArgs, ReplayCounters, ReplayStep};
 use seqstream_feeds::fix::count::dry_run;
-use seqstream_iodaemon::outbox::Outbox;
 
 #[derive(Parser)]
 #[command(
@@ -52,31 +51,14 @@ struct Cli {
     /// Publish messages whose BodyLength or CheckSum is wrong too.
     #[arg(long)]
     accept_unverified: bool,
-    /// The outbox file (created if absent) that the host's iodaemon drains.
-    #[arg(long, required_unless_present = "count")]
-    outbox: Option<PathBuf>,
-    /// This publisher's source id (the sequencer must allow it).
-    #[arg(long, default_value_t = 1)]
-    source_id: u32,
+    #[command(flatten)]
+    replay: ReplayArgs,
     /// The order stream id.
     #[arg(long, default_value_t = seqstream_apps::streams::ORDERS)]
     stream_id: u32,
-    /// Most messages in flight (offered, not yet seen in the stream).
-    #[arg(long, default_value_t = 4096)]
-    window: u64,
     /// Outbox ring size, bytes (a power of two).
     #[arg(long, default_value_t = 1 << 20)]
     ring_bytes: usize,
-    /// After the last offer, wait this long for every message to be confirmed, ms.
-    #[arg(long, default_value_t = 30_000)]
-    drain_timeout_ms: u64,
-    /// Idle strategy of the replay's runner (while the outbox pushes back): busy-spin, yield,
-    /// backoff, sleep:<N>us.
-    #[arg(long, default_value = "backoff")]
-    idle: Idle,
-    /// Write the JSON summary here too.
-    #[arg(long)]
-    summary: Option<PathBuf>,
     /// Counters file for seqstat (default /dev/shm/seqstream-fixreplay-<pid>.counters).
     #[arg(long)]
     counters: Option<PathBuf>,
@@ -117,24 +99,11 @@ fn main() -> Result<()> {
         );
         return Ok(());
     }
-    let Some(outbox_path) = cli.outbox.clone() else {
-        bail!("--outbox is required to replay");
-    };
     let stop = daemon::stop_flag()?;
     let (counters, _cleanup) = daemon::counters("fixreplay", cli.counters.clone(), 8)?;
     let c_msgs = counters.counter("messages offered")?;
     let c_orders = counters.counter("orders offered")?;
     let c_waits = counters.counter("back-pressure waits")?;
-    let outbox = Outbox::open_or_create(
-        &outbox_path,
-        cli.source_id,
-        cli.stream_id,
-        cli.ring_bytes,
-        cli.window,
-    )
-    .with_context(|| format!("opening the outbox {}", outbox_path.display()))?;
-    let first_source_seq = outbox.next_source_seq();
-    tracing::info!(orders = orders.len(), outbox = %outbox_path.display(), first_source_seq, "replaying");
     let planned = orders.len();
     let plan = orders
         .iter()
@@ -143,26 +112,24 @@ fn main() -> Result<()> {
             messages: vec![(o.template_id, o.payload.clone())],
         })
         .collect();
-    let replay = Replay::new(
+    let replay_counters = ReplayCounters {
+        steps: c_orders,
+        messages: c_msgs,
+        waits: c_waits.clone(),
+    };
+    let (first_source_seq, o) = cli.replay.run(
         "fixreplay",
-        outbox,
         cli.stream_id,
+        cli.ring_bytes,
         plan,
-        cli.drain_timeout_ms * 1_000_000,
-        ReplayCounters {
-            steps: c_orders,
-            messages: c_msgs,
-            waits: c_waits.clone(),
-        },
-    );
-    let o = replay.run(
-        RunnerConfig::placed(None, cli.idle.clone(), &counters),
+        replay_counters,
+        &counters,
         stop,
     )?;
     let (offered, complete, confirmed) = (o.messages, o.complete, o.confirmed);
     let summary = serde_json::json!({
         "app": "fixreplay",
-        "source_id": cli.source_id,
+        "source_id": cli.replay.source_id,
         "stream_id": cli.stream_id,
         "log": cli.log.display().to_string(),
         "published": offered,
@@ -175,13 +142,6 @@ fn main() -> Result<()> {
         "complete": complete,
         "all_confirmed": confirmed,
     });
-    seqstream_apps::summary::emit(&summary, cli.summary.as_deref())
-        .context("writing the --summary file")?;
-    if !complete {
-        bail!("interrupted after {offered} of {planned} orders");
-    }
-    if !confirmed {
-        bail!("messages not confirmed in the stream within --drain-timeout-ms");
-    }
+    cli.replay.report(&summary, &o, planned, "orders")?;
     Ok(())
 }
