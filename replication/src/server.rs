@@ -677,31 +677,49 @@ impl Sender {
     /// most (a replica that stopped reading). So a daemon stopped on SIGTERM leaves its
     /// replicas whole. It blocks: it runs only at shutdown, after the last duty cycle.
     fn drain(&mut self) {
-        let Some(session) = self.session.as_mut() else {
-            return;
-        };
         let started = std::time::Instant::now();
         let mut still_since = started;
         while started.elapsed() < DRAIN_TIMEOUT {
-            let work = if self.opened {
-                session.do_work()
-            } else {
-                self.opened = true;
-                session.open(self.peer).map(|()| 1)
+            let Some(work) = self.step() else {
+                return; // the session ended
             };
-            match work {
-                Err(e) => {
-                    self.end(Err(e));
-                    return;
-                }
-                Ok(0) if session.acked_position == session.sent_position => {
-                    if still_since.elapsed() >= DRAIN_SETTLE {
-                        return;
-                    }
-                }
-                Ok(_) => still_since = std::time::Instant::now(),
+            let all_acked = self
+                .session
+                .as_ref()
+                .is_some_and(|s| s.acked_position == s.sent_position);
+            if work > 0 || !all_acked {
+                still_since = std::time::Instant::now();
+            } else if still_since.elapsed() >= DRAIN_SETTLE {
+                return;
             }
             std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// One step of the session: its opening message first, then its duty cycles. A fault
+    /// ends the session; `None` when it has ended (then, or before).
+    fn step(&mut self) -> Option<usize> {
+        let session = self.session.as_mut()?;
+        let result = if self.opened {
+            session.do_work()
+        } else {
+            self.opened = true;
+            session.open(self.peer).map(|()| 1)
+        };
+        match result {
+            Ok(work) => Some(work),
+            Err(e) => {
+                self.end(Err(e));
+                None
+            }
+        }
+    }
+
+    /// The server is stopping: the session [drains](Self::drain), then ends as a disconnect.
+    fn stop(&mut self) {
+        self.drain();
+        if self.session.is_some() {
+            self.end(Ok(()));
         }
     }
 
@@ -735,34 +753,15 @@ impl Agent for Sender {
     /// on, and this sender's runner ends.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
         if self.shared.closing.load(Ordering::Relaxed) {
-            self.drain();
-            self.end(Ok(()));
+            self.stop();
         }
-        let Some(session) = self.session.as_mut() else {
-            return Ok(0);
-        };
-        let result = if self.opened {
-            session.do_work()
-        } else {
-            self.opened = true;
-            session.open(self.peer).map(|()| 1)
-        };
-        match result {
-            Ok(work) => Ok(work),
-            Err(e) => {
-                self.end(Err(e));
-                Ok(0)
-            }
-        }
+        Ok(self.step().unwrap_or(0))
     }
 
     /// The server is stopping: the session [drains](Sender::drain), then ends as a
     /// disconnect.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
-        self.drain();
-        if self.session.is_some() {
-            self.end(Ok(()));
-        }
+        self.stop();
         Ok(())
     }
 
