@@ -103,6 +103,17 @@ impl RoleSpec {
         }
     }
 
+    /// The store the role writes, and its stream: a sequencer's store, a compositor's
+    /// output, a replica. `None` for a server (it only reads) and a forwarder.
+    fn written(&self) -> Option<(u32, &Path)> {
+        match self {
+            RoleSpec::Sequencer(s) => Some((s.stream_id, &s.store)),
+            RoleSpec::Compositor(c) => Some((c.stream_id, &c.output)),
+            RoleSpec::Follow(f) => Some((f.common.stream_id, &f.common.store)),
+            RoleSpec::Serve(_) | RoleSpec::Forward(_) => None,
+        }
+    }
+
     fn build(&self, ctx: RoleContext) -> Result<Vec<seqstream_agent::host::Hosted>> {
         match self {
             RoleSpec::Sequencer(r) => r.build(ctx),
@@ -417,29 +428,22 @@ impl HostFile {
         let mut listens = Vec::new();
         let mut outboxes: Vec<(&str, &Path)> = Vec::new();
         for (name, r) in &self.roles {
-            let written = match r {
-                RoleSpec::Sequencer(s) => {
-                    if s.listen.port() != 0 {
-                        if let Some((other, _)) = listens.iter().find(|(_, l)| *l == s.listen) {
-                            bail!(
-                                "[[sequencer]] {name} and {other} both listen on {}",
-                                s.listen
-                            );
-                        }
-                        listens.push((name.as_str(), s.listen));
-                    }
-                    Some((s.stream_id, s.store.as_path()))
-                }
-                RoleSpec::Compositor(c) => {
-                    if c.components.contains(&c.output) {
+            match r {
+                RoleSpec::Sequencer(s) if s.listen.port() != 0 => {
+                    if let Some((other, _)) = listens.iter().find(|(_, l)| *l == s.listen) {
                         bail!(
-                            "[[compositor]] {name}: its output {} is one of its components",
-                            c.output.display()
+                            "[[sequencer]] {name} and {other} both listen on {}",
+                            s.listen
                         );
                     }
-                    Some((c.stream_id, c.output.as_path()))
+                    listens.push((name.as_str(), s.listen));
                 }
-                RoleSpec::Follow(f) => Some((f.common.stream_id, f.common.store.as_path())),
+                RoleSpec::Compositor(c) if c.components.contains(&c.output) => {
+                    bail!(
+                        "[[compositor]] {name}: its output {} is one of its components",
+                        c.output.display()
+                    );
+                }
                 RoleSpec::Forward(f) => {
                     for o in &f.outboxes {
                         if let Some((other, _)) = outboxes.iter().find(|(_, p)| *p == o.as_path()) {
@@ -450,11 +454,10 @@ impl HostFile {
                         }
                         outboxes.push((name.as_str(), o.as_path()));
                     }
-                    None
                 }
-                RoleSpec::Serve(_) => None,
-            };
-            if let Some((stream, store)) = written {
+                _ => {}
+            }
+            if let Some((stream, store)) = r.written() {
                 if let Some((other, _, _)) = writers.iter().find(|(_, _, p)| *p == store) {
                     bail!(
                         "{name} and {other} both write the store {}: a store has one writer",
@@ -485,15 +488,7 @@ impl HostFile {
     /// The forwarders' routes against the stores this host keeps (its sequencers' stores,
     /// its compositors' outputs and its replicas).
     fn check_routes(&self) -> Result<()> {
-        let mut kept: Vec<(u32, &Path)> = Vec::new();
-        for (_, r) in &self.roles {
-            match r {
-                RoleSpec::Sequencer(s) => kept.push((s.stream_id, &s.store)),
-                RoleSpec::Compositor(c) => kept.push((c.stream_id, &c.output)),
-                RoleSpec::Follow(f) => kept.push((f.common.stream_id, &f.common.store)),
-                RoleSpec::Serve(_) | RoleSpec::Forward(_) => {}
-            }
-        }
+        let kept: Vec<(u32, &Path)> = self.roles.iter().filter_map(|(_, r)| r.written()).collect();
         for (name, r) in &self.roles {
             if let RoleSpec::Forward(f) = r {
                 check_routes(&f.routes, &kept).with_context(|| format!("[[forward]] {name}"))?;
