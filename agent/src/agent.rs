@@ -138,10 +138,12 @@ impl AgentSink {
     /// Hands `agent` to the composite, which starts it at its next duty cycle. If the
     /// composite has closed, `agent` is dropped here (and so released: a sender's slot).
     pub fn add(&self, agent: Box<dyn Agent>) {
+        let mut agents = lock(&self.queue.agents);
+        // Read under the lock the composite's close takes to clear the queue, so an agent is
+        // either cleared by that close or refused here, never left queued behind it.
         if self.queue.closed.load(Ordering::Acquire) {
             return;
         }
-        let mut agents = lock(&self.queue.agents);
         agents.push(agent);
         self.queue.pending.store(true, Ordering::Release);
     }
@@ -285,8 +287,9 @@ impl Agent for CompositeAgent {
     /// order, even when one fails; the first error is returned.
     fn on_close(&mut self) -> Result<(), AgentError> {
         if let Some(q) = &self.inbox {
+            let mut queued = lock(&q.agents);
             q.closed.store(true, Ordering::Release);
-            lock(&q.agents).clear();
+            queued.clear();
             q.pending.store(false, Ordering::Release);
         }
         self.close_joined();
