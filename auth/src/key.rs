@@ -1,0 +1,378 @@
+//! Keys: where they come from (a file only its owner may read), what they are (256 bits
+//! derived from the file's bytes), and how one is replaced without a restart ([`Keyring`]).
+//!
+//! A key file holds the key material: its bytes, a trailing newline removed, from
+//! [`MIN_KEY_BYTES`] to [`MAX_KEY_BYTES`] of them (`head -c 32 /dev/urandom > FILE`, or any
+//! passphrase that long). The [`Key`] is BLAKE3's key derivation of that material under
+//! [`KEY_CONTEXT`], so every use sees 256 uniformly distributed bits. A file that group or
+//! others may read (or write) is refused: the permission is checked on the opened file, so a
+//! file swapped in between the check and the read cannot slip through.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Fewest bytes of key material: 128 bits.
+pub const MIN_KEY_BYTES: usize = 16;
+/// Most bytes of key material read from a file.
+pub const MAX_KEY_BYTES: usize = 4096;
+/// BLAKE3 key-derivation context of every seqstream key (globally unique, as BLAKE3's
+/// `derive_key` asks).
+pub const KEY_CONTEXT: &str = "seqstream 2026-12-01 peer authentication key v1";
+/// How often a [`Keyring`] looks at its file (by the caller's monotonic clock).
+pub const RELOAD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Why a key file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The file cannot be opened, examined or read.
+    #[error("key file {}: {source}", path.display())]
+    Io {
+        /// The key file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Group or others may read or write it.
+    #[error("key file {}: mode {mode:04o} lets group or others read or write it (chmod 600 it)", path.display())]
+    Permissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Too few or too many bytes of key material.
+    #[error("key file {}: {len} bytes of key material; a key needs {MIN_KEY_BYTES} to {MAX_KEY_BYTES} (make one with `head -c 32 /dev/urandom > FILE`)", path.display())]
+    Length {
+        /// The key file.
+        path: PathBuf,
+        /// Bytes it holds (a trailing newline removed).
+        len: usize,
+    },
+}
+
+/// A 256-bit key. Its `Debug` shows only its [fingerprint](Key::fingerprint).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key {
+    bytes: [u8; 32],
+}
+
+impl Key {
+    /// The key derived from `material` (any length; a file's is checked by [`Key::read`]).
+    pub fn from_material(material: &[u8]) -> Key {
+        Key::from_bytes(blake3::derive_key(KEY_CONTEXT, material))
+    }
+
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Key {
+        Key { bytes }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.bytes
+    }
+
+    /// Reads the key in `path`: refused when group or others may read or write the file, or
+    /// when it holds fewer than [`MIN_KEY_BYTES`] or more than [`MAX_KEY_BYTES`].
+    pub fn read(path: &Path) -> Result<Key, KeyError> {
+        Ok(Key::from_material(&read_material(path)?.0))
+    }
+
+    /// Eight hex digits naming the key in logs: BLAKE3 of the key, so it says nothing of it.
+    pub fn fingerprint(&self) -> String {
+        blake3::hash(&self.bytes).to_hex()[..8].to_string()
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({})", self.fingerprint())
+    }
+}
+
+/// What identifies a version of a file: a rewrite or a rename over it changes one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    Stamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    }
+}
+
+/// The material in `path` and its file's stamp, checked.
+fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
+    let io = |source| KeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Permissions {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    let mut material = Vec::new();
+    file.by_ref()
+        .take(MAX_KEY_BYTES as u64 + 2)
+        .read_to_end(&mut material)
+        .map_err(io)?;
+    while material.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        material.pop();
+    }
+    if !(MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&material.len()) {
+        return Err(KeyError::Length {
+            path: path.to_path_buf(),
+            len: material.len(),
+        });
+    }
+    Ok((material, stamp(&meta)))
+}
+
+/// A key replaced by a new one in its file ([`Keyring::poll`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    /// Fingerprint of the key that signed until now and still verifies for `overlap`.
+    pub previous: String,
+    /// Fingerprint of the key that signs from now on.
+    pub current: String,
+    /// How long the previous key stays valid.
+    pub overlap: Duration,
+}
+
+/// The keys of one peer relationship: the current key, which signs and verifies, and during a
+/// stated overlap after a rotation the previous one, which still verifies.
+///
+/// Rotation without a restart: write the new key into the file (a rename over it, or a
+/// rewrite) on both ends. Each end's keyring notices within [`RELOAD_CHECK_EVERY`] of its
+/// [`poll`](Keyring::poll)s; from then on it signs with the new key and accepts both until the
+/// overlap ends, so the two ends need not change at the same instant. A file that has become
+/// unusable (unreadable, too open, too short) keeps the keys in force and is reported by
+/// `poll`, every check until it is fixed.
+#[derive(Debug, Clone)]
+pub struct Keyring {
+    path: Option<PathBuf>,
+    current: Key,
+    /// The key before the last rotation and the monotonic time (ns) until which it verifies.
+    previous: Option<(Key, u64)>,
+    overlap: Duration,
+    stamp: Option<Stamp>,
+    last_check_ns: Option<u64>,
+}
+
+impl Keyring {
+    /// The keyring of the key file `path`, rotating with `overlap` (see [`Key::read`] for what
+    /// is refused).
+    pub fn open(path: &Path, overlap: Duration) -> Result<Keyring, KeyError> {
+        let (material, stamp) = read_material(path)?;
+        Ok(Keyring {
+            path: Some(path.to_path_buf()),
+            current: Key::from_material(&material),
+            previous: None,
+            overlap,
+            stamp: Some(stamp),
+            last_check_ns: None,
+        })
+    }
+
+    /// A keyring of one fixed key, read from no file (it never rotates).
+    pub fn fixed(key: Key) -> Keyring {
+        Keyring {
+            path: None,
+            current: key,
+            previous: None,
+            overlap: Duration::ZERO,
+            stamp: None,
+            last_check_ns: None,
+        }
+    }
+
+    /// The key file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The key that signs.
+    pub fn signing(&self) -> &Key {
+        &self.current
+    }
+
+    /// The keys that verify at monotonic time `now_ns`: the current one, then the previous
+    /// one while its overlap lasts.
+    pub fn verifying(&self, now_ns: u64) -> impl Iterator<Item = &Key> {
+        let previous = self
+            .previous
+            .as_ref()
+            .filter(|(_, until)| now_ns < *until)
+            .map(|(k, _)| k);
+        std::iter::once(&self.current).chain(previous)
+    }
+
+    /// The first key valid at `now_ns` under which `tag` is the tag of `parts` for `label`.
+    pub fn verify(
+        &self,
+        now_ns: u64,
+        label: crate::Label,
+        parts: &[&[u8]],
+        tag: &[u8],
+    ) -> Option<&Key> {
+        self.verifying(now_ns).find(|k| k.verify(label, parts, tag))
+    }
+
+    /// Looks at the key file if [`RELOAD_CHECK_EVERY`] has passed since the last look, and
+    /// rotates to the key it holds now if that changed. `Ok(Some(_))` on a rotation; an error
+    /// (the keys in force are kept) when the file changed and cannot be used.
+    pub fn poll(&mut self, now_ns: u64) -> Result<Option<Rotation>, KeyError> {
+        let Some(path) = self.path.clone() else {
+            return Ok(None);
+        };
+        let every = RELOAD_CHECK_EVERY.as_nanos() as u64;
+        if self
+            .last_check_ns
+            .is_some_and(|last| now_ns.saturating_sub(last) < every)
+        {
+            return Ok(None);
+        }
+        self.last_check_ns = Some(now_ns);
+        let meta = std::fs::metadata(&path).map_err(|source| KeyError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if self.stamp == Some(stamp(&meta)) {
+            return Ok(None);
+        }
+        let (material, stamp) = read_material(&path)?;
+        self.stamp = Some(stamp);
+        let key = Key::from_material(&material);
+        if key == self.current {
+            return Ok(None);
+        }
+        let previous = std::mem::replace(&mut self.current, key);
+        let rotation = Rotation {
+            previous: previous.fingerprint(),
+            current: self.current.fingerprint(),
+            overlap: self.overlap,
+        };
+        self.previous = Some((previous, now_ns + self.overlap.as_nanos() as u64));
+        Ok(Some(rotation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+    use crate::Label;
+
+    fn write_key(path: &Path, material: &[u8], mode: u32) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, material).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn a_key_file_others_may_read_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k");
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o602] {
+            write_key(&p, b"0123456789abcdef\n", mode);
+            let e = Key::read(&p).unwrap_err();
+            assert!(
+                matches!(e, KeyError::Permissions { mode: m, .. } if m == mode),
+                "{e}"
+            );
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        write_key(&p, b"0123456789abcdef\n", 0o600);
+        assert_eq!(
+            Key::read(&p).unwrap(),
+            Key::from_material(b"0123456789abcdef"),
+            "a trailing newline is not material"
+        );
+        write_key(&p, b"0123456789abcdef", 0o400);
+        Key::read(&p).unwrap();
+    }
+
+    #[test]
+    fn short_long_and_missing_key_files_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k");
+        write_key(&p, b"s3cret\n", 0o600);
+        assert!(matches!(
+            Key::read(&p),
+            Err(KeyError::Length { len: 6, .. })
+        ));
+        write_key(&p, &vec![b'x'; MAX_KEY_BYTES + 1], 0o600);
+        assert!(matches!(Key::read(&p), Err(KeyError::Length { .. })));
+        assert!(matches!(
+            Key::read(&d.path().join("none")),
+            Err(KeyError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_shows_a_fingerprint_never_the_key() {
+        let k = Key::from_material(b"0123456789abcdef");
+        let shown = format!("{k:?}");
+        assert_eq!(shown, format!("Key({})", k.fingerprint()));
+        assert!(!shown.contains("0123"));
+    }
+
+    #[test]
+    fn a_rotation_keeps_the_previous_key_valid_for_the_overlap_only() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("k");
+        write_key(&p, b"old key material 1234", 0o600);
+        let overlap = Duration::from_secs(10);
+        let mut ring = Keyring::open(&p, overlap).unwrap();
+        let old = ring.signing().clone();
+        let sec = 1_000_000_000u64;
+        assert_eq!(ring.poll(0).unwrap(), None);
+        write_key(&p, b"new key material 5678", 0o600);
+        assert_eq!(
+            ring.poll(sec / 2).unwrap(),
+            None,
+            "looked less than 1 s ago"
+        );
+        let r = ring.poll(sec).unwrap().expect("rotated");
+        let new = Key::from_material(b"new key material 5678");
+        assert_eq!(r.previous, old.fingerprint());
+        assert_eq!(r.current, new.fingerprint());
+        assert_eq!(ring.signing(), &new);
+        let t_old = old.tag(Label::Datagram, &[b"m"]);
+        assert!(ring
+            .verify(sec + 9 * sec, Label::Datagram, &[b"m"], &t_old)
+            .is_some());
+        assert!(ring
+            .verify(sec + 10 * sec, Label::Datagram, &[b"m"], &t_old)
+            .is_none());
+        // A broken replacement is reported and changes nothing.
+        write_key(&p, b"new key but world-readable", 0o644);
+        assert!(matches!(
+            ring.poll(3 * sec),
+            Err(KeyError::Permissions { .. })
+        ));
+        assert_eq!(ring.signing(), &new);
+        assert!(
+            matches!(ring.poll(4 * sec), Err(KeyError::Permissions { .. })),
+            "every check until fixed"
+        );
+        // Rewritten with the same key: no rotation.
+        write_key(&p, b"new key material 5678\n", 0o600);
+        assert_eq!(ring.poll(5 * sec).unwrap(), None);
+    }
+}

@@ -1,0 +1,92 @@
+//! The message authentication code: keyed BLAKE3 over a one-byte [`Label`] and the message's
+//! parts, truncated to its first [`TAG_LEN`] bytes, and compared in constant time.
+//!
+//! The label separates uses: a tag made for a datagram is not a valid tag of a NAK, a
+//! handshake proof or a replication message of the same bytes under the same key.
+
+use subtle::ConstantTimeEq;
+
+use crate::key::Key;
+
+/// Bytes of a tag: 128 bits of keyed BLAKE3's output.
+pub const TAG_LEN: usize = 16;
+
+/// A message authentication code.
+pub type Tag = [u8; TAG_LEN];
+
+/// What a tag authenticates: hashed first, so one key's tags for one use never verify for
+/// another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Label {
+    /// An inbound datagram, iodaemon → sequencer.
+    Datagram = 1,
+    /// A NAK, sequencer → iodaemon.
+    Nak = 2,
+    /// The replica's handshake proof.
+    ClientProof = 3,
+    /// The upstream's handshake proof.
+    ServerProof = 4,
+    /// The session key of messages upstream → replica.
+    FromUpstream = 5,
+    /// The session key of messages replica → upstream.
+    FromReplica = 6,
+}
+
+/// Whether `tag` is `expected`, in constant time (a tag of another length never is).
+pub(crate) fn tags_equal(expected: &Tag, tag: &[u8]) -> bool {
+    tag.len() == TAG_LEN && bool::from(expected.ct_eq(tag))
+}
+
+impl Key {
+    /// The tag of `parts`, in order, for `label`.
+    pub fn tag(&self, label: Label, parts: &[&[u8]]) -> Tag {
+        let hash = self.hash(label, parts);
+        let mut tag = [0; TAG_LEN];
+        tag.copy_from_slice(&hash.as_bytes()[..TAG_LEN]);
+        tag
+    }
+
+    /// Whether `tag` is the tag of `parts` for `label`, compared in constant time (a tag of
+    /// another length never is).
+    pub fn verify(&self, label: Label, parts: &[&[u8]], tag: &[u8]) -> bool {
+        tags_equal(&self.tag(label, parts), tag)
+    }
+
+    /// A key derived from this one for `label` and `parts` (the full 256-bit output).
+    pub(crate) fn derive(&self, label: Label, parts: &[&[u8]]) -> Key {
+        Key::from_bytes(*self.hash(label, parts).as_bytes())
+    }
+
+    fn hash(&self, label: Label, parts: &[&[u8]]) -> blake3::Hash {
+        let mut h = blake3::Hasher::new_keyed(self.bytes());
+        h.update(&[label as u8]);
+        for p in parts {
+            h.update(p);
+        }
+        h.finalize()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_verifies_only_for_its_key_label_and_bytes() {
+        let k = Key::from_material(b"0123456789abcdef0123");
+        let other = Key::from_material(b"0123456789abcdef0124");
+        let t = k.tag(Label::Datagram, &[b"head", b"body"]);
+        assert!(
+            k.verify(Label::Datagram, &[b"headbody"], &t),
+            "parts are concatenated"
+        );
+        assert!(!k.verify(Label::Nak, &[b"headbody"], &t));
+        assert!(!other.verify(Label::Datagram, &[b"headbody"], &t));
+        assert!(!k.verify(Label::Datagram, &[b"headbodz"], &t));
+        assert!(!k.verify(Label::Datagram, &[b"headbody"], &t[..15]));
+        let mut bad = t;
+        bad[7] ^= 1;
+        assert!(!k.verify(Label::Datagram, &[b"headbody"], &bad));
+    }
+}
