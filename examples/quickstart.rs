@@ -131,6 +131,7 @@ impl Infrastructure {
                 recv_buffer: None,
                 heartbeat: Some(Duration::from_millis(100)),
                 nak_interval: Duration::from_millis(1),
+                keys: Default::default(),
             },
             &CountersWriter::create(&dir.join("sequencer.counters"), 64)?,
         )?;
@@ -146,6 +147,7 @@ impl Infrastructure {
                 mtu: 1400,
                 resend_timeout: Duration::from_millis(200),
                 epoch: 1,
+                keys: Default::default(),
             },
             &CountersWriter::create(&dir.join("iodaemon.counters"), 64)?,
         )?;

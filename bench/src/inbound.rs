@@ -1,7 +1,10 @@
 //! `bench inbound`: an application's `offer()` → the frame committed in the sequencer's
 //! store, through the iodaemon's forwarder and the sequencer over loopback UDP: latency (one
 //! message in flight) next to a raw UDP one-way hop over the same path, and throughput of
-//! 64-byte messages next to raw UDP carrying the same bytes in MTU-sized datagrams.
+//! 64-byte messages next to raw UDP carrying the same bytes in MTU-sized datagrams. The
+//! latency case runs twice in the same run: unauthenticated, and with the source's datagrams
+//! and NAKs signed and checked (`offer_to_committed_64B_authenticated`, issue 16), so the
+//! cost of authentication reads as the difference of two ratios to one floor.
 //!
 //! Four busy threads (application, forwarder, sequencer, store reader) share the cores here,
 //! so all of them, and both ends of the floor, wait with `sched_yield`.
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use seqstream_agent::counters::CountersWriter;
+use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
@@ -60,8 +64,24 @@ impl Drop for Path3 {
     }
 }
 
-/// A sequencer and a forwarder for one outbox, each on its own thread.
-fn start(dir: &Path, name: &str) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
+/// A sequencer and a forwarder for one outbox, each on its own thread; with `signed`, the
+/// source has a key on both.
+fn start(
+    dir: &Path,
+    name: &str,
+    signed: bool,
+) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
+    let keys = || -> std::collections::HashMap<u32, Keyring> {
+        if signed {
+            [(
+                1,
+                Keyring::fixed(Key::from_material(b"the inbound bench's source key")),
+            )]
+            .into()
+        } else {
+            Default::default()
+        }
+    };
     let store = dir.join(format!("{name}-stream"));
     let outbox = dir.join(format!("{name}.outbox"));
     drop(Outbox::open_or_create(
@@ -81,6 +101,7 @@ fn start(dir: &Path, name: &str) -> Result<(Path3, std::path::PathBuf, std::path
             recv_buffer: Some(8 << 20),
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: keys(),
         },
         &counters,
     )?;
@@ -97,6 +118,7 @@ fn start(dir: &Path, name: &str) -> Result<(Path3, std::path::PathBuf, std::path
             mtu: MTU,
             resend_timeout: Duration::from_millis(500),
             epoch: 1,
+            keys: keys(),
         },
         &fcounters,
     )?;
@@ -131,37 +153,15 @@ fn offer_until_accepted(out: &mut Outbox, payload: &[u8]) {
     }
 }
 
-pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
-    let (samples, messages) = if args.quick {
-        (1_000, 20_000)
-    } else {
-        (args.samples, args.messages)
-    };
-    let scratch = tempfile::Builder::new()
-        .prefix("seqstream-bench-inbound-")
-        .tempdir()
-        .context("creating a scratch dir")?;
-    let dir = scratch.path();
-
-    // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
-    let rx = UdpSocket::bind("127.0.0.1:0")?;
-    rx.set_nonblocking(true)?;
-    let tx = UdpSocket::bind("127.0.0.1:0")?;
-    tx.connect(rx.local_addr()?)?;
-    let mut got = [0u8; 64];
-    let floor = ping(
-        samples,
-        YIELDING,
-        move |stamp| {
-            tx.send(&stamp.to_le_bytes()).expect("udp send");
-        },
-        move || match rx.recv(&mut got) {
-            Ok(8) => Some(u64::from_le_bytes(got[..8].try_into().expect("8 bytes"))),
-            _ => None,
-        },
-    )?;
-
-    let (running, store, outbox) = start(dir, "lat")?;
+/// `offer()` → committed latency, one message in flight, through a sequencer and forwarder
+/// started for it (`signed`: the source authenticates).
+fn offer_latency(
+    dir: &Path,
+    name: &str,
+    samples: u64,
+    signed: bool,
+) -> Result<hdrhistogram::Histogram<u64>> {
+    let (running, store, outbox) = start(dir, name, signed)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     offer_until_accepted(&mut out, &[0u8; 64]);
     let mut tailer = Tailer::open_with(&store, TailerOptions::default());
@@ -195,11 +195,52 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         },
     )?;
     drop(running);
-    emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &h, &floor)?;
+    Ok(h)
+}
+
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    let (samples, messages) = if args.quick {
+        (1_000, 20_000)
+    } else {
+        (args.samples, args.messages)
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("seqstream-bench-inbound-")
+        .tempdir()
+        .context("creating a scratch dir")?;
+    let dir = scratch.path();
+
+    // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    rx.set_nonblocking(true)?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    let mut got = [0u8; 64];
+    let floor = ping(
+        samples,
+        YIELDING,
+        move |stamp| {
+            tx.send(&stamp.to_le_bytes()).expect("udp send");
+        },
+        move || match rx.recv(&mut got) {
+            Ok(8) => Some(u64::from_le_bytes(got[..8].try_into().expect("8 bytes"))),
+            _ => None,
+        },
+    )?;
+    let plain = offer_latency(dir, "lat", samples, false)?;
+    let signed = offer_latency(dir, "lat-auth", samples, true)?;
+    emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &plain, &floor)?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "offer_to_committed_64B_authenticated",
+        &signed,
+        &floor,
+    )?;
 
     // Throughput: the application offers as fast as it can; timed until all are committed.
     let udp_floor = udp_msgs_per_s(messages)?;
-    let (running, store, outbox) = start(dir, "tput")?;
+    let (running, store, outbox) = start(dir, "tput", false)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     let committed = Arc::new(AtomicU64::new(0));
     let payload = [7u8; 64];

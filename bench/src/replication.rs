@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::{AgentRunner, Idle, RunnerConfig};
+use seqstream_auth::{Key, Keyring};
 use seqstream_replication::follower::{Follower, FollowerConfig};
-use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
@@ -55,7 +55,10 @@ pub(crate) struct Args {
 
 const BENCH: &str = "replication";
 const STREAM: u32 = 1;
-const SECRET: &[u8] = b"bench";
+/// The replication key of the bench's server and followers.
+fn keys() -> Keyring {
+    Keyring::fixed(Key::from_material(b"the replication bench's key"))
+}
 /// Every thread of these cases yields when it waits: there are more of them than cores.
 const YIELDING: Pinning = Pinning {
     writer: None,
@@ -98,12 +101,7 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
-    let mut cfg = ServerConfig::new(
-        primary.clone(),
-        STREAM,
-        "127.0.0.1:0".parse()?,
-        SECRET.to_vec(),
-    );
+    let mut cfg = ServerConfig::new(primary.clone(), STREAM, "127.0.0.1:0".parse()?, keys());
     cfg.idle = idle.clone();
     cfg.max_consumers = followers + 1;
     let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
@@ -125,7 +123,7 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
     for i in 0..followers {
         let replica = dir.join(format!("{name}-replica-{i}"));
         let cpath = dir.join(format!("{name}-follower-{i}.counters"));
-        let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, SECRET.to_vec());
+        let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, keys());
         fcfg.store_config = store_cfg();
         let w = CountersWriter::create(&cpath, 64)?;
         let f = Follower::new(fcfg, &w)?;
@@ -249,24 +247,18 @@ fn tcp_bandwidth(bytes: u64) -> Result<f64> {
     Ok(sent as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// A replica that reads slowly: hello, then 4 KiB every millisecond.
+/// A replica that reads slowly: its handshake, then 4 KiB every millisecond.
 fn slow_peer(addr: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let Ok(mut s) = TcpStream::connect(addr) else {
+        let Ok(s) = TcpStream::connect(addr) else {
             return;
         };
-        let mut hello = Vec::new();
-        protocol::encode(
-            &Msg::Hello {
-                stream_id: STREAM,
-                resume_position: 0,
-                credentials: SECRET,
-            },
-            &mut hello,
-        );
-        if s.write_all(&hello).is_err() {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut peer = seqstream_replication::peer::Peer::new(s);
+        if peer.handshake_as_replica(STREAM, 0, &keys()).is_err() {
             return;
         }
+        let mut s = peer.stream;
         let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
         let mut buf = [0u8; 4096];
         while !stop.load(Ordering::Relaxed) {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use seqstream_agent::daemon::{PlacementArgs, Role, RoleContext};
 use seqstream_agent::host::Hosted;
+use seqstream_auth::sources::SourceKeyArgs;
 
 use crate::forwarder::{Forwarder, ForwarderConfig, Route};
 
@@ -36,6 +37,9 @@ pub struct ForwardArgs {
     /// Session epoch written in every datagram.
     #[arg(long, default_value_t = 1)]
     pub epoch: u32,
+    /// The keys of the sources whose datagrams are signed.
+    #[command(flatten)]
+    pub keys: SourceKeyArgs,
     /// The forwarder's thread (and, in the iodaemon, the error policy of its replication
     /// clients too).
     #[command(flatten)]
@@ -90,6 +94,7 @@ impl Role for ForwardArgs {
             mtu: self.mtu,
             resend_timeout: Duration::from_millis(self.resend_timeout_ms),
             epoch: self.epoch,
+            keys: self.keys.open().context("reading the sources' key files")?,
         };
         let forwarder = Forwarder::open(cfg, &ctx.counters).context("opening the outboxes")?;
         tracing::info!(bind = %forwarder.local_addr(), outboxes = self.outboxes.len(), "forwarding");

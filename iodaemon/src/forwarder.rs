@@ -4,6 +4,12 @@
 //! them in the outbox; resends what stays unconfirmed past the resend timeout, and at once
 //! from the `source_seq` a NAK names. UDP loss therefore costs latency, never data: a message
 //! leaves the outbox only once it is in the sequenced stream.
+//!
+//! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
+//! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
+//! a counter that never repeats, and a keyed BLAKE3 tag), and a NAK for it is acted on only
+//! when its own trailer verifies under the key and its counter is new to the source's replay
+//! window (a recorded NAK sent again is refused, and counted as a bad NAK).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -13,6 +19,8 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_auth::trailer::{self, TRAILER_LEN};
+use seqstream_auth::{Keyring, Label, ReplayWindow};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
@@ -44,6 +52,9 @@ pub struct ForwarderConfig {
     pub resend_timeout: Duration,
     /// Session epoch put in every datagram.
     pub epoch: u32,
+    /// The keys of the sources that sign their datagrams, by source id (each must be the
+    /// source of an outbox). Empty: no datagram is signed.
+    pub keys: std::collections::HashMap<u32, Keyring>,
 }
 
 /// Errors that stop the forwarder.
@@ -74,6 +85,8 @@ pub enum Error {
 
 /// Bytes of a datagram before its messages: SBE header, block, group header.
 const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
+/// Bytes of a NAK: SBE header and block.
+const NAK_LEN: usize = 8 + wire::NakDecoder::BLOCK_LENGTH as usize;
 /// Bytes of one message entry before its payload: template id (the group's block) and the
 /// payload's length.
 const MESSAGE_OVERHEAD: usize = 2 + 2;
@@ -87,6 +100,9 @@ struct Link {
     sent: u64,
     /// When (monotonic ns) the link last sent or resent.
     last_sent_ns: u64,
+    /// Its source's keys, when it signs, and the `(epoch, counter)` pairs of the NAKs for it
+    /// accepted.
+    auth: Option<(Keyring, ReplayWindow)>,
 }
 
 /// A message of the batch being sent: its payload is `payloads[start..end]`.
@@ -129,6 +145,8 @@ struct Counters {
     in_flight: Counter,
     bad_naks: Counter,
     stale_naks: Counter,
+    key_rotations: Counter,
+    key_errors: Counter,
 }
 
 /// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
@@ -149,6 +167,10 @@ pub struct Forwarder {
     clock: Clock,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
+    key_warn: LimitedWarn,
+    /// Counter of the next signed datagram: starts at the realtime clock (ns) at open, so a
+    /// restarted forwarder's counters lie above every one it used before.
+    counter: u64,
 }
 
 impl Forwarder {
@@ -181,13 +203,30 @@ impl Forwarder {
                         reader.stream_id()
                     ))
                 })?;
+            let auth = cfg
+                .keys
+                .get(&reader.source_id())
+                .map(|k| (k.clone(), ReplayWindow::default()));
+            if auth.is_none() && !cfg.keys.is_empty() {
+                tracing::warn!(source_id = reader.source_id(), outbox = %path.display(), "this source has no key: its datagrams are not signed");
+            }
             links.push(Link {
                 reader,
                 route,
                 confirmed: 0,
                 sent: 0,
                 last_sent_ns: clock.monotonic_ns(),
+                auth,
             });
+        }
+        if let Some(id) = cfg
+            .keys
+            .keys()
+            .find(|id| !links.iter().any(|l| l.reader.source_id() == **id))
+        {
+            return Err(Error::Config(format!(
+                "a key for source {id}, which no outbox publishes as"
+            )));
         }
         let socket = UdpSocket::bind(cfg.bind).map_err(|e| Error::Io {
             op: "bind",
@@ -207,6 +246,8 @@ impl Forwarder {
             in_flight: counters.gauge("in flight").map_err(Error::Counters)?,
             bad_naks: c("bad naks")?,
             stale_naks: c("stale naks")?,
+            key_rotations: c("key rotations")?,
+            key_errors: c("key file errors")?,
         };
         let routes = cfg
             .routes
@@ -225,9 +266,11 @@ impl Forwarder {
             payloads: Vec::new(),
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
+            counter: clock.realtime_ns(),
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
             send_warn: LimitedWarn::new("send"),
+            key_warn: LimitedWarn::new("key file"),
             cfg,
         })
     }
@@ -248,6 +291,7 @@ impl Forwarder {
         }
         work += self.naks()?;
         let now = self.clock.monotonic_ns();
+        self.poll_keys(now);
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
@@ -263,6 +307,32 @@ impl Forwarder {
             .sum();
         self.counters.in_flight.set(in_flight);
         Ok(work)
+    }
+
+    /// Looks at the sources' key files (each at most once a second): a changed one rotates
+    /// its source's key, logged and counted; one that cannot be used keeps the keys in force,
+    /// and is counted and logged (rate-limited) until it is fixed.
+    fn poll_keys(&mut self, now: u64) {
+        for l in &mut self.links {
+            let Some((keys, _)) = &mut l.auth else {
+                continue;
+            };
+            match keys.poll(now) {
+                Ok(None) => {}
+                Ok(Some(r)) => {
+                    self.counters.key_rotations.incr();
+                    tracing::info!(source_id = l.reader.source_id(), previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
+                }
+                Err(e) => {
+                    self.counters.key_errors.incr();
+                    self.key_warn.warn(format_args!(
+                        "source {}: {e} (the keys in force are kept)",
+                        l.reader.source_id()
+                    ));
+                }
+            }
+        }
+        self.key_warn.tick();
     }
 
     /// Reads the local copies of the streams for our own messages.
@@ -361,10 +431,12 @@ impl Forwarder {
         let route = &self.routes[self.links[i].route].route;
         let (stream_id, to) = (route.stream_id, route.sequencer);
         let source_id = self.links[i].reader.source_id();
+        let signed = self.links[i].auth.is_some();
+        let overhead = DATAGRAM_OVERHEAD + if signed { TRAILER_LEN } else { 0 };
         let mut start = 0;
         while start < self.batch.len() {
             // Take messages while they fit (each costs its entry: template id and length).
-            let mut size = DATAGRAM_OVERHEAD;
+            let mut size = overhead;
             let mut end = start;
             while end < self.batch.len()
                 && (end == start || size + MESSAGE_OVERHEAD + self.batch[end].len() <= self.cfg.mtu)
@@ -380,7 +452,8 @@ impl Forwarder {
                 .set_stream_id(stream_id)
                 .set_source_id(source_id)
                 .set_session_epoch(self.cfg.epoch)
-                .set_first_source_seq(self.batch[start].source_seq);
+                .set_first_source_seq(self.batch[start].source_seq)
+                .set_flags(wire::DatagramFlags::default().with_authenticated(signed));
             {
                 let mut g = e.messages().expect("sized");
                 for b in &self.batch[start..end] {
@@ -394,7 +467,17 @@ impl Forwarder {
                         })?;
                 }
             }
-            let len = e.encoded_length();
+            let mut len = e.encoded_length();
+            if let Some((keys, _)) = &self.links[i].auth {
+                len = trailer::seal(
+                    keys.signing(),
+                    Label::Datagram,
+                    &mut self.out,
+                    len,
+                    self.counter,
+                );
+                self.counter += 1;
+            }
             // UDP may drop it; the resend timeout and NAKs cover that.
             match self.socket.send_to(&self.out[..len], to) {
                 Ok(_) => self.counters.datagrams.incr(),
@@ -419,7 +502,8 @@ impl Forwarder {
                 Err(_) => break,
             };
             work += 1;
-            match self.check_nak(len, from) {
+            let now = self.clock.monotonic_ns();
+            match self.check_nak(len, from, now) {
                 Ok(Some((i, from_seq))) => {
                     self.counters.naks.incr();
                     self.resend(i, from_seq)?;
@@ -441,8 +525,15 @@ impl Forwarder {
     /// The link and source seq to resend from that the NAK in `self.nak[..len]`, from `from`,
     /// asks for; `None` for a NAK of messages confirmed since (stale); an error saying why it
     /// cannot come from the link's sequencer: undecodable, from another address, of an unknown
-    /// source or stream, of another session epoch, or of messages never sent.
-    fn check_nak(&self, len: usize, from: SocketAddr) -> Result<Option<(usize, u64)>, String> {
+    /// source or stream, unsigned, forged or replayed for a source with a key, of another
+    /// session epoch, or of messages never sent. A signed NAK that passes is recorded in its
+    /// link's replay window.
+    fn check_nak(
+        &mut self,
+        len: usize,
+        from: SocketAddr,
+        now: u64,
+    ) -> Result<Option<(usize, u64)>, String> {
         let nak = wire::NakDecoder::decode(&self.nak[..len]).map_err(|e| e.to_string())?;
         let (stream, source, epoch, from_seq) = (
             nak.stream_id(),
@@ -478,6 +569,27 @@ impl Forwarder {
                 link.sent
             ));
         }
+        let accepted = match &link.auth {
+            Some((keys, window)) => {
+                let opened = trailer::open(keys, now, Label::Nak, &self.nak[..len])
+                    .map_err(|e| format!("source {source}: {e}"))?;
+                if opened.body.len() != NAK_LEN {
+                    return Err(format!(
+                        "source {source}: a NAK of {} bytes",
+                        opened.body.len()
+                    ));
+                }
+                window
+                    .check(epoch, opened.counter)
+                    .map_err(|e| format!("source {source}: replayed ({e})"))?;
+                Some(opened.counter)
+            }
+            None => None,
+        };
+        if let (Some((_, window)), Some(counter)) = (&mut self.links[i].auth, accepted) {
+            window.accept(epoch, counter);
+        }
+        let link = &self.links[i];
         Ok((from_seq > link.confirmed).then_some((i, from_seq)))
     }
 }

@@ -54,6 +54,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
             recv_buffer: Some(1 << 20),
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &seq_counters,
     )
@@ -74,6 +75,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
             // Never within the test: nothing is lost on loopback.
             resend_timeout: Duration::from_secs(3600),
             epoch: 1,
+            keys: Default::default(),
         },
         &io_counters,
     )

@@ -46,6 +46,7 @@ fn resends_follow_monotonic_time_only() {
             mtu: 1400,
             resend_timeout: Duration::from_millis(500),
             epoch: 1,
+            keys: Default::default(),
         },
         &w,
         clock.clock(),

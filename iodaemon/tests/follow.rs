@@ -49,12 +49,12 @@ fn follow_keeps_an_identical_replica_live_and_stops_cleanly() {
         .pretouch(false);
     let mut app = Appender::open_or_create(&primary, cfg).unwrap();
     append(&mut app, 500);
-    std::fs::write(d.path().join("secret"), "s3cret\n").unwrap();
+    seqstream_testkit::write_key(&d.path().join("secret"), "s3cret-key-material");
     let server_cfg = ServerConfig::new(
         primary.clone(),
         STREAM,
         "127.0.0.1:0".parse().unwrap(),
-        b"s3cret".to_vec(),
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"s3cret-key-material")),
     );
     let server = Server::bind(
         server_cfg,
@@ -110,7 +110,7 @@ fn configurations_that_cannot_work_are_refused_at_start() {
     let d = tempfile::tempdir().unwrap();
     let outbox = d.path().join("app.outbox");
     drop(Outbox::open_or_create(&outbox, 1, STREAM, 1 << 16, 16).unwrap());
-    std::fs::write(d.path().join("secret"), "s3cret\n").unwrap();
+    seqstream_testkit::write_key(&d.path().join("secret"), "s3cret-key-material");
     let store = d.path().join("r").display().to_string();
     let run = |extra: &[String]| {
         Command::new(env!("CARGO_BIN_EXE_iodaemon"))

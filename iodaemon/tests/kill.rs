@@ -43,6 +43,7 @@ fn sequencer_child_role() {
             recv_buffer: Some(4 << 20),
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &counters,
     )

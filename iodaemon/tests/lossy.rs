@@ -114,6 +114,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
             recv_buffer: Some(4 << 20),
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &counters,
     )
@@ -141,6 +142,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
             mtu: 1400,
             resend_timeout: Duration::from_millis(20),
             epoch: 1,
+            keys: Default::default(),
         },
         &fcounters,
     )

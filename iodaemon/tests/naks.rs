@@ -96,6 +96,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
             // Never within the test: only NAKs may trigger a resend.
             resend_timeout: Duration::from_secs(3600),
             epoch: EPOCH,
+            keys: Default::default(),
         },
         &w,
     )

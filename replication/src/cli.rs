@@ -4,13 +4,14 @@
 //! configured one way wherever it runs.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use seqstream_agent::daemon::{Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Idle, OnError};
+use seqstream_auth::Keyring;
 use seqstream_store::FlushPolicy;
 
 use crate::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
@@ -22,6 +23,8 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 5000;
 /// The default `--max-consumers`.
 pub const DEFAULT_MAX_CONSUMERS: u16 = 16;
+/// The default `--key-overlap-ms`.
+pub const DEFAULT_KEY_OVERLAP_MS: u64 = 60_000;
 /// The default `--max-batch`, bytes.
 pub const DEFAULT_MAX_BATCH: u32 = 256 << 10;
 
@@ -34,9 +37,15 @@ pub struct Common {
     /// Stream id of the store.
     #[arg(long)]
     pub stream_id: u32,
-    /// File holding the shared secret (its bytes, trailing newline removed).
+    /// Key file of the shared replication key: 16 to 4096 bytes of key material (a trailing
+    /// newline removed), readable by its owner only. Both ends prove they hold it by
+    /// challenge and response; it never crosses the wire. Rewritten, it is taken within a
+    /// second, and the previous key stays valid for `--key-overlap-ms`.
     #[arg(long)]
     pub secret_file: PathBuf,
+    /// After the key file changes, the previous key stays valid this many ms.
+    #[arg(long, default_value_t = DEFAULT_KEY_OVERLAP_MS)]
+    pub key_overlap_ms: u64,
     /// Idle strategy: busy-spin, yield, backoff, sleep:<N>us (of the senders' runners, or
     /// of the replication client's).
     #[arg(long, default_value = "backoff")]
@@ -104,9 +113,10 @@ pub struct FollowArgs {
     pub max_segment_size: u64,
 }
 
-/// The secret in `path` (its bytes, a trailing newline removed).
-pub fn secret(path: &Path) -> Result<Vec<u8>> {
-    crate::read_secret(path).with_context(|| path.display().to_string())
+/// The replication keyring of `c`'s key file.
+pub fn keys(c: &Common) -> Result<Keyring> {
+    Keyring::open(&c.secret_file, Duration::from_millis(c.key_overlap_ms))
+        .context("reading the replication key")
 }
 
 /// Fails unless every core of `cores` is one this process may run on.
@@ -142,12 +152,7 @@ impl Role for ServeArgs {
     /// its senders go to the context's sender host, or to runners of their own.
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let c = &self.common;
-        let mut cfg = ServerConfig::new(
-            c.store.clone(),
-            c.stream_id,
-            self.listen,
-            secret(&c.secret_file)?,
-        );
+        let mut cfg = ServerConfig::new(c.store.clone(), c.stream_id, self.listen, keys(c)?);
         cfg.allow = self.allow.clone();
         cfg.cores = self.cores.clone();
         cfg.idle = c.idle.clone();
@@ -198,12 +203,7 @@ impl Role for FollowArgs {
     /// inside it; what fails the agent is its replica's store.
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let c = &self.common;
-        let mut cfg = FollowerConfig::new(
-            c.store.clone(),
-            c.stream_id,
-            self.upstream,
-            secret(&c.secret_file)?,
-        );
+        let mut cfg = FollowerConfig::new(c.store.clone(), c.stream_id, self.upstream, keys(c)?);
         cfg.store_config = cfg.store_config.flush(self.flush);
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);

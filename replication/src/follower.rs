@@ -9,9 +9,8 @@
 //!
 //! ```text
 //!  Disconnected { until } ──(until passed)──▶ Connecting ──(connected)──▶ Handshaking
-//!        ▲                                   (non-blocking connect,     (hello sent, waiting
-//!        │                                    connect_timeout)           for the upstream's
-//!        │                                                               first message,
+//!        ▲                                   (non-blocking connect,     (hello, challenge,
+//!        │                                    connect_timeout)           both proofs,
 //!        │                                                               handshake_timeout)
 //!        │                                                                     │
 //!        └──── any session fault: counted, logged (rate-limited), ◀── Streaming ◀┘
@@ -27,6 +26,12 @@
 //! [`Appender::begin_replicated_segment`], so its files are byte-identical to the upstream's
 //! and a peer that lies (corrupt bytes, out-of-order data, a foreign segment header) gets the
 //! connection closed with nothing of its data written.
+//!
+//! The upstream is authenticated too: after the hello and its challenge, the replica proves
+//! it holds the replication key and waits for the upstream's proof (`seqstream_auth::
+//! handshake`); one that cannot prove it is refused as a lie (`Lie::Unproven`) before anything
+//! it sends is used. Every later message carries a session tag, checked before the message is
+//! decoded.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -36,6 +41,8 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_auth::handshake::{self, Nonce, SessionKeys, Transcript};
+use seqstream_auth::Keyring;
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{
     check_first_replicated_segment, Appender, StoreConfig, StoreError, SEGMENT_HEADER_PREFIX,
@@ -57,12 +64,14 @@ pub struct FollowerConfig {
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
-    /// The shared secret.
-    pub secret: Vec<u8>,
+    /// The shared replication key: the replica proves it holds it, and refuses an upstream
+    /// that cannot prove the same. Its file is looked at once a second, so a key rotates
+    /// without a restart.
+    pub keys: Keyring,
     /// A connect that has not completed after this long is abandoned (a session fault).
     pub connect_timeout: Duration,
-    /// Once connected, the upstream's first message (its answer to the hello) must arrive
-    /// within this long; the replica sends nothing but its hello until then.
+    /// Once connected, the handshake (hello, challenge, both proofs) must end within this
+    /// long.
     pub handshake_timeout: Duration,
     /// Heartbeat after this long without sending.
     pub heartbeat: Duration,
@@ -84,12 +93,12 @@ pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
 impl FollowerConfig {
     /// Defaults: 2 s connect timeout, 5 s handshake timeout, 100 ms heartbeats, 5 s peer
     /// timeout, reconnect 50 ms → 2 s, segments of at most [`DEFAULT_MAX_SEGMENT_SIZE`].
-    pub fn new(store: PathBuf, stream_id: u32, upstream: SocketAddr, secret: Vec<u8>) -> Self {
+    pub fn new(store: PathBuf, stream_id: u32, upstream: SocketAddr, keys: Keyring) -> Self {
         FollowerConfig {
             store,
             store_config: StoreConfig::new(stream_id),
             upstream,
-            secret,
+            keys,
             connect_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(5),
             heartbeat: Duration::from_millis(100),
@@ -113,6 +122,8 @@ struct Counters {
     errors: Counter,
     upstream_committed: Counter,
     lag_bytes: Counter,
+    key_rotations: Counter,
+    key_errors: Counter,
 }
 
 /// The rate-limited WARN lines of the sessions' ends, one per cause.
@@ -120,6 +131,7 @@ struct Warns {
     closed: LimitedWarn,
     lied: LimitedWarn,
     failed: LimitedWarn,
+    key: LimitedWarn,
 }
 
 impl Warns {
@@ -128,12 +140,18 @@ impl Warns {
             closed: LimitedWarn::new("replication session ended: closed by the upstream"),
             lied: LimitedWarn::new("replication session ended: the upstream lied"),
             failed: LimitedWarn::new("replication session ended"),
+            key: LimitedWarn::new("key file"),
         }
     }
 
     /// Logs the summaries owed for intervals that have ended.
     fn tick(&mut self) {
-        for w in [&mut self.closed, &mut self.lied, &mut self.failed] {
+        for w in [
+            &mut self.closed,
+            &mut self.lied,
+            &mut self.failed,
+            &mut self.key,
+        ] {
             w.tick();
         }
     }
@@ -146,9 +164,9 @@ pub enum Phase {
     Disconnected,
     /// A non-blocking connect in flight.
     Connecting,
-    /// Connected, hello sent; waiting for the upstream's first message.
+    /// Connected, in the handshake (hello, challenge, proofs).
     Handshaking,
-    /// The upstream has answered: data, acks and heartbeats flow.
+    /// Both ends proved they hold the key: data, acks and heartbeats flow.
     Streaming,
 }
 
@@ -181,6 +199,18 @@ struct Link {
     /// When (monotonic ns) the last message went out, and the last one came in.
     last_send_ns: u64,
     last_recv_ns: u64,
+    /// Where the handshake stands, and the session's keys once it is over.
+    auth: LinkAuth,
+}
+
+/// The replica's side of the handshake.
+enum LinkAuth {
+    /// The hello is sent with this nonce, from this position: waiting for the challenge.
+    Challenge { nonce: Nonce, resume: u64 },
+    /// The replica's proof is sent: waiting for the upstream's.
+    Proof(Transcript),
+    /// Both proofs verified: every message carries a session tag.
+    Session(SessionKeys),
 }
 
 /// What one cycle's reads brought.
@@ -196,6 +226,8 @@ struct Replica {
     cfg: FollowerConfig,
     appender: Option<Appender>,
     counters: Counters,
+    /// The replication key (rotated from its file).
+    keys: Keyring,
 }
 
 /// A replica of one stream, kept up to date from an upstream: the replication client agent.
@@ -237,6 +269,8 @@ impl Follower {
             errors: c("session errors")?,
             upstream_committed: pos("upstream committed position")?,
             lag_bytes: g("lag bytes")?,
+            key_rotations: c("key rotations")?,
+            key_errors: c("key file errors")?,
         };
         // New segments of a replica take the upstream's size: that of its active segment.
         let appender = match Appender::reopen_replica(&cfg.store, cfg.store_config.clone()) {
@@ -250,6 +284,7 @@ impl Follower {
         let replica = Replica {
             appender,
             counters,
+            keys: cfg.keys.clone(),
             cfg,
         };
         replica.publish_position();
@@ -352,11 +387,11 @@ impl Follower {
                 mut link,
                 deadline_ns,
             } => {
-                let r = self.replica.receive(&mut link)?;
-                if r.messages == 0 {
+                let r = self.replica.receive(&mut link, now)?;
+                if !matches!(link.auth, LinkAuth::Session(_)) {
                     if now > deadline_ns {
                         return Err(Error::Protocol(
-                            "no answer to the hello within the handshake timeout".into(),
+                            "the handshake did not end within the handshake timeout".into(),
                         ));
                     }
                     return Ok((State::Handshaking { link, deadline_ns }, r.work));
@@ -370,7 +405,7 @@ impl Follower {
                 Ok((State::Streaming { link }, work))
             }
             State::Streaming { mut link } => {
-                let r = self.replica.receive(&mut link)?;
+                let r = self.replica.receive(&mut link, now)?;
                 if r.messages > 0 {
                     link.last_recv_ns = now;
                 }
@@ -432,11 +467,12 @@ impl Follower {
         self.replica.counters.connects.incr();
         let mut outbox = Outbox::default();
         let mut scratch = Vec::with_capacity(256);
+        let nonce = handshake::nonce().map_err(|e| Error::io("getrandom", e))?;
         protocol::encode(
             &Msg::Hello {
                 stream_id: self.replica.cfg.store_config.stream_id,
                 resume_position: self.position(),
-                credentials: &self.replica.cfg.secret,
+                nonce: &nonce,
             },
             &mut scratch,
         );
@@ -452,6 +488,10 @@ impl Follower {
             unwritten: Unwritten::default(),
             last_send_ns: now,
             last_recv_ns: now,
+            auth: LinkAuth::Challenge {
+                nonce,
+                resume: self.position(),
+            },
         });
         Ok(State::Handshaking {
             link,
@@ -486,6 +526,28 @@ impl Follower {
     }
 }
 
+impl Follower {
+    /// Looks at the key file (at most once a second): a changed one rotates the key, logged
+    /// and counted; one that cannot be used keeps the keys in force, counted and logged
+    /// (rate-limited) until it is fixed.
+    fn poll_keys(&mut self, now: u64) {
+        let counters = &self.replica.counters;
+        match self.replica.keys.poll(now) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                counters.key_rotations.incr();
+                tracing::info!(role = %self.role, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
+            }
+            Err(e) => {
+                counters.key_errors.incr();
+                self.warns
+                    .key
+                    .warn(format_args!("{e} (the keys in force are kept)"));
+            }
+        }
+    }
+}
+
 /// The replication client as a role on the runtime.
 impl Agent for Follower {
     fn role_name(&self) -> &str {
@@ -500,6 +562,7 @@ impl Agent for Follower {
         let work = self.duty_cycle();
         if work == 0 {
             let now = self.clock.monotonic_ns();
+            self.poll_keys(now);
             if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
                 self.last_file_check_ns = now;
                 if let Some(a) = &self.replica.appender {
@@ -533,8 +596,9 @@ impl Replica {
     }
 
     /// Drains the outbox, then reads (a bounded number of times) and applies every whole
-    /// message as it arrives.
-    fn receive(&mut self, link: &mut Link) -> Result<Received> {
+    /// message as it arrives: a step of the handshake, or (its tag checked first) a message of
+    /// the session.
+    fn receive(&mut self, link: &mut Link, now: u64) -> Result<Received> {
         let mut r = Received::default();
         if !link
             .outbox
@@ -554,7 +618,56 @@ impl Replica {
             }
             while let Some(m) = link.inbox.next_message()? {
                 r.messages += 1;
-                r.wrote |= self.handle(protocol::decode(m)?, &mut link.unwritten)?;
+                let next = match &mut link.auth {
+                    LinkAuth::Session(macs) => {
+                        let msg = protocol::open(&mut macs.from_upstream, m)?;
+                        r.wrote |= self.handle(msg, &mut link.unwritten)?;
+                        continue;
+                    }
+                    LinkAuth::Challenge { nonce, resume } => match protocol::decode(m)? {
+                        Msg::Challenge { nonce: server } => {
+                            let t = Transcript {
+                                stream_id: self.cfg.store_config.stream_id,
+                                resume_position: *resume,
+                                client_nonce: *nonce,
+                                server_nonce: server.try_into().map_err(|_| {
+                                    Error::Protocol(format!("a nonce of {} bytes", server.len()))
+                                })?,
+                            };
+                            link.scratch.clear();
+                            protocol::encode(
+                                &Msg::Proof {
+                                    proof: &t.client_proof(self.keys.signing()),
+                                },
+                                &mut link.scratch,
+                            );
+                            link.outbox
+                                .send(&mut link.stream, &[&link.scratch])
+                                .map_err(|e| Error::io("write", e))?;
+                            LinkAuth::Proof(t)
+                        }
+                        other => {
+                            return Err(Error::Protocol(format!(
+                                "expected a challenge, got {other:?}"
+                            )))
+                        }
+                    },
+                    LinkAuth::Proof(t) => match protocol::decode(m)? {
+                        Msg::Proof { proof } => {
+                            let key = t
+                                .check_server_proof(&self.keys, now, proof)
+                                .ok_or(Lie::Unproven)?;
+                            tracing::info!(upstream = %self.cfg.upstream, key = %key.fingerprint(), "upstream authenticated");
+                            LinkAuth::Session(t.session(key))
+                        }
+                        other => {
+                            return Err(Error::Protocol(format!(
+                                "expected the upstream's proof, got {other:?}"
+                            )))
+                        }
+                    },
+                };
+                link.auth = next;
             }
             match fill {
                 Fill::Closed => return Err(Error::Closed),
@@ -575,21 +688,26 @@ impl Replica {
         clock: &mut Clock,
     ) -> Result<usize> {
         link.scratch.clear();
+        let LinkAuth::Session(macs) = &mut link.auth else {
+            return Ok(0); // nothing but the handshake before it is over
+        };
         if wrote {
             self.publish_position();
-            protocol::encode(
+            protocol::encode_sealed(
                 &Msg::Ack {
                     position: self.position(),
                     next_seq: self.next_seq(),
                 },
+                &mut macs.from_replica,
                 &mut link.scratch,
             );
         } else if now.saturating_sub(link.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
-            protocol::encode(
+            protocol::encode_sealed(
                 &Msg::Heartbeat {
                     committed_position: self.position(),
                     timestamp_ns: clock.realtime_ns(),
                 },
+                &mut macs.from_replica,
                 &mut link.scratch,
             );
         } else {
@@ -682,6 +800,9 @@ impl Replica {
                 Ok(false)
             }
             Msg::Hello { .. } => Err(Lie::Unexpected("hello").into()),
+            Msg::Challenge { .. } | Msg::Proof { .. } => {
+                Err(Error::Protocol("a handshake message in the session".into()))
+            }
             Msg::Ack { .. } => Err(Lie::Unexpected("ack").into()),
         }
     }

@@ -13,13 +13,15 @@
 //! |---|---|
 //! | [`cli`] | the roles' options (daemon flags, `seqstreamd` table keys) and their building |
 //! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
-//! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`) |
+//! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`), sealed after the handshake |
+//! | [`peer`] | the protocol over a blocking socket, for tools and tests that speak it by hand |
 //! | [`server`] | the upstream side: the acceptor agent (admission), one sender agent per replica |
 //! | [`follower`] | the replica side, an agent: connect, resume, check, write, acknowledge, reconnect |
 
 pub mod cli;
 pub mod follower;
 pub mod framing;
+pub mod peer;
 pub mod protocol;
 pub mod server;
 
@@ -56,7 +58,7 @@ pub enum Error {
     /// An upstream said something that cannot be true of the stream it serves.
     #[error("the upstream lied: {0}")]
     Lie(#[from] Lie),
-    /// The server refused the replica (address, credentials, stream, limit).
+    /// The server refused the replica (address, proof, stream, limit).
     #[error("refused: {0}")]
     Refused(String),
     /// The peer closed the connection.
@@ -110,15 +112,22 @@ pub enum Lie {
     /// A message only a replica sends.
     #[error("a {0} message, which only replicas send")]
     Unexpected(&'static str),
+    /// A handshake proof that does not verify under the replication key: whatever answers at
+    /// the upstream's address does not hold it.
+    #[error("its handshake proof does not verify: it does not hold the replication key")]
+    Unproven,
 }
 
 impl Error {
-    /// Whether the peer lied: a [`Lie`], or bytes the store refused as not continuing the
-    /// replica (`ReplicaMismatch`: a bad segment header or frame).
+    /// Whether the peer lied: a [`Lie`], bytes the store refused as not continuing the
+    /// replica (`ReplicaMismatch`: a bad segment header or frame), or a message whose session
+    /// tag fails (changed on the way, or forged).
     pub fn is_lie(&self) -> bool {
         matches!(
             self,
-            Error::Lie(_) | Error::Store(StoreError::ReplicaMismatch { .. })
+            Error::Lie(_)
+                | Error::Store(StoreError::ReplicaMismatch { .. })
+                | Error::Decode(protocol::ProtocolError::Session(_))
         )
     }
 
@@ -129,24 +138,6 @@ impl Error {
 
 /// Result alias of the replication crate.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// Reads a shared-secret file: its bytes with trailing newlines removed.
-///
-/// Errors: `Io` if the file cannot be read; `Config` if the secret is empty or longer than
-/// 65,535 bytes (the hello message carries its length in a `u16`).
-pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>> {
-    let mut s = std::fs::read(path).map_err(|e| Error::io("reading the secret file", e))?;
-    while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        s.pop();
-    }
-    if s.is_empty() || s.len() > u16::MAX as usize {
-        return Err(Error::Config(format!(
-            "{}: the secret must be 1 to 65535 bytes",
-            path.display()
-        )));
-    }
-    Ok(s)
-}
 
 /// An error and its sources, joined by `": "` (what `anyhow`'s `{:#}` prints), for logs.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -1,13 +1,19 @@
-//! The replication messages (SBE, `schemas/xml/wire.xml`, templates 10–14) and their encoding
+//! The replication messages (SBE, `schemas/xml/wire.xml`, templates 10–16) and their encoding
 //! behind a Simple Open Framing Header (see [`crate::framing`]).
 //!
 //! Conversation: the replica connects and sends `Hello` (stream id, resume position = its
-//! committed position, credentials). The upstream answers with `Segment` (the header of the
-//! segment holding the resume position), then `Data` (stream bytes from that position, whole
-//! frames as stored), a further `Segment` before the first data of each new segment, and
-//! `Heartbeat` when idle. The replica sends `Ack` (its committed position and next seq) after
-//! writing data, and `Heartbeat` when idle. Either side closes the connection on any fault.
+//! committed position, a fresh nonce). The upstream answers `Challenge` (its nonce); the
+//! replica sends its `Proof`, the upstream checks it and sends its own (`seqstream_auth::
+//! handshake`: both ends prove they hold the shared key, which never crosses the wire). From
+//! then on every message carries a session tag ([`encode_sealed`], [`open`]). The upstream
+//! sends `Segment` (the header of the segment holding the resume position), then `Data`
+//! (stream bytes from that position, whole frames as stored), a further `Segment` before the
+//! first data of each new segment, and `Heartbeat` when idle. The replica sends `Ack` (its
+//! committed position and next seq) after writing data, and `Heartbeat` when idle. Either side
+//! closes the connection on any fault.
 
+use seqstream_auth::session::{SessionError, SessionMac};
+use seqstream_auth::TAG_LEN;
 use seqstream_schemas::wire;
 use seqstream_store::SEGMENT_HEADER_PREFIX;
 
@@ -22,8 +28,18 @@ pub enum Msg<'a> {
         stream_id: u32,
         /// Position the upstream sends from (the replica's committed position).
         resume_position: u64,
-        /// The shared secret.
-        credentials: &'a [u8],
+        /// The replica's nonce (32 bytes when well formed).
+        nonce: &'a [u8],
+    },
+    /// Upstream → replica, the answer to a hello.
+    Challenge {
+        /// The upstream's nonce (32 bytes when well formed).
+        nonce: &'a [u8],
+    },
+    /// A handshake proof: the replica's, then the upstream's.
+    Proof {
+        /// A tag of the handshake transcript (16 bytes when well formed).
+        proof: &'a [u8],
     },
     /// Upstream → replica: the segment the following data belongs to.
     Segment {
@@ -67,6 +83,9 @@ pub enum ProtocolError {
     /// A `Segment` whose header is not exactly 64 bytes.
     #[error("segment header of {0} bytes")]
     BadSegmentHeader(usize),
+    /// A message whose session tag is wrong: changed, dropped, repeated or forged on the way.
+    #[error(transparent)]
+    Session(#[from] SessionError),
 }
 
 /// Decodes the SBE bytes of one message (SOFH already stripped).
@@ -75,8 +94,12 @@ pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
         wire::Message::ReplicationHello(m) => Msg::Hello {
             stream_id: m.stream_id(),
             resume_position: m.resume_position(),
-            credentials: m.credentials()?,
+            nonce: m.client_nonce()?,
         },
+        wire::Message::ReplicationChallenge(m) => Msg::Challenge {
+            nonce: m.server_nonce()?,
+        },
+        wire::Message::ReplicationProof(m) => Msg::Proof { proof: m.proof()? },
         wire::Message::ReplicationSegment(m) => {
             let h = m.header()?;
             Msg::Segment {
@@ -107,7 +130,8 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
     let start = out.len();
     let room = 64
         + match msg {
-            Msg::Hello { credentials, .. } => credentials.len(),
+            Msg::Hello { nonce, .. } | Msg::Challenge { nonce } => nonce.len(),
+            Msg::Proof { proof } => proof.len(),
             Msg::Data { bytes, .. } => bytes.len(),
             _ => SEGMENT_HEADER_PREFIX,
         };
@@ -115,18 +139,27 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
     let buf = &mut out[start + SOFH_LEN..];
     // The buffer is sized for the message above, so encoding cannot run out of room; the
     // only other failure (a var-data field over its length limit) is excluded by the callers'
-    // bounds (credentials <= 64 KiB are checked at configuration, data <= 16 MiB by batching).
+    // bounds (nonces and proofs are 32 and 16 bytes, data <= 16 MiB by batching).
     let len = match msg {
         Msg::Hello {
             stream_id,
             resume_position,
-            credentials,
+            nonce,
         } => {
             let mut e = wire::ReplicationHelloEncoder::new(buf).expect("sized");
             e.set_stream_id(*stream_id)
                 .set_resume_position(*resume_position);
-            e.set_credentials(credentials)
-                .expect("credentials <= 64 KiB");
+            e.set_client_nonce(nonce).expect("a nonce <= 64 KiB");
+            e.encoded_length()
+        }
+        Msg::Challenge { nonce } => {
+            let mut e = wire::ReplicationChallengeEncoder::new(buf).expect("sized");
+            e.set_server_nonce(nonce).expect("a nonce <= 64 KiB");
+            e.encoded_length()
+        }
+        Msg::Proof { proof } => {
+            let mut e = wire::ReplicationProofEncoder::new(buf).expect("sized");
+            e.set_proof(proof).expect("a proof <= 64 KiB");
             e.encoded_length()
         }
         Msg::Segment { index, header } => {
@@ -160,9 +193,27 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
     out.truncate(start + SOFH_LEN + len);
 }
 
-/// Appends the framing and SBE header of a `Data` message carrying `len` bytes at `position`,
-/// *without* the bytes: the sender writes them straight from the store mapping after it
-/// (a vectored write), so data is never copied on the way out.
+/// Appends `msg`, framed and followed by its session tag under `mac` (inside the framing
+/// length), to `out`: how every message after the handshake is sent.
+pub fn encode_sealed(msg: &Msg<'_>, mac: &mut SessionMac, out: &mut Vec<u8>) {
+    let start = out.len();
+    encode(msg, out);
+    let tag = mac.tag(&[&out[start + SOFH_LEN..]]);
+    out.extend_from_slice(&tag);
+    let len = out.len() - start - SOFH_LEN;
+    put_sofh(&mut out[start..], len);
+}
+
+/// Checks the session tag of a message received after the handshake (SOFH stripped), then
+/// decodes it.
+pub fn open<'a>(mac: &mut SessionMac, sbe: &'a [u8]) -> Result<Msg<'a>, ProtocolError> {
+    decode(mac.open(sbe)?)
+}
+
+/// Appends the framing and SBE header of a sealed `Data` message carrying `len` bytes at
+/// `position`, *without* the bytes or the tag: the sender writes the bytes straight from the
+/// store mapping after it, then the tag ([`data_tag`]), in one vectored write, so data is
+/// never copied on the way out.
 pub fn encode_data_prefix(position: u64, len: usize, out: &mut Vec<u8>) {
     let start = out.len();
     encode(
@@ -176,7 +227,13 @@ pub fn encode_data_prefix(position: u64, len: usize, out: &mut Vec<u8>) {
     // and the SOFH length to cover the `len` bytes that follow.
     let end = out.len();
     out[end - 4..].copy_from_slice(&(len as u32).to_le_bytes());
-    put_sofh(&mut out[start..], end - start - SOFH_LEN + len);
+    put_sofh(&mut out[start..], end - start - SOFH_LEN + len + TAG_LEN);
+}
+
+/// The session tag of a `Data` message: `prefix` as [`encode_data_prefix`] wrote it (its
+/// framing header included), then the bytes.
+pub fn data_tag(mac: &mut SessionMac, prefix: &[u8], bytes: &[u8]) -> seqstream_auth::Tag {
+    mac.tag(&[&prefix[SOFH_LEN..], bytes])
 }
 
 #[cfg(test)]
@@ -191,8 +248,10 @@ mod tests {
             Msg::Hello {
                 stream_id: 3,
                 resume_position: 4096,
-                credentials: b"secret",
+                nonce: &[1; 32],
             },
+            Msg::Challenge { nonce: &[2; 32] },
+            Msg::Proof { proof: &[3; 16] },
             Msg::Segment {
                 index: 2,
                 header: &header,
@@ -210,25 +269,55 @@ mod tests {
                 next_seq: 5,
             },
         ];
+        let session = || {
+            seqstream_auth::handshake::Transcript {
+                stream_id: 3,
+                resume_position: 4096,
+                client_nonce: [1; 32],
+                server_nonce: [2; 32],
+            }
+            .session(&seqstream_auth::Key::from_material(b"0123456789abcdef"))
+            .from_upstream
+        };
+        let (mut tx, mut rx) = (session(), session());
         let mut out = Vec::new();
-        for m in &msgs {
+        for m in &msgs[..3] {
             encode(m, &mut out);
         }
+        for m in &msgs[3..] {
+            encode_sealed(m, &mut tx, &mut out);
+        }
+        let start = out.len();
         encode_data_prefix(1000, 3, &mut out);
+        let tag = data_tag(&mut tx, &out[start..], &[9, 9, 9]);
         out.extend_from_slice(&[9, 9, 9]);
+        out.extend_from_slice(&tag);
         let mut inbox = Inbox::new(1 << 16, crate::framing::MAX_MESSAGE);
         let mut src = &out[..];
         while inbox.fill(&mut src).unwrap() != Fill::Closed {}
-        for m in &msgs {
+        for m in &msgs[..3] {
             assert_eq!(&decode(inbox.next_message().unwrap().unwrap()).unwrap(), m);
         }
+        for m in &msgs[3..] {
+            assert_eq!(
+                &open(&mut rx, inbox.next_message().unwrap().unwrap()).unwrap(),
+                m
+            );
+        }
+        let data = inbox.next_message().unwrap().unwrap().to_vec();
         assert_eq!(
-            decode(inbox.next_message().unwrap().unwrap()).unwrap(),
+            open(&mut rx.clone(), &data).unwrap(),
             Msg::Data {
                 position: 1000,
                 bytes: &[9, 9, 9]
             }
         );
+        let mut changed = data.clone();
+        changed[data.len() - TAG_LEN - 2] ^= 1;
+        assert!(matches!(
+            open(&mut rx, &changed),
+            Err(ProtocolError::Session(_))
+        ));
         assert!(inbox.next_message().unwrap().is_none());
     }
 

@@ -5,8 +5,8 @@
 //!
 //! ```text
 //!  listener ──▶ acceptor (mio: the listener and every connection in its handshake)
-//!                 │ address, handshake limit, hello (deadline), secret, stream, resume
-//!                 │ position, consumer slot
+//!                 │ address, handshake limit, hello (deadline), stream, challenge,
+//!                 │ the replica's proof, resume position, consumer slot
 //!                 ▼
 //!               sender[slot], owning its socket, its tailer and its slot's counters,
 //!               finished when its session ends; on its own AgentRunner (core
@@ -31,8 +31,11 @@
 //! Limits, and what happens at each (all counted and logged):
 //! - `max_consumers`: a connection beyond it is closed after accept (`refused limit`), and so
 //!   is one beyond `max_consumers` connections still in their handshake;
-//! - the peer's address must be in `allow`, its secret must match (compared in constant
-//!   time), its stream id must be the store's (`refused address`, `refused auth`);
+//! - the peer's address must be in `allow`, its stream id must be the store's, and it must
+//!   prove it holds the key: its proof of the handshake transcript must verify under a key of
+//!   [`ServerConfig::keys`] (`refused address`, `refused auth`). The server then proves the
+//!   same, and every later message of the session carries a session tag both ways
+//!   (`seqstream_auth::handshake`, `PROTOCOL.md`); a message whose tag fails ends the session;
 //! - `handshake_timeout`: a connection whose hello has not arrived by then is closed; it and
 //!   every other failed handshake but credentials and stream (a malformed or unexpected
 //!   message, a resume position that is no frame start) count as `refused handshake`;
@@ -64,8 +67,9 @@ use seqstream_agent::runner::ErrorChain;
 use seqstream_agent::{
     Agent, AgentError, AgentRunner, AgentSink, DutyCycle, Idle, OnError, RunnerConfig,
 };
+use seqstream_auth::handshake::{self, SessionKeys, Transcript};
+use seqstream_auth::{Keyring, Tag};
 use seqstream_store::{Tailer, TailerOptions};
-use subtle::ConstantTimeEq;
 
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::protocol::{self, Msg};
@@ -80,8 +84,9 @@ pub struct ServerConfig {
     pub stream_id: u32,
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// The shared secret replicas present.
-    pub secret: Vec<u8>,
+    /// The shared replication key, which replicas prove they hold (and the server proves it
+    /// holds too); its file is looked at once a second, so a key rotates without a restart.
+    pub keys: Keyring,
     /// Addresses replicas may connect from; anything else is refused.
     pub allow: Vec<IpAddr>,
     /// Where senders run. `None` (the default): each on a runner of its own, placed by
@@ -120,12 +125,12 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Defaults for serving `store` of `stream_id` on `listen`: backoff idling, 16 replicas,
     /// 256 KiB batches, 100 ms heartbeats, 5 s peer timeout.
-    pub fn new(store: PathBuf, stream_id: u32, listen: SocketAddr, secret: Vec<u8>) -> Self {
+    pub fn new(store: PathBuf, stream_id: u32, listen: SocketAddr, keys: Keyring) -> Self {
         ServerConfig {
             store,
             stream_id,
             listen,
-            secret,
+            keys,
             allow: vec![IpAddr::from([127, 0, 0, 1])],
             sender_host: None,
             cores: Vec::new(),
@@ -155,6 +160,8 @@ struct Counters {
     refused_handshake: Counter,
     disconnects: Counter,
     consumers: Counter,
+    key_rotations: Counter,
+    key_errors: Counter,
 }
 
 /// The rate-limited WARN lines of the server's refusals, one per cause, shared by the
@@ -167,6 +174,8 @@ struct Warns {
     handshake: LimitedWarn,
     limit: LimitedWarn,
     dropped: LimitedWarn,
+    auth: LimitedWarn,
+    key: LimitedWarn,
 }
 
 impl Warns {
@@ -178,6 +187,8 @@ impl Warns {
             handshake: LimitedWarn::new("refused: handshake failed"),
             limit: LimitedWarn::new("refused: consumer limit reached"),
             dropped: LimitedWarn::new("replica dropped"),
+            auth: LimitedWarn::new("refused: authentication failed"),
+            key: LimitedWarn::new("key file"),
         }
     }
 
@@ -189,6 +200,8 @@ impl Warns {
             &mut self.handshake,
             &mut self.limit,
             &mut self.dropped,
+            &mut self.auth,
+            &mut self.key,
         ] {
             w.tick();
         }
@@ -265,15 +278,33 @@ impl Drop for Lease {
     }
 }
 
-/// A connection in its handshake, registered with the acceptor's poll until its hello is in.
+/// A connection in its handshake, registered with the acceptor's poll until the replica's
+/// proof is in.
 struct Pending {
     stream: MioStream,
     peer: SocketAddr,
     inbox: Inbox,
     deadline_ns: u64,
+    /// What it waits for: the hello, or (the challenge sent) the replica's proof.
+    stage: Stage,
     /// The socket may have bytes (mio is edge-triggered: set by an event, cleared when a read
     /// would block).
     ready: bool,
+}
+
+/// Where a handshake stands.
+enum Stage {
+    Hello,
+    /// The challenge is sent: the transcript its proof must cover.
+    Proof(Transcript),
+}
+
+/// A replica that proved it holds the key: where it resumes, the session's keys, and the
+/// server's proof, its first message.
+struct Admitted {
+    resume: u64,
+    macs: SessionKeys,
+    proof: Tag,
 }
 
 /// The listener's poll token; connection `i` in its handshake is `Token(i + 1)`.
@@ -300,6 +331,8 @@ pub struct Server {
     last_poll_ns: Option<u64>,
     /// `repl-accept stream <id>`, the agent's role name.
     role: String,
+    /// The replication key: proofs are checked under it.
+    keys: Keyring,
 }
 
 impl Server {
@@ -328,6 +361,8 @@ impl Server {
             refused_handshake: c("refused handshake")?,
             disconnects: c("disconnects")?,
             consumers: g("consumers")?,
+            key_rotations: c("key rotations")?,
+            key_errors: c("key file errors")?,
         };
         let mut slots = Vec::with_capacity(cfg.max_consumers);
         for i in 0..cfg.max_consumers {
@@ -341,6 +376,7 @@ impl Server {
         }
         Ok(Server {
             role: format!("repl-accept stream {}", cfg.stream_id),
+            keys: cfg.keys.clone(),
             clock: cfg.clock.clone(),
             last_poll_ns: None,
             pending: (0..cfg.max_consumers).map(|_| None).collect(),
@@ -396,6 +432,7 @@ impl Server {
             peer,
             inbox: Inbox::new(4096, MAX_HELLO),
             deadline_ns: now + self.cfg.handshake_timeout.as_nanos() as u64,
+            stage: Stage::Hello,
             ready: true,
         });
     }
@@ -406,13 +443,15 @@ impl Server {
             return 0;
         };
         let outcome = if p.ready {
-            read_hello(&self.cfg, p, &self.shared.counters)
+            read_handshake(&self.cfg, &self.keys, now, p, &self.shared.counters)
         } else {
             Ok(None)
         };
         let outcome = match outcome {
-            Ok(Some(resume)) => Ok(resume),
-            Ok(None) if now > p.deadline_ns => Err(Error::Protocol("no hello in time".into())),
+            Ok(Some(admitted)) => Ok(admitted),
+            Ok(None) if now > p.deadline_ns => {
+                Err(Error::Protocol("the handshake did not end in time".into()))
+            }
             Ok(None) => return 0,
             Err(e) => Err(e),
         };
@@ -421,19 +460,22 @@ impl Server {
         let peer = p.peer;
         // Everything the replica said is checked (its hello, and that its resume position is
         // a frame start or the end of the stream) before it takes a slot.
-        let hello =
-            outcome.and_then(|resume| open_at(&self.cfg, resume).map(|tailer| (resume, tailer)));
-        let (resume, tailer) = match hello {
+        let hello = outcome.and_then(|a| open_at(&self.cfg, a.resume).map(|tailer| (a, tailer)));
+        let (admitted, tailer) = match hello {
             Ok(ok) => ok,
             Err(e) => {
-                // Credentials and stream are counted where they are checked (`refused auth`).
-                if !matches!(e, Error::Refused(_)) {
+                // Proof and stream are counted where they are checked (`refused auth`).
+                let mut warns = self.shared.warns();
+                if matches!(e, Error::Refused(_)) {
+                    warns
+                        .auth
+                        .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
+                } else {
                     self.shared.counters.refused_handshake.incr();
+                    warns
+                        .handshake
+                        .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
                 }
-                self.shared
-                    .warns()
-                    .handshake
-                    .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
                 return 1;
             }
         };
@@ -448,7 +490,7 @@ impl Server {
         };
         self.shared.counters.consumers.add(1);
         lease.counters().connections.incr();
-        self.launch(p.stream.into(), peer, resume, tailer, lease);
+        self.launch(p.stream.into(), peer, admitted, tailer, lease);
         1
     }
 
@@ -458,7 +500,7 @@ impl Server {
         &mut self,
         stream: TcpStream,
         peer: SocketAddr,
-        resume: u64,
+        admitted: Admitted,
         tailer: Tailer,
         lease: Lease,
     ) {
@@ -466,7 +508,7 @@ impl Server {
         let session = Session::new(
             self.cfg.clone(),
             stream,
-            resume,
+            admitted,
             tailer,
             lease.counters().clone(),
         );
@@ -516,9 +558,30 @@ impl Server {
         }
     }
 
+    /// Looks at the key file (at most once a second): a changed one rotates the key, logged
+    /// and counted; one that cannot be used keeps the keys in force, counted and logged
+    /// (rate-limited) until it is fixed.
+    fn poll_keys(&mut self, now: u64) {
+        match self.keys.poll(now) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                self.shared.counters.key_rotations.incr();
+                tracing::info!(role = %self.role, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
+            }
+            Err(e) => {
+                self.shared.counters.key_errors.incr();
+                self.shared
+                    .warns()
+                    .key
+                    .warn(format_args!("{e} (the keys in force are kept)"));
+            }
+        }
+    }
+
     /// One duty cycle: new connections, handshakes that moved or expired, ended senders.
     fn duty_cycle(&mut self) -> Result<usize> {
         let now = self.clock.monotonic_ns();
+        self.poll_keys(now);
         match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -604,26 +667,33 @@ impl Agent for Server {
     }
 }
 
-/// Largest hello accepted: the credentials' 64 KiB plus the fixed part.
-const MAX_HELLO: usize = (64 << 10) + 64;
+/// Largest handshake message accepted (a hello or a proof: tens of bytes when well formed).
+const MAX_HELLO: usize = 1024;
 /// Largest message a replica sends (ack, heartbeat).
 const MAX_FROM_REPLICA: usize = 256;
 
-/// Reads what has arrived of a hello (a bounded number of reads), checking everything it
-/// says: its resume position once it is whole, `None` while it is not.
-fn read_hello(cfg: &ServerConfig, p: &mut Pending, counters: &Counters) -> Result<Option<u64>> {
+/// Reads what has arrived of the handshake (a bounded number of reads), checking everything
+/// it says: on the hello (its stream, its nonce), sends the challenge; on the replica's proof,
+/// checks it under the keys valid at `now` and admits the replica. `None` while it is not
+/// whole. A wrong stream or proof is `Refused` (counted as `refused auth`).
+fn read_handshake(
+    cfg: &ServerConfig,
+    keys: &Keyring,
+    now: u64,
+    p: &mut Pending,
+    counters: &Counters,
+) -> Result<Option<Admitted>> {
     for _ in 0..HELLO_READS_PER_CYCLE {
         if let Some(m) = p.inbox.next_message()? {
-            let resume = match protocol::decode(m)? {
-                Msg::Hello {
-                    stream_id,
-                    resume_position,
-                    credentials,
-                } => {
-                    if !bool::from(credentials.ct_eq(&cfg.secret)) {
-                        counters.refused_auth.incr();
-                        return Err(Error::Refused("bad credentials".into()));
-                    }
+            let admitted = match (&p.stage, protocol::decode(m)?) {
+                (
+                    Stage::Hello,
+                    Msg::Hello {
+                        stream_id,
+                        resume_position,
+                        nonce,
+                    },
+                ) => {
                     if stream_id != cfg.stream_id {
                         counters.refused_auth.incr();
                         return Err(Error::Refused(format!(
@@ -631,17 +701,65 @@ fn read_hello(cfg: &ServerConfig, p: &mut Pending, counters: &Counters) -> Resul
                             cfg.stream_id
                         )));
                     }
-                    resume_position
+                    let client_nonce = nonce.try_into().map_err(|_| {
+                        Error::Protocol(format!("a nonce of {} bytes", nonce.len()))
+                    })?;
+                    let transcript = Transcript {
+                        stream_id,
+                        resume_position,
+                        client_nonce,
+                        server_nonce: handshake::nonce().map_err(|e| Error::io("getrandom", e))?,
+                    };
+                    let mut challenge = Vec::with_capacity(64);
+                    protocol::encode(
+                        &Msg::Challenge {
+                            nonce: &transcript.server_nonce,
+                        },
+                        &mut challenge,
+                    );
+                    // A new connection's socket buffer is empty: a short write means a peer
+                    // that is not reading, refused like any other failed handshake.
+                    match std::io::Write::write(&mut p.stream, &challenge) {
+                        Ok(n) if n == challenge.len() => {}
+                        Ok(_) => return Err(Error::Protocol("the challenge did not fit".into())),
+                        Err(e) => return Err(Error::io("write", e)),
+                    }
+                    p.stage = Stage::Proof(transcript);
+                    None
                 }
-                other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
+                (Stage::Proof(t), Msg::Proof { proof }) => {
+                    let Some(key) = t.check_client_proof(keys, now, proof) else {
+                        counters.refused_auth.incr();
+                        return Err(Error::Refused(
+                            "its proof does not verify: it does not hold the replication key"
+                                .into(),
+                        ));
+                    };
+                    Some(Admitted {
+                        resume: t.resume_position,
+                        macs: t.session(key),
+                        proof: t.server_proof(key),
+                    })
+                }
+                (Stage::Hello, other) => {
+                    return Err(Error::Protocol(format!("expected hello, got {other:?}")))
+                }
+                (Stage::Proof(_), other) => {
+                    return Err(Error::Protocol(format!("expected a proof, got {other:?}")))
+                }
             };
             if p.inbox.next_message()?.is_some() {
-                return Err(Error::Protocol("a message after the hello, unasked".into()));
+                return Err(Error::Protocol(
+                    "a message in the handshake, unasked".into(),
+                ));
             }
-            return Ok(Some(resume));
+            if admitted.is_some() {
+                return Ok(admitted);
+            }
+            continue;
         }
         match p.inbox.fill(&mut p.stream) {
-            Ok(Fill::Closed) => return Err(Error::Protocol("closed before hello".into())),
+            Ok(Fill::Closed) => return Err(Error::Protocol("closed in the handshake".into())),
             Ok(Fill::WouldBlock) => {
                 p.ready = false;
                 return Ok(None);
@@ -788,16 +906,21 @@ struct Session {
     acked_position: u64,
     acked_seq: u64,
     slot: SlotCounters,
+    /// The session's tags, both ways.
+    macs: SessionKeys,
+    /// The server's handshake proof: the session's first message.
+    proof: Tag,
 }
 
 impl Session {
     fn new(
         cfg: Arc<ServerConfig>,
         stream: TcpStream,
-        resume: u64,
+        admitted: Admitted,
         tailer: Tailer,
         slot: SlotCounters,
     ) -> Session {
+        let resume = admitted.resume;
         let mut clock = cfg.clock.clone();
         let start_ns = clock.monotonic_ns();
         Session {
@@ -816,10 +939,13 @@ impl Session {
             acked_seq: tailer.next_seq(),
             tailer,
             slot,
+            macs: admitted.macs,
+            proof: admitted.proof,
         }
     }
 
-    /// The sender's first cycle: socket options, then the header of the resume segment.
+    /// The sender's first cycle: socket options, the server's proof, then the header of the
+    /// resume segment.
     fn open(&mut self, peer: SocketAddr) -> Result<()> {
         tracing::info!(%peer, resume = self.sent_position, segment = self.tailer.segment_index(), "replica connected");
         self.stream
@@ -836,6 +962,11 @@ impl Session {
         let now = self.clock.monotonic_ns();
         self.last_send_ns = now;
         self.last_recv_ns = now;
+        self.scratch.clear();
+        protocol::encode(&Msg::Proof { proof: &self.proof }, &mut self.scratch);
+        self.outbox
+            .send(&mut self.stream, &[&self.scratch])
+            .map_err(|e| Error::io("write", e))?;
         self.announce()
     }
 }
@@ -861,11 +992,12 @@ impl Session {
         }
         let header = self.tailer.segment_header();
         self.scratch.clear();
-        protocol::encode(
+        protocol::encode_sealed(
             &Msg::Segment {
                 index,
                 header: &header,
             },
+            &mut self.macs.from_upstream,
             &mut self.scratch,
         );
         self.outbox
@@ -897,11 +1029,12 @@ impl Session {
             self.scratch.clear();
             if self.announced != Some(range.segment_index) {
                 let header = range.segment_header();
-                protocol::encode(
+                protocol::encode_sealed(
                     &Msg::Segment {
                         index: range.segment_index,
                         header: &header,
                     },
+                    &mut self.macs.from_upstream,
                     &mut self.scratch,
                 );
                 self.announced = Some(range.segment_index);
@@ -911,9 +1044,12 @@ impl Session {
             // replica reassembles.
             let mut position = range.position;
             for piece in range.bytes.chunks(self.cfg.max_batch) {
+                let start = self.scratch.len();
                 protocol::encode_data_prefix(position, piece.len(), &mut self.scratch);
+                let tag =
+                    protocol::data_tag(&mut self.macs.from_upstream, &self.scratch[start..], piece);
                 self.outbox
-                    .send(&mut self.stream, &[&self.scratch, piece])
+                    .send(&mut self.stream, &[&self.scratch, piece, &tag])
                     .map_err(|e| Error::io("write", e))?;
                 self.scratch.clear();
                 position += piece.len() as u64;
@@ -925,11 +1061,12 @@ impl Session {
             work += 1;
         } else if now.saturating_sub(self.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
             self.scratch.clear();
-            protocol::encode(
+            protocol::encode_sealed(
                 &Msg::Heartbeat {
                     committed_position: self.tailer.committed_position(),
                     timestamp_ns: self.clock.realtime_ns(),
                 },
+                &mut self.macs.from_upstream,
                 &mut self.scratch,
             );
             self.outbox
@@ -969,8 +1106,9 @@ impl Session {
                 .fill(&mut self.stream)
                 .map_err(|e| Error::io("read", e))?;
             while let Some(m) = self.inbox.next_message()? {
-                // Checked whole before anything of the session changes, even its liveness.
-                match protocol::decode(m)? {
+                // Checked whole (its tag too) before anything of the session changes, even its
+                // liveness.
+                match protocol::open(&mut self.macs.from_replica, m)? {
                     Msg::Ack { position, next_seq } => {
                         self.check_ack(position, next_seq)?;
                         self.acked_position = position;

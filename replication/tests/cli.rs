@@ -19,7 +19,7 @@ fn serve_from_a_config_file_then_stop_cleanly_on_sigterm() {
     )
     .unwrap();
     a.append(b"x").unwrap();
-    std::fs::write(dir.join("secret"), "abc\n").unwrap();
+    seqstream_testkit::write_key(&dir.join("secret"), "abc-key-material");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -123,8 +123,8 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 
 #[test]
 fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on() {
-    use seqstream_replication::protocol::{self, Msg};
-    use std::io::{Read, Write};
+    use seqstream_replication::protocol::Msg;
+    use std::io::Read;
     use std::sync::{Arc, Mutex};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -137,7 +137,7 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
     for _ in 0..10 {
         a.append(b"frame").unwrap();
     }
-    std::fs::write(dir.join("secret"), "abc\n").unwrap();
+    seqstream_testkit::write_key(&dir.join("secret"), "abc-key-material");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
@@ -181,36 +181,26 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
     };
     // A replica that acknowledges what was never sent: its sender drops it.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
+    let s = loop {
         if let Ok(s) = std::net::TcpStream::connect(addr) {
             break s;
         }
         assert!(Instant::now() < deadline, "the server never listened");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let send = |s: &mut std::net::TcpStream, m: Msg<'_>| {
-        let mut v = Vec::new();
-        protocol::encode(&m, &mut v);
-        s.write_all(&v).unwrap();
-    };
-    send(
-        &mut s,
-        Msg::Hello {
-            stream_id: 4,
-            resume_position: 0,
-            credentials: b"abc",
-        },
-    );
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut peer = seqstream_replication::peer::Peer::new(s);
+    let keys =
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"abc-key-material"));
+    peer.handshake_as_replica(4, 0, &keys).unwrap();
     eventually("the replica admitted", || {
         get("consumer[0] connections") == 1
     });
-    send(
-        &mut s,
-        Msg::Ack {
-            position: 1 << 40,
-            next_seq: 1 << 20,
-        },
-    );
+    peer.send(&Msg::Ack {
+        position: 1 << 40,
+        next_seq: 1 << 20,
+    })
+    .unwrap();
     eventually("the failed session counted", || get("disconnects") == 1);
     eventually("the failed session logged", || {
         log.lock().unwrap().contains("replica dropped")
@@ -222,7 +212,7 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
         dir.join("replica"),
         4,
         addr,
-        b"abc".to_vec(),
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"abc-key-material")),
     );
     cfg.store_config = cfg.store_config.clone().pretouch(false);
     let w = seqstream_agent::counters::CountersWriter::create(&fc, 64).unwrap();

@@ -10,16 +10,21 @@ use std::time::{Duration, Instant};
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::AgentInvoker;
+use seqstream_auth::handshake::{nonce, Transcript};
+use seqstream_auth::{Key, Keyring};
 use seqstream_replication::follower::{Follower, FollowerConfig, Phase};
 use seqstream_replication::framing::{Fill, Inbox};
 use seqstream_replication::protocol::{self, Msg};
 
 const STREAM: u32 = 5;
-const SECRET: &[u8] = b"agent";
+/// The replication key.
+fn keys() -> Keyring {
+    Keyring::fixed(Key::from_material(b"the client agent test's key"))
+}
 const MS: u64 = 1_000_000;
 
 fn follower(dir: &Path, upstream: SocketAddr, clock: &ManualClock) -> AgentInvoker<Follower> {
-    let mut cfg = FollowerConfig::new(dir.join("replica"), STREAM, upstream, SECRET.to_vec());
+    let mut cfg = FollowerConfig::new(dir.join("replica"), STREAM, upstream, keys());
     cfg.store_config = cfg.store_config.clone().clock(clock.clock());
     let w = CountersWriter::create(&dir.join("f.counters"), 64).unwrap();
     AgentInvoker::new(Follower::new(cfg, &w).unwrap(), clock.clock())
@@ -126,6 +131,8 @@ fn accept(l: &TcpListener) -> TcpStream {
         if let Ok((s, _)) = l.accept() {
             s.set_nonblocking(false).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // Each message at once: Nagle would hold a second small write for an ack.
+            s.set_nodelay(true).unwrap();
             return s;
         }
         assert!(Instant::now() < deadline, "the follower never connected");
@@ -147,14 +154,14 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     let mut s = accept(&upstream);
     let mut inbox = Inbox::new(4096, 1 << 20);
     let hello = next_msg(&mut s, &mut inbox);
-    assert_eq!(
+    assert!(matches!(
         protocol::decode(&hello).unwrap(),
         Msg::Hello {
             stream_id: STREAM,
             resume_position: 0,
-            credentials: SECRET
-        }
-    );
+            nonce
+        } if nonce.len() == 32
+    ));
     for _ in 0..20 {
         inv.invoke().unwrap();
     }
@@ -172,18 +179,59 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     invoke_until(&mut inv, Phase::Handshaking);
     let mut s = accept(&upstream);
     let mut inbox = Inbox::new(4096, 1 << 20);
-    next_msg(&mut s, &mut inbox);
+    let hello = next_msg(&mut s, &mut inbox);
+    let Msg::Hello { nonce: client, .. } = protocol::decode(&hello).unwrap() else {
+        panic!("expected a hello");
+    };
+    // The handshake: challenge, the replica's proof, the upstream's.
+    let t = Transcript {
+        stream_id: STREAM,
+        resume_position: 0,
+        client_nonce: client.try_into().unwrap(),
+        server_nonce: nonce().unwrap(),
+    };
+    let send = |s: &mut TcpStream, m: Msg<'_>| {
+        let mut out = Vec::new();
+        protocol::encode(&m, &mut out);
+        s.write_all(&out).unwrap();
+    };
+    send(
+        &mut s,
+        Msg::Challenge {
+            nonce: &t.server_nonce,
+        },
+    );
+    for _ in 0..50 {
+        inv.invoke().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let proof = next_msg(&mut s, &mut inbox);
+    let key = keys().signing().clone();
+    assert_eq!(
+        protocol::decode(&proof).unwrap(),
+        Msg::Proof {
+            proof: &t.client_proof(&key)
+        }
+    );
+    send(
+        &mut s,
+        Msg::Proof {
+            proof: &t.server_proof(&key),
+        },
+    );
+    let mut macs = t.session(&key);
     // The upstream answers with the first segment's header: streaming (nothing is written
     // before a frame arrives).
     let mut header = [0u8; 64];
     seqstream_store::format::write_prepared_header(&mut header, STREAM, 0, 64 << 10);
     seqstream_store::format::write_activation(&mut header, 0, 1, 1_700_000_000_000_000_000);
     let mut answer = Vec::new();
-    protocol::encode(
+    protocol::encode_sealed(
         &Msg::Segment {
             index: 0,
             header: &header,
         },
+        &mut macs.from_upstream,
         &mut answer,
     );
     s.write_all(&answer).unwrap();
@@ -193,16 +241,16 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     clock.advance(100 * MS);
     inv.invoke().unwrap();
     let hb = next_msg(&mut s, &mut inbox);
+    let hb = protocol::open(&mut macs.from_replica, &hb);
     assert!(
         matches!(
-            protocol::decode(&hb).unwrap(),
-            Msg::Heartbeat {
+            hb,
+            Ok(Msg::Heartbeat {
                 committed_position: 0,
                 ..
-            }
+            })
         ),
-        "{:?}",
-        protocol::decode(&hb)
+        "{hb:?}"
     );
     // The upstream silent past the peer timeout (5 s): a session fault.
     clock.advance(4_900 * MS);

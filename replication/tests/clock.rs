@@ -36,7 +36,7 @@ fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
         d.path().join("replica"),
         9,
         upstream.local_addr().unwrap(),
-        b"secret".to_vec(),
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"the clock test key")),
     );
     cfg.store_config = cfg.store_config.clone().clock(clock.clock());
     let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();

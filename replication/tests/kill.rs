@@ -49,7 +49,7 @@ fn kill_9_of_server_and_follower_at_random_instants() {
     let mut rng = StdRng::seed_from_u64(seed);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("secret"), "kill-test\n").unwrap();
+    seqstream_testkit::write_key(&dir.join("secret"), "kill-test-key-material");
     let primary: PathBuf = dir.join("primary");
     let replica: PathBuf = dir.join("replica");
     let cfg = StoreConfig::new(STREAM)

@@ -2,7 +2,7 @@
 //! data, session after session: the replica creates nothing, and once the real `replicator
 //! serve` takes the address it replicates the whole store, byte-identical.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters;
+use seqstream_auth::{Key, Keyring};
+use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 use seqstream_testkit::store_files as live_files;
@@ -52,18 +54,22 @@ fn fake_upstream(listener: TcpListener, stop: Arc<AtomicBool>) -> std::thread::J
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let script = headers_and_no_data();
+        let keys = Keyring::fixed(Key::from_material(b"lie-test-key-material"));
         while !stop.load(Ordering::Relaxed) {
-            let Ok((mut s, _)) = listener.accept() else {
+            let Ok((s, _)) = listener.accept() else {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             };
             s.set_nonblocking(false).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let mut hello = [0u8; 64];
-            let _ = s.read(&mut hello);
-            let _ = s.write_all(&script);
+            // It holds the key: its lies are in what it sends after the handshake.
+            let mut p = Peer::new(s);
+            if p.handshake_as_upstream(&keys).is_err() {
+                continue;
+            }
+            let _ = p.send_framed(&script);
             let mut rest = [0u8; 256];
-            while matches!(s.read(&mut rest), Ok(n) if n > 0) {}
+            while matches!(p.stream.read(&mut rest), Ok(n) if n > 0) {}
         }
     })
 }
@@ -80,7 +86,7 @@ fn replica_position(dir: &Path) -> u64 {
 fn headers_without_data_create_nothing_and_the_real_upstream_then_replicates() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("secret"), "lie-test\n").unwrap();
+    seqstream_testkit::write_key(&dir.join("secret"), "lie-test-key-material");
     let primary = dir.join("primary");
     let replica = dir.join("replica");
     let mut a = Appender::open_or_create(

@@ -11,14 +11,22 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::{AgentRunner, RunnerConfig};
+use seqstream_auth::{Key, Keyring};
 use seqstream_replication::follower::{Follower, FollowerConfig};
-use seqstream_replication::framing::put_sofh;
+use seqstream_replication::framing::{put_sofh, Inbox};
+use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::server::{Server, ServerConfig};
+use seqstream_replication::Error;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 use seqstream_testkit::store_files as live_files;
 
-const SECRET: &[u8] = b"s3cret";
+/// The replication key's material.
+const SECRET: &[u8] = b"the replication tests' key";
+
+fn keys(material: &[u8]) -> Keyring {
+    Keyring::fixed(Key::from_material(material))
+}
 const STREAM: u32 = 9;
 
 fn store_cfg() -> StoreConfig {
@@ -66,7 +74,7 @@ fn serve(
         store.to_path_buf(),
         STREAM,
         "127.0.0.1:0".parse().unwrap(),
-        SECRET.to_vec(),
+        keys(SECRET),
     );
     cfg.heartbeat = Duration::from_millis(20);
     tweak(&mut cfg);
@@ -85,7 +93,7 @@ fn serve(
 }
 
 fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) -> Running {
-    let mut cfg = FollowerConfig::new(store.to_path_buf(), STREAM, upstream, secret.to_vec());
+    let mut cfg = FollowerConfig::new(store.to_path_buf(), STREAM, upstream, keys(secret));
     cfg.store_config = store_cfg();
     cfg.heartbeat = Duration::from_millis(20);
     cfg.reconnect_max = Duration::from_millis(100);
@@ -279,15 +287,18 @@ fn lying_upstream(script: Vec<u8>) -> (SocketAddr, JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {
-        use std::io::{Read, Write};
+        use std::io::Read;
         l.set_nonblocking(false).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut hello = [0u8; 64];
-        let _ = s.read(&mut hello);
-        let _ = s.write_all(&script);
+        // An upstream that holds the key: its lies are in what it sends after the handshake.
+        let mut p = Peer::new(s);
+        if p.handshake_as_upstream(&keys(SECRET)).is_err() {
+            return;
+        }
+        let _ = p.send_framed(&script);
         let mut rest = [0u8; 256];
-        while matches!(s.read(&mut rest), Ok(n) if n > 0) {}
+        while matches!(p.stream.read(&mut rest), Ok(n) if n > 0) {}
     });
     (addr, t)
 }
@@ -401,18 +412,8 @@ fn a_stalled_replica_is_dropped_after_the_peer_timeout_and_others_keep_up() {
     let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |c| {
         c.peer_timeout = Duration::from_millis(300);
     });
-    // A replica that says hello and then never reads nor acknowledges.
-    let mut stalled = std::net::TcpStream::connect(addr).unwrap();
-    let mut hello = Vec::new();
-    protocol::encode(
-        &Msg::Hello {
-            stream_id: STREAM,
-            resume_position: 0,
-            credentials: SECRET,
-        },
-        &mut hello,
-    );
-    std::io::Write::write_all(&mut stalled, &hello).unwrap();
+    // A replica that does its handshake and then never reads nor acknowledges.
+    let _stalled = stuck_replica(addr);
     let _good = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
     // The primary writes far more than the stalled socket's buffers hold.
     for _ in 0..40 {
@@ -819,33 +820,35 @@ fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_s
     assert_complete(&replica, 3020);
 }
 
-/// A hand-driven replica: sends a hello from `resume`, then reads until the upstream has
+/// A replica that does its handshake and then never reads (its peer, to keep the
+/// connection open).
+fn stuck_replica(addr: SocketAddr) -> Peer<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut p = Peer::new(s);
+    p.handshake_as_replica(STREAM, 0, &keys(SECRET)).unwrap();
+    p
+}
+
+/// A hand-driven replica: its handshake from `resume`, then reads until the upstream has
 /// sent data up to `until` (or closed the connection).
 fn raw_replica(addr: SocketAddr, resume: u64, until: u64) -> std::net::TcpStream {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&encoded(&[Msg::Hello {
-        stream_id: STREAM,
-        resume_position: resume,
-        credentials: SECRET,
-    }]))
-    .unwrap();
-    let mut inbox = seqstream_replication::framing::Inbox::new(1 << 16, 1 << 20);
+    let mut p = Peer::new(s);
+    if p.handshake_as_replica(STREAM, resume, &keys(SECRET))
+        .is_err()
+    {
+        return p.stream;
+    }
     let mut at = resume;
     while at < until {
-        if let Some(m) = inbox.next_message().unwrap() {
-            if let Msg::Data { position, bytes } = protocol::decode(m).unwrap() {
-                at = position + bytes.len() as u64;
-            }
-            continue;
-        }
-        match inbox.fill(&mut s) {
-            Ok(seqstream_replication::framing::Fill::Closed) | Err(_) => break,
-            Ok(_) => {}
+        let Ok(m) = p.recv() else { break };
+        if let Msg::Data { position, bytes } = protocol::decode(&m).unwrap() {
+            at = position + bytes.len() as u64;
         }
     }
-    s
+    p.stream
 }
 
 /// Waits (bounded) until the upstream closes `s`.
@@ -929,18 +932,9 @@ fn a_stuck_replica_stalls_no_other_sender_nor_new_handshakes() {
         c.handshake_timeout = Duration::from_secs(600);
         c.send_buffer = Some(64 << 10);
     });
-    // A replica that says hello and then never reads nor acknowledges: its sender's socket
-    // fills and stays full.
-    let mut stuck = std::net::TcpStream::connect(addr).unwrap();
-    std::io::Write::write_all(
-        &mut stuck,
-        &encoded(&[Msg::Hello {
-            stream_id: STREAM,
-            resume_position: 0,
-            credentials: SECRET,
-        }]),
-    )
-    .unwrap();
+    // A replica that does its handshake and then never reads nor acknowledges: its
+    // sender's socket fills and stays full.
+    let stuck = stuck_replica(addr);
     let deadline = Instant::now() + Duration::from_secs(20);
     while counter(&sc, "consumer[0] connections") < 1 {
         assert!(
@@ -993,4 +987,222 @@ fn a_stuck_replica_stalls_no_other_sender_nor_new_handshakes() {
     drop(a);
     assert_identical(&d.path("primary"), &d.path("r1"));
     assert_identical(&d.path("primary"), &d.path("r2"));
+}
+
+/// A TCP relay between a replica and its upstream that records both directions, and may
+/// change one byte (upstream → replica, at `flip_at`) on its first connection only: the
+/// network as an attacker sees it. Each connection is relayed by two threads of its own.
+struct Wire {
+    addr: SocketAddr,
+    to_upstream: Arc<std::sync::Mutex<Vec<u8>>>,
+    to_replica: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+fn wire(upstream: SocketAddr, flip_at: Option<usize>) -> Wire {
+    use std::io::{Read, Write};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (up, down) = (Arc::default(), Arc::default());
+    let w = Wire {
+        addr,
+        to_upstream: Arc::clone(&up),
+        to_replica: Arc::clone(&down),
+    };
+    std::thread::spawn(move || {
+        let mut flip_at = flip_at;
+        for client in l.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                return;
+            };
+            let pump = |mut from: std::net::TcpStream,
+                        mut to: std::net::TcpStream,
+                        log: Arc<std::sync::Mutex<Vec<u8>>>,
+                        mut flip: Option<usize>| {
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    let mut seen = 0;
+                    while let Ok(n) = from.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if let Some(at) = flip.filter(|at| (seen..seen + n).contains(at)) {
+                            buf[at - seen] ^= 0x01;
+                            flip = None;
+                        }
+                        seen += n;
+                        log.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                })
+            };
+            pump(
+                client.try_clone().unwrap(),
+                server.try_clone().unwrap(),
+                Arc::clone(&up),
+                None,
+            );
+            pump(server, client, Arc::clone(&down), flip_at.take());
+        }
+    });
+    w
+}
+
+#[test]
+fn a_recorded_handshake_sent_again_is_refused_and_the_key_never_crosses_the_wire() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 200);
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |_| {});
+    let w = wire(addr, None);
+    let f = follow(&d.path("replica"), &d.path("f.counters"), w.addr, SECRET);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    drop(f);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+
+    // Everything that crossed the wire, both ways: no 8-byte window of the key material.
+    let (up, down) = (
+        w.to_upstream.lock().unwrap().clone(),
+        w.to_replica.lock().unwrap().clone(),
+    );
+    assert!(
+        down.len() as u64 > a.position(),
+        "the session carried the store"
+    );
+    for window in SECRET.windows(8) {
+        for (name, bytes) in [("to the upstream", &up), ("to the replica", &down)] {
+            assert!(
+                !bytes.windows(8).any(|b| b == window),
+                "key bytes {window:?} crossed the wire {name}"
+            );
+        }
+    }
+
+    // The replica's recorded handshake (its hello, then its proof) sent again on a new
+    // connection: the server's fresh challenge makes the old proof worthless.
+    let mut recorded = Inbox::new(1 << 16, 1 << 20);
+    let mut src = &up[..];
+    recorded.fill(&mut src).unwrap();
+    let hello = recorded.next_message().unwrap().unwrap().to_vec();
+    let proof = recorded.next_message().unwrap().unwrap().to_vec();
+    assert!(matches!(protocol::decode(&proof), Ok(Msg::Proof { .. })));
+    let refused = counter(&sc, "refused auth");
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut replay = Peer::new(s);
+    let framed = |sbe: &[u8]| {
+        let mut v = vec![0; 6];
+        put_sofh(&mut v, sbe.len());
+        v.extend_from_slice(sbe);
+        v
+    };
+    replay.send_raw(&framed(&hello)).unwrap();
+    let challenge = replay.recv().unwrap();
+    assert!(matches!(
+        protocol::decode(&challenge),
+        Ok(Msg::Challenge { .. })
+    ));
+    replay.send_raw(&framed(&proof)).unwrap();
+    assert!(
+        matches!(replay.recv(), Err(Error::Closed)),
+        "the server closes the connection, sending nothing"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&sc, "refused auth") < refused + 1 {
+        assert!(Instant::now() < deadline, "the replay was not counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(counter(&sc, "consumer[1] connections"), 0);
+}
+
+#[test]
+fn an_upstream_that_cannot_prove_the_key_is_refused_before_anything_is_written() {
+    let d = Dirs::new();
+    // An upstream with another key: its proof fails, so nothing it sends is used.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let impostor = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut p = Peer::new(s);
+        let m = p.recv().unwrap();
+        let Ok(Msg::Hello { .. }) = protocol::decode(&m) else {
+            panic!("expected a hello")
+        };
+        p.send(&Msg::Challenge { nonce: &[7; 32] }).unwrap();
+        let _their_proof = p.recv().unwrap();
+        p.send(&Msg::Proof { proof: &[9; 16] }).unwrap();
+        let mut header = [0u8; 64];
+        seqstream_store::format::write_prepared_header(&mut header, STREAM, 0, 64 << 10);
+        seqstream_store::format::write_activation(&mut header, 0, 1, 1);
+        let _ = p.send(&Msg::Segment {
+            index: 0,
+            header: &header,
+        });
+        let _ = p.recv();
+    });
+    let fc = d.path("f.counters");
+    let f = follow(&d.path("replica"), &fc, addr, SECRET);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&fc, "rejected data (peer lied)") < 1 {
+        assert!(Instant::now() < deadline, "the impostor was not refused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(f);
+    impostor.join().unwrap();
+    assert!(
+        !d.path("replica").exists(),
+        "nothing of the impostor's was written"
+    );
+}
+
+#[test]
+fn a_man_in_the_middle_that_changes_one_byte_ends_the_session_and_the_replica_stays_whole() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 300);
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |_| {});
+    // One byte changed well inside the stream (past the handshake and the first segment's
+    // header), on the first connection; the replica's reconnect goes through untouched.
+    let w = wire(addr, Some(50_000));
+    let fc = d.path("f.counters");
+    let f = follow(&d.path("replica"), &fc, w.addr, SECRET);
+    wait_for(&fc, a.position(), Duration::from_secs(30));
+    drop(f);
+    assert!(
+        counter(&fc, "rejected data (peer lied)") >= 1,
+        "the changed byte was caught"
+    );
+    assert!(counter(&fc, "connects") >= 2);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}
+
+#[test]
+fn a_replication_key_file_others_may_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dirs::new();
+    let key = d.path("key");
+    std::fs::write(&key, "a replication key others may read\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_replicator"))
+        .args(["serve", "--stream-id", "1", "--listen", "127.0.0.1:0"])
+        .args(["--allow", "127.0.0.1"])
+        .arg("--store")
+        .arg(d.path("primary"))
+        .arg("--secret-file")
+        .arg(&key)
+        .arg("--counters")
+        .arg(d.path("s.counters"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("mode 0640") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
 }

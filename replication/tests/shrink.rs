@@ -51,7 +51,7 @@ fn the_server_survives_a_segment_truncated_under_its_senders() {
 fn truncated_under_the_server(cut: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("secret"), "shrink-test\n").unwrap();
+    seqstream_testkit::write_key(&dir.join("secret"), "shrink-test-key-material");
     let primary = dir.join("primary");
     let cfg = StoreConfig::new(STREAM)
         .segment_size(64 << 10)

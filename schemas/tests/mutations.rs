@@ -187,7 +187,7 @@ fn own_messages_survive_mutation() {
     let len = {
         let mut e = wire::ReplicationHelloEncoder::new(&mut buf).unwrap();
         e.set_resume_position(4096)
-            .set_credentials(b"token")
+            .set_client_nonce(b"token")
             .unwrap();
         e.encoded_length()
     };

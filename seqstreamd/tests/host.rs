@@ -4,21 +4,24 @@
 //! on the thread it shares with the sequencer and the other senders; an agent error under
 //! `on_error = "stop"`.
 
-use std::io::Write;
 use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_store::Tailer;
 use seqstream_testkit::{
-    counter, free_tcp_port, free_udp_port, store_files, thread_names, wait_counter, KillOnDrop,
+    counter, free_tcp_port, free_udp_port, store_files, thread_names, wait_counter, write_key,
+    KillOnDrop,
 };
 
 const STREAM: u32 = 1;
 const LONG: Duration = Duration::from_secs(60);
+/// The replication key's material.
+const KEY: &str = "the replication key of the tests";
 
 struct Site {
     dir: tempfile::TempDir,
@@ -29,7 +32,7 @@ struct Site {
 impl Site {
     fn new() -> Site {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("secret"), "s3cret\n").unwrap();
+        write_key(&dir.path().join("secret"), KEY);
         Site {
             dir,
             seq_port: free_udp_port(),
@@ -258,7 +261,8 @@ fn a_stuck_replica_on_a_shared_thread_stalls_neither_the_sequencer_nor_the_other
     );
     let c = site.path("primary.counters");
     wait_counter(&c, "md-serve consumers", LONG, |v| v == 0);
-    // A replica that says hello and then never reads: a small receive buffer, soon full.
+    // A replica that does its handshake and then never reads: a small receive buffer, soon
+    // full.
     let stuck = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     stuck.set_recv_buffer_size(4096).unwrap();
     stuck
@@ -269,17 +273,11 @@ fn a_stuck_replica_on_a_shared_thread_stalls_neither_the_sequencer_nor_the_other
                 .into(),
         )
         .unwrap();
-    let mut stuck: TcpStream = stuck.into();
-    let mut hello = Vec::new();
-    seqstream_replication::protocol::encode(
-        &seqstream_replication::protocol::Msg::Hello {
-            stream_id: STREAM,
-            resume_position: 0,
-            credentials: b"s3cret",
-        },
-        &mut hello,
-    );
-    stuck.write_all(&hello).unwrap();
+    let stuck: TcpStream = stuck.into();
+    stuck.set_read_timeout(Some(LONG)).unwrap();
+    let mut stuck = seqstream_replication::peer::Peer::new(stuck);
+    let keys = Keyring::fixed(Key::from_material(KEY.as_bytes()));
+    stuck.handshake_as_replica(STREAM, 0, &keys).unwrap();
     wait_counter(&c, "md-serve consumers", LONG, |v| v == 1);
     // A healthy replica, in another seqstreamd, dedicated.
     let replica_text = format!(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use seqstream_agent::daemon::{PlacementArgs, Role, RoleContext};
 use seqstream_agent::host::Hosted;
+use seqstream_auth::sources::SourceKeyArgs;
 use seqstream_store::{FlushPolicy, StoreConfig};
 
 use crate::compositor::{Compositor, CompositorConfig, MergePolicy};
@@ -45,6 +46,9 @@ pub struct SequencerArgs {
     /// Flush policy: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
     pub flush: FlushPolicy,
+    /// The keys of the sources that sign their datagrams.
+    #[command(flatten)]
+    pub keys: SourceKeyArgs,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub placement: PlacementArgs,
@@ -65,6 +69,7 @@ impl Role for SequencerArgs {
             recv_buffer: Some(self.recv_buffer),
             heartbeat: (!self.no_heartbeat).then(|| Duration::from_millis(self.heartbeat_ms)),
             nak_interval: Duration::from_millis(1),
+            keys: self.keys.open().context("reading the sources' key files")?,
         };
         let sequencer = Sequencer::open(cfg, &ctx.counters).with_context(|| {
             format!(

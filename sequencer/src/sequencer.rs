@@ -11,6 +11,15 @@
 //! keeps serving the good sources. A datagram is checked whole before anything about its
 //! source changes, so a bad one never alters how the real source's next datagram is treated.
 //!
+//! A source with a key ([`SequencerConfig::keys`]) is known by its key, not its address: each
+//! of its datagrams must carry the `Authenticated` flag and end with an authentication trailer
+//! (`seqstream_auth::trailer`: a counter and a keyed BLAKE3 tag) that verifies under its key,
+//! and its `(epoch, counter)` must be new to the source's replay window. One that fails is
+//! dropped and counted by reason (`unsigned`, `bad tag`, `replayed`) before anything changes,
+//! and the NAKs sent to that source carry a trailer of their own. A source without a key is
+//! trusted by its address alone, as the log says when the sequencer opens. Key files are
+//! looked at once a second while idle, so a key is rotated without a restart.
+//!
 //! Datagrams are received in batches of up to [`BATCH`] per system call (`recvmmsg(2)`).
 
 use std::collections::HashMap;
@@ -22,6 +31,8 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_auth::trailer::{self, TrailerError, TRAILER_LEN};
+use seqstream_auth::{Keyring, Label, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
@@ -164,6 +175,9 @@ pub struct SequencerConfig {
     pub heartbeat: Option<Duration>,
     /// Most one NAK per source per this interval.
     pub nak_interval: Duration,
+    /// The keys of the sources that authenticate their datagrams, by source id (each must be
+    /// a listed source). Empty: every source is trusted by its address.
+    pub keys: HashMap<u32, Keyring>,
 }
 
 /// Errors that stop a sequencer (bad datagrams never do).
@@ -195,6 +209,9 @@ struct Source {
     epoch: Option<u32>,
     /// When (monotonic ns) the last NAK was sent, and from which source_seq.
     last_nak: Option<(u64, u64)>,
+    /// Its keys, when it authenticates its datagrams, and the `(epoch, counter)` pairs of
+    /// theirs accepted.
+    auth: Option<(Keyring, ReplayWindow)>,
 }
 
 struct Counters {
@@ -204,6 +221,8 @@ struct Counters {
     beyond_gap: Counter,
     naks_sent: Counter,
     heartbeats: Counter,
+    key_rotations: Counter,
+    key_errors: Counter,
 }
 
 /// Why a datagram is dropped whole, before anything about its source changes. Formatted
@@ -239,10 +258,25 @@ enum Refusal {
     Empty {
         source: u32,
     },
+    /// Not signed by a source that has a key, or signed by one that has none.
+    Unsigned {
+        source: u32,
+        keyed: bool,
+    },
+    /// Its trailer does not verify under the source's key.
+    BadTag {
+        source: u32,
+        why: TrailerError,
+    },
+    /// Its `(epoch, counter)` was accepted before, or is too old to tell.
+    Replayed {
+        source: u32,
+        why: Replay,
+    },
 }
 
 /// The causes refusals are counted and logged by: their counters' labels.
-const CAUSES: [&str; 8] = [
+const CAUSES: [&str; 11] = [
     "bad datagrams: undecodable",
     "bad datagrams: protocol version",
     "bad datagrams: other stream",
@@ -251,6 +285,9 @@ const CAUSES: [&str; 8] = [
     "bad datagrams: stale epoch",
     "bad datagrams: message too large",
     "bad datagrams: no message",
+    "bad datagrams: unsigned",
+    "bad datagrams: bad tag",
+    "bad datagrams: replayed",
 ];
 
 impl Refusal {
@@ -268,6 +305,9 @@ impl Refusal {
             Refusal::StaleEpoch { .. } => 5,
             Refusal::TooLarge { .. } => 6,
             Refusal::Empty { .. } => 7,
+            Refusal::Unsigned { .. } => 8,
+            Refusal::BadTag { .. } => 9,
+            Refusal::Replayed { .. } => 10,
         }
     }
 }
@@ -296,6 +336,16 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::TrailingBytes(n) => write!(f, "{n} bytes after the last message"),
             Refusal::Empty { source } => write!(f, "source {source}: a datagram of no message"),
+            Refusal::Unsigned {
+                source,
+                keyed: true,
+            } => write!(f, "source {source} has a key: its datagrams must be signed"),
+            Refusal::Unsigned {
+                source,
+                keyed: false,
+            } => write!(f, "source {source} has no key here: a signed datagram"),
+            Refusal::BadTag { source, why } => write!(f, "source {source}: {why}"),
+            Refusal::Replayed { source, why } => write!(f, "source {source}: replayed ({why})"),
         }
     }
 }
@@ -342,6 +392,8 @@ impl Refusals {
 struct Checked<'a> {
     source_id: u32,
     epoch: u32,
+    /// The trailer's counter, when the source authenticates.
+    counter: Option<u64>,
     first_source_seq: u64,
     /// Its messages, every one already decoded once and found good: iterating the
     /// flyweight again reads them in place, so checking needs no buffer of its own.
@@ -368,6 +420,12 @@ pub struct Sequencer {
     last_file_check_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
+    /// Counter of the next authenticated NAK: starts at the realtime clock (ns) at open.
+    nak_counter: u64,
+    /// The monotonic time (ns) at which the current batch of datagrams was received: the
+    /// time keys are judged valid at.
+    batch_ns: u64,
+    key_warn: LimitedWarn,
 }
 
 impl Sequencer {
@@ -385,6 +443,7 @@ impl Sequencer {
                         next_source_seq: 1,
                         epoch: None,
                         last_nak: None,
+                        auth: None,
                     },
                 )
                 .is_some()
@@ -394,6 +453,14 @@ impl Sequencer {
                     s.source_id
                 )));
             }
+        }
+        for (id, keys) in &cfg.keys {
+            let Some(s) = sources.get_mut(id) else {
+                return Err(Error::Config(format!(
+                    "a key for source {id}, which is not a listed source"
+                )));
+            };
+            s.auth = Some((keys.clone(), ReplayWindow::default()));
         }
         // Every frame's checksum is checked: a source's position is never recovered from a
         // frame that could be damaged (a wild source_seq would drop that source's new
@@ -437,6 +504,8 @@ impl Sequencer {
             beyond_gap: c("messages beyond a gap dropped")?,
             naks_sent: c("naks sent")?,
             heartbeats: c("heartbeats appended")?,
+            key_rotations: c("key rotations")?,
+            key_errors: c("key file errors")?,
         };
         let refusals = Refusals::new(counters)?;
         for (id, s) in &sources {
@@ -445,6 +514,14 @@ impl Sequencer {
                 next_source_seq = s.next_source_seq,
                 "source recovered"
             );
+            match &s.auth {
+                Some((keys, _)) => {
+                    tracing::info!(source_id = id, key = %keys.signing().fingerprint(), "source authenticated by its key")
+                }
+                None => {
+                    tracing::warn!(source_id = id, address = %s.address, "source not authenticated: trusted by its address alone (give it a key with --source-key)")
+                }
+            }
         }
         let mut clock = cfg.store_config.clock.clone();
         let role = format!("sequencer stream {}", appender.stream_id());
@@ -456,11 +533,14 @@ impl Sequencer {
             counters: counters_,
             refusals,
             rx: BatchReceiver::new(),
-            nak: vec![0; 64],
+            nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
+            nak_counter: clock.realtime_ns(),
+            batch_ns: clock.monotonic_ns(),
             clock,
             role,
+            key_warn: LimitedWarn::new("key file"),
         })
     }
 
@@ -489,6 +569,9 @@ impl Sequencer {
                     op: "recvmmsg",
                     source: e,
                 })?;
+                if n > 0 && !self.cfg.keys.is_empty() {
+                    self.batch_ns = self.clock.monotonic_ns();
+                }
                 for i in 0..n {
                     let (datagram, from) = rx.datagram(i);
                     work += 1;
@@ -509,6 +592,7 @@ impl Sequencer {
         if work == 0 {
             self.refusals.tick();
             let now = self.clock.monotonic_ns();
+            self.poll_keys(now);
             // A store file deleted or replaced under the sequencer: stop numbering into a
             // file no reader will find (its seqs would be handed out again at restart).
             if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
@@ -527,9 +611,35 @@ impl Sequencer {
         Ok(work)
     }
 
-    /// Checks a whole datagram without changing anything: header, source, address, epoch,
-    /// every message (decodable, small enough for a frame, source seqs in range), at least
-    /// one message, and nothing after the last.
+    /// Looks at the sources' key files (each at most once a second): a changed one rotates
+    /// its source's key, logged and counted; one that cannot be used keeps the keys in force,
+    /// and is counted and logged (rate-limited) until it is fixed.
+    fn poll_keys(&mut self, now: u64) {
+        for (id, s) in &mut self.sources {
+            let Some((keys, _)) = &mut s.auth else {
+                continue;
+            };
+            match keys.poll(now) {
+                Ok(None) => {}
+                Ok(Some(r)) => {
+                    self.counters.key_rotations.incr();
+                    tracing::info!(source_id = id, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
+                }
+                Err(e) => {
+                    self.counters.key_errors.incr();
+                    self.key_warn.warn(format_args!(
+                        "source {id}: {e} (the keys in force are kept)"
+                    ));
+                }
+            }
+        }
+        self.key_warn.tick();
+    }
+
+    /// Checks a whole datagram without changing anything: header, source, address, its
+    /// authentication when the source has a key (flag, tag, replay window), epoch, every
+    /// message (decodable, small enough for a frame, source seqs in range), at least one
+    /// message, and nothing after the last.
     fn check<'a>(&self, datagram: &'a [u8], from: SocketAddr) -> Result<Checked<'a>, Refusal> {
         let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
         if d.protocol_version() != DATAGRAM_PROTOCOL_VERSION {
@@ -549,6 +659,38 @@ impl Sequencer {
             });
         }
         let epoch = d.session_epoch();
+        let signed = d.flags().authenticated();
+        let (datagram, counter) = match &source.auth {
+            Some((keys, window)) => {
+                if !signed {
+                    return Err(Refusal::Unsigned {
+                        source: source_id,
+                        keyed: true,
+                    });
+                }
+                let opened = trailer::open(keys, self.batch_ns, Label::Datagram, datagram)
+                    .map_err(|why| Refusal::BadTag {
+                        source: source_id,
+                        why,
+                    })?;
+                window
+                    .check(epoch, opened.counter)
+                    .map_err(|why| Refusal::Replayed {
+                        source: source_id,
+                        why,
+                    })?;
+                (opened.body, Some(opened.counter))
+            }
+            None if signed => {
+                return Err(Refusal::Unsigned {
+                    source: source_id,
+                    keyed: false,
+                })
+            }
+            None => (datagram, None),
+        };
+        // Its messages are read from the authenticated bytes only (the trailer cut off).
+        let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
         if let Some(highest) = source.epoch.filter(|e| epoch < *e) {
             return Err(Refusal::StaleEpoch {
                 source: source_id,
@@ -588,6 +730,7 @@ impl Sequencer {
         Ok(Checked {
             source_id,
             epoch,
+            counter,
             first_source_seq,
             messages,
             count,
@@ -600,6 +743,7 @@ impl Sequencer {
         let Checked {
             source_id,
             epoch,
+            counter,
             first_source_seq: first,
             messages,
             count: total,
@@ -615,6 +759,9 @@ impl Sequencer {
             .get_mut(&source_id)
             .expect("check found the source");
         source.epoch = Some(epoch);
+        if let (Some((_, window)), Some(counter)) = (&mut source.auth, counter) {
+            window.accept(epoch, counter);
+        }
         let mut gap_at = None;
         for (i, m) in messages.enumerate() {
             let source_seq = first + i as u64;
@@ -654,7 +801,17 @@ impl Sequencer {
                     .set_source_id(source_id)
                     .set_session_epoch(epoch)
                     .set_from_source_seq(from_seq);
-                let n = e.encoded_length();
+                let mut n = e.encoded_length();
+                if let Some((keys, _)) = &source.auth {
+                    n = trailer::seal(
+                        keys.signing(),
+                        Label::Nak,
+                        &mut self.nak,
+                        n,
+                        self.nak_counter,
+                    );
+                    self.nak_counter += 1;
+                }
                 // A NAK is advice: if it cannot be sent now, the source's timeout resends.
                 if self.socket.send_to(&self.nak[..n], from).is_ok() {
                     self.counters.naks_sent.incr();

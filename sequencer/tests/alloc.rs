@@ -64,6 +64,7 @@ fn the_sequencer_allocates_nothing_per_datagram_in_steady_state() {
             recv_buffer: Some(1 << 20),
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &w,
     )

@@ -27,6 +27,7 @@ fn heartbeats_follow_monotonic_time_only() {
             recv_buffer: None,
             heartbeat: Some(Duration::from_millis(100)),
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &w,
     )

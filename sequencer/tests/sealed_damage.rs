@@ -48,6 +48,7 @@ fn the_sequencer_refuses_a_store_with_a_damaged_sealed_segment() {
             recv_buffer: None,
             heartbeat: None,
             nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
         },
         &w,
     )

@@ -32,6 +32,7 @@ fn open(dir: &Path, listen: SocketAddr) -> Sequencer {
         recv_buffer: Some(1 << 20),
         heartbeat: None,
         nak_interval: Duration::from_millis(1),
+        keys: Default::default(),
     };
     let w = CountersWriter::create(&dir.join("seq.counters"), 64).unwrap();
     Sequencer::open(cfg, &w).unwrap()
@@ -361,6 +362,7 @@ fn a_message_too_large_for_a_frame_is_refused_and_the_sequencer_keeps_going() {
         recv_buffer: Some(1 << 20),
         heartbeat: None,
         nak_interval: Duration::from_millis(1),
+        keys: Default::default(),
     };
     let w = CountersWriter::create(&d.path().join("seq.counters"), 64).unwrap();
     let mut seq = Sequencer::open(cfg, &w).unwrap();

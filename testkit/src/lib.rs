@@ -1,7 +1,7 @@
 //! What seqstream's tests share across crates (a dev-dependency only; nothing here runs in a
 //! daemon): [`CountingAllocator`], for tests that prove a duty cycle allocates nothing per
 //! message; [`KillOnDrop`], a child process that never outlives its test; free ports;
-//! waiting on a counter; a process's thread names.
+//! waiting on a counter; a process's thread names; key files ([`write_key`]).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -177,4 +177,16 @@ pub fn store_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
             (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
         })
         .collect()
+}
+
+/// Writes a key file at `path` as a daemon accepts it: `material` (at least 16 bytes) and a
+/// newline, readable by its owner only (mode 0600), replacing any file there by a rename so a
+/// reader never sees it half written.
+pub fn write_key(path: &std::path::Path, material: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("key-tmp");
+    std::fs::write(&tmp, format!("{material}\n")).expect("writing a key file");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod 600 a key file");
+    std::fs::rename(&tmp, path).expect("renaming a key file into place");
 }

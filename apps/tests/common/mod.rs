@@ -74,6 +74,7 @@ impl LocalStream {
                 recv_buffer: None,
                 heartbeat: Some(Duration::from_millis(100)),
                 nak_interval: Duration::from_millis(1),
+                keys: Default::default(),
             },
             &CountersWriter::create(&dir.join("sequencer.counters"), 64).unwrap(),
         )
@@ -90,6 +91,7 @@ impl LocalStream {
                 mtu: 1400,
                 resend_timeout: Duration::from_millis(100),
                 epoch: 1,
+                keys: Default::default(),
             },
             &CountersWriter::create(&dir.join("forwarder.counters"), 64).unwrap(),
         )

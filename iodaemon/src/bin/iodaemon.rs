@@ -14,7 +14,7 @@ use seqstream_agent::daemon::{self, DaemonArgs, Role, RoleContext};
 use seqstream_agent::Idle;
 use seqstream_iodaemon::cli::{check_routes, parse_route, ForwardArgs};
 use seqstream_replication::cli::{
-    Common, FollowArgs, DEFAULT_HEARTBEAT_MS, DEFAULT_PEER_TIMEOUT_MS,
+    Common, FollowArgs, DEFAULT_HEARTBEAT_MS, DEFAULT_KEY_OVERLAP_MS, DEFAULT_PEER_TIMEOUT_MS,
 };
 use seqstream_replication::follower::DEFAULT_MAX_SEGMENT_SIZE;
 use seqstream_store::FlushPolicy;
@@ -43,7 +43,8 @@ struct Follows {
     /// these.
     #[arg(long = "follow", value_parser = parse_follow, requires = "secret_file")]
     follows: Vec<Follow>,
-    /// File holding the replication shared secret (its bytes, trailing newline removed).
+    /// Key file of the replication key (16 to 4096 bytes, readable by its owner only): the
+    /// replicas and their upstreams prove they hold it; it never crosses the wire.
     #[arg(long)]
     secret_file: Option<PathBuf>,
     /// Idle strategy of the replication clients' runners.
@@ -113,6 +114,7 @@ impl Follows {
                         on_error,
                         heartbeat_ms: DEFAULT_HEARTBEAT_MS,
                         peer_timeout_ms: DEFAULT_PEER_TIMEOUT_MS,
+                        key_overlap_ms: DEFAULT_KEY_OVERLAP_MS,
                     },
                     upstream: f.upstream,
                     core: self.follow_cores.get(i).copied(),

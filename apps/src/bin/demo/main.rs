@@ -236,6 +236,21 @@ fn wait_until(
     }
 }
 
+/// Writes a key file as the daemons accept it: readable by its owner only.
+fn write_key(path: &Path, material: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating the key file {}", path.display()))?;
+    writeln!(f, "{material}")?;
+    Ok(())
+}
+
 fn store_exists(dir: &Path) -> Result<bool> {
     Ok(seqstream_store::layout::list(dir).is_ok_and(|l| !l.segments.is_empty()))
 }
@@ -340,7 +355,10 @@ impl Run<'_> {
         let seq = net.seq.clone();
         let (h1, h2) = (net.h1.clone(), net.h2.clone());
         let site = self.site();
-        std::fs::write(&site.secret, "seqstream-demo-secret\n")?;
+        write_key(
+            &site.secret,
+            "seqstream demo replication key, fresh each run",
+        )?;
         let files = site.files();
         // Application hosts' outboxes first: the forwarders open them at start.
         for (h, host) in ["h1", "h2"].into_iter().enumerate() {
