@@ -14,8 +14,11 @@
 //! - [`handshake`]: the replication handshake's nonces and proofs, and the session keys both
 //!   ends derive from it; [`session`]: the implicit-counter MAC on every message after it.
 //!
+//! - [`watch`] (feature `watch`): [`watch::KeyWatch`], which polls a daemon's keyrings and
+//!   counts and logs rotations and unusable key files.
+//!
 //! This crate owns no socket and no clock: callers pass the monotonic time (ns) where a key's
-//! validity depends on it. It never logs and never panics on what a peer sent.
+//! validity depends on it. Only `watch` logs; nothing here panics on what a peer sent.
 //!
 //! Sources: BLAKE3's keyed mode and key derivation (<https://github.com/BLAKE3-team/BLAKE3-specs>);
 //! the anti-replay window of RFC 4303 §3.4.3; challenge and response over fresh nonces from both
@@ -27,6 +30,8 @@ pub mod mac;
 pub mod session;
 pub mod sources;
 pub mod trailer;
+#[cfg(feature = "watch")]
+pub mod watch;
 pub mod window;
 
 pub use key::{Key, KeyError, Keyring, Rotation};

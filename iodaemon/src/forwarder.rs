@@ -20,6 +20,7 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_auth::trailer::{self, TRAILER_LEN};
+use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Label, ReplayWindow};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::{StoreError, Tailer, TailerOptions};
@@ -145,8 +146,6 @@ struct Counters {
     in_flight: Counter,
     bad_naks: Counter,
     stale_naks: Counter,
-    key_rotations: Counter,
-    key_errors: Counter,
 }
 
 /// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
@@ -167,7 +166,7 @@ pub struct Forwarder {
     clock: Clock,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
-    key_warn: LimitedWarn,
+    key_watch: KeyWatch,
     /// Counter of the next signed datagram: starts at the realtime clock (ns) at open, so a
     /// restarted forwarder's counters lie above every one it used before.
     counter: u64,
@@ -236,6 +235,7 @@ impl Forwarder {
             op: "set_nonblocking",
             source: e,
         })?;
+        let key_watch = KeyWatch::new(counters)?;
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let counters = Counters {
             sent: c("messages sent")?,
@@ -246,8 +246,6 @@ impl Forwarder {
             in_flight: counters.gauge("in flight").map_err(Error::Counters)?,
             bad_naks: c("bad naks")?,
             stale_naks: c("stale naks")?,
-            key_rotations: c("key rotations")?,
-            key_errors: c("key file errors")?,
         };
         let routes = cfg
             .routes
@@ -270,7 +268,7 @@ impl Forwarder {
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
             send_warn: LimitedWarn::new("send"),
-            key_warn: LimitedWarn::new("key file"),
+            key_watch,
             cfg,
         })
     }
@@ -309,30 +307,16 @@ impl Forwarder {
         Ok(work)
     }
 
-    /// Looks at the sources' key files (each at most once a second): a changed one rotates
-    /// its source's key, logged and counted; one that cannot be used keeps the keys in force,
-    /// and is counted and logged (rate-limited) until it is fixed.
+    /// Looks at the sources' key files (each at most once a second; see [`KeyWatch`]).
     fn poll_keys(&mut self, now: u64) {
         for l in &mut self.links {
-            let Some((keys, _)) = &mut l.auth else {
-                continue;
-            };
-            match keys.poll(now) {
-                Ok(None) => {}
-                Ok(Some(r)) => {
-                    self.counters.key_rotations.incr();
-                    tracing::info!(source_id = l.reader.source_id(), previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
-                }
-                Err(e) => {
-                    self.counters.key_errors.incr();
-                    self.key_warn.warn(format_args!(
-                        "source {}: {e} (the keys in force are kept)",
-                        l.reader.source_id()
-                    ));
-                }
+            if let Some((keys, _)) = &mut l.auth {
+                let source = l.reader.source_id();
+                self.key_watch
+                    .poll(keys, now, format_args!("source {source}"));
             }
         }
-        self.key_warn.tick();
+        self.key_watch.tick();
     }
 
     /// Reads the local copies of the streams for our own messages.

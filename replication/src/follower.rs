@@ -41,7 +41,8 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
-use seqstream_auth::handshake::{self, Nonce, SessionKeys, Transcript};
+use seqstream_auth::handshake::{nonce, Nonce, SessionKeys, Transcript};
+use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::Keyring;
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{
@@ -50,6 +51,7 @@ use seqstream_store::{
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::framing::{Fill, Inbox, Outbox};
+use crate::handshake;
 use crate::protocol::{self, Msg};
 use crate::{Error, Lie, Result};
 
@@ -122,8 +124,6 @@ struct Counters {
     errors: Counter,
     upstream_committed: Counter,
     lag_bytes: Counter,
-    key_rotations: Counter,
-    key_errors: Counter,
 }
 
 /// The rate-limited WARN lines of the sessions' ends, one per cause.
@@ -131,7 +131,6 @@ struct Warns {
     closed: LimitedWarn,
     lied: LimitedWarn,
     failed: LimitedWarn,
-    key: LimitedWarn,
 }
 
 impl Warns {
@@ -140,18 +139,12 @@ impl Warns {
             closed: LimitedWarn::new("replication session ended: closed by the upstream"),
             lied: LimitedWarn::new("replication session ended: the upstream lied"),
             failed: LimitedWarn::new("replication session ended"),
-            key: LimitedWarn::new("key file"),
         }
     }
 
     /// Logs the summaries owed for intervals that have ended.
     fn tick(&mut self) {
-        for w in [
-            &mut self.closed,
-            &mut self.lied,
-            &mut self.failed,
-            &mut self.key,
-        ] {
+        for w in [&mut self.closed, &mut self.lied, &mut self.failed] {
             w.tick();
         }
     }
@@ -245,6 +238,7 @@ pub struct Follower {
     role: String,
     /// When (monotonic ns) the replica's active segment file was last checked.
     last_file_check_ns: u64,
+    key_watch: KeyWatch,
 }
 
 /// Most reads of one duty cycle (each up to the 1 MiB receive buffer).
@@ -256,6 +250,7 @@ impl Follower {
     /// writers: the iodaemon scopes each to `"stream N "`). The follower starts disconnected,
     /// with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
+        let key_watch = KeyWatch::new(counters)?;
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let g = |l: &str| counters.gauge(l).map_err(Error::Counters);
         let pos = |l: &str| counters.position(l).map_err(Error::Counters);
@@ -269,8 +264,6 @@ impl Follower {
             errors: c("session errors")?,
             upstream_committed: pos("upstream committed position")?,
             lag_bytes: g("lag bytes")?,
-            key_rotations: c("key rotations")?,
-            key_errors: c("key file errors")?,
         };
         // New segments of a replica take the upstream's size: that of its active segment.
         let appender = match Appender::reopen_replica(&cfg.store, cfg.store_config.clone()) {
@@ -291,6 +284,7 @@ impl Follower {
         let mut clock = replica.cfg.store_config.clock.clone();
         Ok(Follower {
             last_file_check_ns: clock.monotonic_ns(),
+            key_watch,
             clock,
             delay: replica.cfg.reconnect_min,
             role: format!("follow stream {}", replica.cfg.store_config.stream_id),
@@ -467,7 +461,7 @@ impl Follower {
         self.replica.counters.connects.incr();
         let mut outbox = Outbox::default();
         let mut scratch = Vec::with_capacity(256);
-        let nonce = handshake::nonce().map_err(|e| Error::io("getrandom", e))?;
+        let nonce = nonce().map_err(|e| Error::io("getrandom", e))?;
         protocol::encode(
             &Msg::Hello {
                 stream_id: self.replica.cfg.store_config.stream_id,
@@ -526,28 +520,6 @@ impl Follower {
     }
 }
 
-impl Follower {
-    /// Looks at the key file (at most once a second): a changed one rotates the key, logged
-    /// and counted; one that cannot be used keeps the keys in force, counted and logged
-    /// (rate-limited) until it is fixed.
-    fn poll_keys(&mut self, now: u64) {
-        let counters = &self.replica.counters;
-        match self.replica.keys.poll(now) {
-            Ok(None) => {}
-            Ok(Some(r)) => {
-                counters.key_rotations.incr();
-                tracing::info!(role = %self.role, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
-            }
-            Err(e) => {
-                counters.key_errors.incr();
-                self.warns
-                    .key
-                    .warn(format_args!("{e} (the keys in force are kept)"));
-            }
-        }
-    }
-}
-
 /// The replication client as a role on the runtime.
 impl Agent for Follower {
     fn role_name(&self) -> &str {
@@ -562,7 +534,9 @@ impl Agent for Follower {
         let work = self.duty_cycle();
         if work == 0 {
             let now = self.clock.monotonic_ns();
-            self.poll_keys(now);
+            self.key_watch
+                .poll(&mut self.replica.keys, now, format_args!("{}", self.role));
+            self.key_watch.tick();
             if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
                 self.last_file_check_ns = now;
                 if let Some(a) = &self.replica.appender {
@@ -626,21 +600,15 @@ impl Replica {
                     }
                     LinkAuth::Challenge { nonce, resume } => match protocol::decode(m)? {
                         Msg::Challenge { nonce: server } => {
-                            let t = Transcript {
-                                stream_id: self.cfg.store_config.stream_id,
-                                resume_position: *resume,
-                                client_nonce: *nonce,
-                                server_nonce: server.try_into().map_err(|_| {
-                                    Error::Protocol(format!("a nonce of {} bytes", server.len()))
-                                })?,
-                            };
+                            let (t, proof) = handshake::on_challenge(
+                                self.cfg.store_config.stream_id,
+                                *resume,
+                                *nonce,
+                                server,
+                                &self.keys,
+                            )?;
                             link.scratch.clear();
-                            protocol::encode(
-                                &Msg::Proof {
-                                    proof: &t.client_proof(self.keys.signing()),
-                                },
-                                &mut link.scratch,
-                            );
+                            protocol::encode(&Msg::Proof { proof: &proof }, &mut link.scratch);
                             link.outbox
                                 .send(&mut link.stream, &[&link.scratch])
                                 .map_err(|e| Error::io("write", e))?;
@@ -654,11 +622,10 @@ impl Replica {
                     },
                     LinkAuth::Proof(t) => match protocol::decode(m)? {
                         Msg::Proof { proof } => {
-                            let key = t
-                                .check_server_proof(&self.keys, now, proof)
-                                .ok_or(Lie::Unproven)?;
+                            let (macs, key) =
+                                handshake::on_server_proof(t, &self.keys, now, proof)?;
                             tracing::info!(upstream = %self.cfg.upstream, key = %key.fingerprint(), "upstream authenticated");
-                            LinkAuth::Session(t.session(key))
+                            LinkAuth::Session(macs)
                         }
                         other => {
                             return Err(Error::Protocol(format!(

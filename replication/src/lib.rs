@@ -13,6 +13,7 @@
 //! |---|---|
 //! | [`cli`] | the roles' options (daemon flags, `seqstreamd` table keys) and their building |
 //! | [`framing`] | Simple Open Framing Header, receive buffer, send backlog |
+//! | `handshake` | the handshake's steps, shared by the agents and [`peer`] |
 //! | [`protocol`] | the replication messages (SBE, `schemas/xml/wire.xml`), sealed after the handshake |
 //! | [`peer`] | the protocol over a blocking socket, for tools and tests that speak it by hand |
 //! | [`server`] | the upstream side: the acceptor agent (admission), one sender agent per replica |
@@ -21,6 +22,7 @@
 pub mod cli;
 pub mod follower;
 pub mod framing;
+mod handshake;
 pub mod peer;
 pub mod protocol;
 pub mod server;

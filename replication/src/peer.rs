@@ -8,15 +8,16 @@
 
 use std::io::{Read, Write};
 
-use seqstream_auth::handshake::{self, Transcript};
+use seqstream_auth::handshake::nonce;
 use seqstream_auth::session::SessionMac;
 use seqstream_auth::Keyring;
 
 use seqstream_auth::TAG_LEN;
 
 use crate::framing::{put_sofh, Fill, Inbox, MAX_MESSAGE, SBE_LE, SOFH_LEN};
+use crate::handshake;
 use crate::protocol::{self, Msg};
-use crate::{Error, Lie, Result};
+use crate::{Error, Result};
 
 /// One end of a replication connection over a blocking stream.
 pub struct Peer<S> {
@@ -38,7 +39,7 @@ impl<S: Read + Write> Peer<S> {
     }
 
     /// The handshake as a replica of `stream_id` resuming at `resume`: hello, the upstream's
-    /// challenge, this end's proof, the upstream's proof (refused as [`Lie::Unproven`] when it
+    /// challenge, this end's proof, the upstream's proof (refused as [`crate::Lie::Unproven`] when it
     /// does not verify under `keys`).
     pub fn handshake_as_replica(
         &mut self,
@@ -46,7 +47,7 @@ impl<S: Read + Write> Peer<S> {
         resume: u64,
         keys: &Keyring,
     ) -> Result<()> {
-        let client_nonce = handshake::nonce().map_err(|e| Error::io("getrandom", e))?;
+        let client_nonce = nonce().map_err(|e| Error::io("getrandom", e))?;
         self.send(&Msg::Hello {
             stream_id,
             resume_position: resume,
@@ -56,23 +57,13 @@ impl<S: Read + Write> Peer<S> {
         let Msg::Challenge { nonce } = protocol::decode(&m)? else {
             return Err(Error::Protocol("expected a challenge".into()));
         };
-        let t = Transcript {
-            stream_id,
-            resume_position: resume,
-            client_nonce,
-            server_nonce: nonce
-                .try_into()
-                .map_err(|_| Error::Protocol("a nonce of another length".into()))?,
-        };
-        self.send(&Msg::Proof {
-            proof: &t.client_proof(keys.signing()),
-        })?;
+        let (t, proof) = handshake::on_challenge(stream_id, resume, client_nonce, nonce, keys)?;
+        self.send(&Msg::Proof { proof: &proof })?;
         let m = self.recv()?;
         let Msg::Proof { proof } = protocol::decode(&m)? else {
             return Err(Error::Protocol("expected the upstream's proof".into()));
         };
-        let key = t.check_server_proof(keys, 0, proof).ok_or(Lie::Unproven)?;
-        let s = t.session(key);
+        let (s, _) = handshake::on_server_proof(&t, keys, 0, proof)?;
         self.macs = Some((s.from_replica, s.from_upstream));
         Ok(())
     }
@@ -90,14 +81,7 @@ impl<S: Read + Write> Peer<S> {
         else {
             return Err(Error::Protocol("expected a hello".into()));
         };
-        let t = Transcript {
-            stream_id,
-            resume_position,
-            client_nonce: nonce
-                .try_into()
-                .map_err(|_| Error::Protocol("a nonce of another length".into()))?,
-            server_nonce: handshake::nonce().map_err(|e| Error::io("getrandom", e))?,
-        };
+        let t = handshake::on_hello(stream_id, resume_position, nonce)?;
         self.send(&Msg::Challenge {
             nonce: &t.server_nonce,
         })?;
@@ -105,13 +89,8 @@ impl<S: Read + Write> Peer<S> {
         let Msg::Proof { proof } = protocol::decode(&m)? else {
             return Err(Error::Protocol("expected the replica's proof".into()));
         };
-        let key = t
-            .check_client_proof(keys, 0, proof)
-            .ok_or_else(|| Error::Refused("the replica's proof does not verify".into()))?;
-        self.send(&Msg::Proof {
-            proof: &t.server_proof(key),
-        })?;
-        let s = t.session(key);
+        let (s, proof) = handshake::on_client_proof(&t, keys, 0, proof)?;
+        self.send(&Msg::Proof { proof: &proof })?;
         self.macs = Some((s.from_upstream, s.from_replica));
         Ok((stream_id, resume_position))
     }

@@ -67,11 +67,13 @@ use seqstream_agent::runner::ErrorChain;
 use seqstream_agent::{
     Agent, AgentError, AgentRunner, AgentSink, DutyCycle, Idle, OnError, RunnerConfig,
 };
-use seqstream_auth::handshake::{self, SessionKeys, Transcript};
+use seqstream_auth::handshake::{SessionKeys, Transcript};
+use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Tag};
 use seqstream_store::{Tailer, TailerOptions};
 
 use crate::framing::{Fill, Inbox, Outbox};
+use crate::handshake;
 use crate::protocol::{self, Msg};
 use crate::{Error, Result};
 
@@ -160,8 +162,6 @@ struct Counters {
     refused_handshake: Counter,
     disconnects: Counter,
     consumers: Counter,
-    key_rotations: Counter,
-    key_errors: Counter,
 }
 
 /// The rate-limited WARN lines of the server's refusals, one per cause, shared by the
@@ -175,7 +175,6 @@ struct Warns {
     limit: LimitedWarn,
     dropped: LimitedWarn,
     auth: LimitedWarn,
-    key: LimitedWarn,
 }
 
 impl Warns {
@@ -188,7 +187,6 @@ impl Warns {
             limit: LimitedWarn::new("refused: consumer limit reached"),
             dropped: LimitedWarn::new("replica dropped"),
             auth: LimitedWarn::new("refused: authentication failed"),
-            key: LimitedWarn::new("key file"),
         }
     }
 
@@ -201,7 +199,6 @@ impl Warns {
             &mut self.limit,
             &mut self.dropped,
             &mut self.auth,
-            &mut self.key,
         ] {
             w.tick();
         }
@@ -333,6 +330,7 @@ pub struct Server {
     role: String,
     /// The replication key: proofs are checked under it.
     keys: Keyring,
+    key_watch: KeyWatch,
 }
 
 impl Server {
@@ -361,8 +359,6 @@ impl Server {
             refused_handshake: c("refused handshake")?,
             disconnects: c("disconnects")?,
             consumers: g("consumers")?,
-            key_rotations: c("key rotations")?,
-            key_errors: c("key file errors")?,
         };
         let mut slots = Vec::with_capacity(cfg.max_consumers);
         for i in 0..cfg.max_consumers {
@@ -377,6 +373,7 @@ impl Server {
         Ok(Server {
             role: format!("repl-accept stream {}", cfg.stream_id),
             keys: cfg.keys.clone(),
+            key_watch: KeyWatch::new(counters)?,
             clock: cfg.clock.clone(),
             last_poll_ns: None,
             pending: (0..cfg.max_consumers).map(|_| None).collect(),
@@ -558,30 +555,11 @@ impl Server {
         }
     }
 
-    /// Looks at the key file (at most once a second): a changed one rotates the key, logged
-    /// and counted; one that cannot be used keeps the keys in force, counted and logged
-    /// (rate-limited) until it is fixed.
-    fn poll_keys(&mut self, now: u64) {
-        match self.keys.poll(now) {
-            Ok(None) => {}
-            Ok(Some(r)) => {
-                self.shared.counters.key_rotations.incr();
-                tracing::info!(role = %self.role, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
-            }
-            Err(e) => {
-                self.shared.counters.key_errors.incr();
-                self.shared
-                    .warns()
-                    .key
-                    .warn(format_args!("{e} (the keys in force are kept)"));
-            }
-        }
-    }
-
     /// One duty cycle: new connections, handshakes that moved or expired, ended senders.
     fn duty_cycle(&mut self) -> Result<usize> {
         let now = self.clock.monotonic_ns();
-        self.poll_keys(now);
+        self.key_watch
+            .poll(&mut self.keys, now, format_args!("{}", self.role));
         match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -625,6 +603,7 @@ impl Server {
         self.reap();
         if work == 0 {
             self.shared.warns().tick();
+            self.key_watch.tick();
         }
         Ok(work)
     }
@@ -701,15 +680,7 @@ fn read_handshake(
                             cfg.stream_id
                         )));
                     }
-                    let client_nonce = nonce.try_into().map_err(|_| {
-                        Error::Protocol(format!("a nonce of {} bytes", nonce.len()))
-                    })?;
-                    let transcript = Transcript {
-                        stream_id,
-                        resume_position,
-                        client_nonce,
-                        server_nonce: handshake::nonce().map_err(|e| Error::io("getrandom", e))?,
-                    };
+                    let transcript = handshake::on_hello(stream_id, resume_position, nonce)?;
                     let mut challenge = Vec::with_capacity(64);
                     protocol::encode(
                         &Msg::Challenge {
@@ -728,17 +699,12 @@ fn read_handshake(
                     None
                 }
                 (Stage::Proof(t), Msg::Proof { proof }) => {
-                    let Some(key) = t.check_client_proof(keys, now, proof) else {
-                        counters.refused_auth.incr();
-                        return Err(Error::Refused(
-                            "its proof does not verify: it does not hold the replication key"
-                                .into(),
-                        ));
-                    };
+                    let (macs, proof) = handshake::on_client_proof(t, keys, now, proof)
+                        .inspect_err(|_| counters.refused_auth.incr())?;
                     Some(Admitted {
                         resume: t.resume_position,
-                        macs: t.session(key),
-                        proof: t.server_proof(key),
+                        macs,
+                        proof,
                     })
                 }
                 (Stage::Hello, other) => {

@@ -32,6 +32,7 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_auth::trailer::{self, TrailerError, TRAILER_LEN};
+use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Label, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
@@ -221,8 +222,6 @@ struct Counters {
     beyond_gap: Counter,
     naks_sent: Counter,
     heartbeats: Counter,
-    key_rotations: Counter,
-    key_errors: Counter,
 }
 
 /// Why a datagram is dropped whole, before anything about its source changes. Formatted
@@ -425,7 +424,7 @@ pub struct Sequencer {
     /// The monotonic time (ns) at which the current batch of datagrams was received: the
     /// time keys are judged valid at.
     batch_ns: u64,
-    key_warn: LimitedWarn,
+    key_watch: KeyWatch,
 }
 
 impl Sequencer {
@@ -504,8 +503,6 @@ impl Sequencer {
             beyond_gap: c("messages beyond a gap dropped")?,
             naks_sent: c("naks sent")?,
             heartbeats: c("heartbeats appended")?,
-            key_rotations: c("key rotations")?,
-            key_errors: c("key file errors")?,
         };
         let refusals = Refusals::new(counters)?;
         for (id, s) in &sources {
@@ -540,7 +537,7 @@ impl Sequencer {
             batch_ns: clock.monotonic_ns(),
             clock,
             role,
-            key_warn: LimitedWarn::new("key file"),
+            key_watch: KeyWatch::new(counters)?,
         })
     }
 
@@ -611,29 +608,14 @@ impl Sequencer {
         Ok(work)
     }
 
-    /// Looks at the sources' key files (each at most once a second): a changed one rotates
-    /// its source's key, logged and counted; one that cannot be used keeps the keys in force,
-    /// and is counted and logged (rate-limited) until it is fixed.
+    /// Looks at the sources' key files (each at most once a second; see [`KeyWatch`]).
     fn poll_keys(&mut self, now: u64) {
         for (id, s) in &mut self.sources {
-            let Some((keys, _)) = &mut s.auth else {
-                continue;
-            };
-            match keys.poll(now) {
-                Ok(None) => {}
-                Ok(Some(r)) => {
-                    self.counters.key_rotations.incr();
-                    tracing::info!(source_id = id, previous = %r.previous, current = %r.current, overlap_ms = r.overlap.as_millis() as u64, "key rotated: the previous key stays valid for the overlap");
-                }
-                Err(e) => {
-                    self.counters.key_errors.incr();
-                    self.key_warn.warn(format_args!(
-                        "source {id}: {e} (the keys in force are kept)"
-                    ));
-                }
+            if let Some((keys, _)) = &mut s.auth {
+                self.key_watch.poll(keys, now, format_args!("source {id}"));
             }
         }
-        self.key_warn.tick();
+        self.key_watch.tick();
     }
 
     /// Checks a whole datagram without changing anything: header, source, address, its
@@ -660,7 +642,9 @@ impl Sequencer {
         }
         let epoch = d.session_epoch();
         let signed = d.flags().authenticated();
-        let (datagram, counter) = match &source.auth {
+        // A keyed source's messages are read from the authenticated bytes only (the trailer
+        // cut off, the header decoded again from them).
+        let (d, datagram, counter) = match &source.auth {
             Some((keys, window)) => {
                 if !signed {
                     return Err(Refusal::Unsigned {
@@ -679,7 +663,9 @@ impl Sequencer {
                         source: source_id,
                         why,
                     })?;
-                (opened.body, Some(opened.counter))
+                let d = wire::DatagramHeaderDecoder::decode(opened.body)
+                    .map_err(Refusal::Undecodable)?;
+                (d, opened.body, Some(opened.counter))
             }
             None if signed => {
                 return Err(Refusal::Unsigned {
@@ -687,10 +673,8 @@ impl Sequencer {
                     keyed: false,
                 })
             }
-            None => (datagram, None),
+            None => (d, datagram, None),
         };
-        // Its messages are read from the authenticated bytes only (the trailer cut off).
-        let d = wire::DatagramHeaderDecoder::decode(datagram).map_err(Refusal::Undecodable)?;
         if let Some(highest) = source.epoch.filter(|e| epoch < *e) {
             return Err(Refusal::StaleEpoch {
                 source: source_id,
