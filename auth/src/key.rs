@@ -109,13 +109,18 @@ fn stamp(m: &std::fs::Metadata) -> Stamp {
     }
 }
 
-/// The material in `path` and its file's stamp, checked.
-fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
+/// Reads a private file (a key, a TLS private key) of at most `limit` bytes: refused
+/// (`Permissions`) when group or others may read or write it, as checked on the opened file.
+pub fn read_private(path: &Path, limit: usize) -> Result<Vec<u8>, KeyError> {
+    Ok(read_private_stamped(path, limit)?.0)
+}
+
+fn read_private_stamped(path: &Path, limit: usize) -> Result<(Vec<u8>, Stamp), KeyError> {
     let io = |source| KeyError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = std::fs::File::open(path).map_err(io)?;
+    let file = std::fs::File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     let mode = meta.mode() & 0o7777;
     if mode & 0o077 != 0 {
@@ -124,11 +129,16 @@ fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
             mode,
         });
     }
-    let mut material = Vec::new();
-    file.by_ref()
-        .take(MAX_KEY_BYTES as u64 + 2)
-        .read_to_end(&mut material)
+    let mut bytes = Vec::new();
+    file.take(limit as u64)
+        .read_to_end(&mut bytes)
         .map_err(io)?;
+    Ok((bytes, stamp(&meta)))
+}
+
+/// The material in `path` and its file's stamp, checked.
+fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
+    let (mut material, stamp) = read_private_stamped(path, MAX_KEY_BYTES + 2)?;
     while material.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         material.pop();
     }
@@ -138,7 +148,7 @@ fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
             len: material.len(),
         });
     }
-    Ok((material, stamp(&meta)))
+    Ok((material, stamp))
 }
 
 /// A key replaced by a new one in its file ([`Keyring::poll`]).

@@ -1,7 +1,9 @@
 //! `bench replication`: append on the primary → visible to a tailer of a replica, and
 //! streaming throughput, with 1, 2 and 4 followers, next to floors measured in the same run
 //! over the same loopback path: a raw TCP one-way hop (same one-in-flight method) and raw TCP
-//! bandwidth (one stream). Also the fast follower's latency beside a deliberately slow one.
+//! bandwidth (one stream). Also the fast follower's latency beside a deliberately slow one,
+//! and one follower's over TLS (`append_to_replica_64B_1f_tls`, certificates made for the
+//! run), against the same floor.
 //!
 //! Threads: the appender, the replica's tailer, the server's sender threads and the followers
 //! all wait with `sched_yield` (`--idle`, default `yield`), and so do both ends of the TCP
@@ -93,8 +95,52 @@ fn store_cfg() -> StoreConfig {
     StoreConfig::new(STREAM).segment_size(256 << 20)
 }
 
-/// A server on `primary` and `followers` followers, each in its own thread.
-fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Topology> {
+/// The TLS configurations of a case: the server's and its followers'.
+struct Tls {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+/// A CA and a server certificate for 127.0.0.1, written under `dir`, and the configurations
+/// built from them as a user's files would be.
+fn tls(dir: &Path) -> Result<Tls> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use std::os::unix::fs::OpenOptionsExt;
+    let ca_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key)?;
+    let key = KeyPair::generate()?;
+    let cert =
+        CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca, &ca_key)?;
+    let (ca_path, cert_path, key_path) = (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&ca_path, ca.pem())?;
+    std::fs::write(&cert_path, cert.pem())?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key_path)?
+        .write_all(key.serialize_pem().as_bytes())?;
+    Ok(Tls {
+        server: seqstream_replication::tls::server_config(&cert_path, &key_path, None)?,
+        client: seqstream_replication::tls::client_config(&ca_path, None)?,
+    })
+}
+
+/// A server on `primary` and `followers` followers, each in its own thread; over TLS when
+/// `tls` is given.
+fn topology(
+    dir: &Path,
+    name: &str,
+    followers: usize,
+    idle: &Idle,
+    tls: Option<&Tls>,
+) -> Result<Topology> {
     let primary = dir.join(format!("{name}-primary"));
     if !primary.exists() {
         drop(Appender::open_or_create(&primary, store_cfg())?);
@@ -104,6 +150,7 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
     let mut cfg = ServerConfig::new(primary.clone(), STREAM, "127.0.0.1:0".parse()?, keys());
     cfg.idle = idle.clone();
     cfg.max_consumers = followers + 1;
+    cfg.tls = tls.map(|t| t.server.clone());
     let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
     let server = Server::bind(cfg, &w)?;
     let addr = server.local_addr();
@@ -125,6 +172,12 @@ fn topology(dir: &Path, name: &str, followers: usize, idle: &Idle) -> Result<Top
         let cpath = dir.join(format!("{name}-follower-{i}.counters"));
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, keys());
         fcfg.store_config = store_cfg();
+        fcfg.tls = tls.map(|t| {
+            (
+                t.client.clone(),
+                rustls::pki_types::ServerName::IpAddress(addr.ip().into()),
+            )
+        });
         let w = CountersWriter::create(&cpath, 64)?;
         let f = Follower::new(fcfg, &w)?;
         let runner = AgentRunner::start(
@@ -185,10 +238,36 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let tcp_floor = tcp_one_way(samples)?;
     let bw_floor = tcp_bandwidth(bytes)?;
     for &n in &followers {
-        latency(dir, n, samples, &args.idle, &tcp_floor, reporter, false)?;
+        latency(
+            dir,
+            n,
+            samples,
+            &args.idle,
+            &tcp_floor,
+            reporter,
+            Case::Plain,
+        )?;
         throughput(dir, n, bytes, &args.idle, bw_floor, reporter)?;
     }
-    latency(dir, 1, samples, &args.idle, &tcp_floor, reporter, true)?;
+    latency(
+        dir,
+        1,
+        samples,
+        &args.idle,
+        &tcp_floor,
+        reporter,
+        Case::SlowPeer,
+    )?;
+    let tls = tls(dir)?;
+    latency(
+        dir,
+        1,
+        samples,
+        &args.idle,
+        &tcp_floor,
+        reporter,
+        Case::Tls(&tls),
+    )?;
     Ok(())
 }
 
@@ -268,6 +347,17 @@ fn slow_peer(addr: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     })
 }
 
+/// What a latency case measures besides its followers.
+#[derive(Clone, Copy)]
+enum Case<'a> {
+    /// Plain TCP.
+    Plain,
+    /// Beside a replica that reads slowly.
+    SlowPeer,
+    /// Over TLS.
+    Tls(&'a Tls),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn latency(
     dir: &Path,
@@ -276,15 +366,28 @@ fn latency(
     idle: &Idle,
     floor: &hdrhistogram::Histogram<u64>,
     reporter: &Reporter,
-    with_slow_peer: bool,
+    case: Case<'_>,
 ) -> Result<()> {
-    let name = if with_slow_peer {
-        "lat-slow".to_string()
-    } else {
-        format!("lat-{n}")
+    let (name, figure, tls) = match case {
+        Case::Plain => (
+            format!("lat-{n}"),
+            format!("append_to_replica_64B_{n}f"),
+            None,
+        ),
+        Case::SlowPeer => (
+            "lat-slow".to_string(),
+            "append_to_replica_64B_beside_slow_peer".to_string(),
+            None,
+        ),
+        Case::Tls(t) => (
+            format!("lat-tls-{n}"),
+            format!("append_to_replica_64B_{n}f_tls"),
+            Some(t),
+        ),
     };
-    let topo = topology(dir, &name, n, idle)?;
-    let slow = with_slow_peer.then(|| slow_peer(topo.addr, topo.running.stop.clone()));
+    let topo = topology(dir, &name, n, idle, tls)?;
+    let slow =
+        matches!(case, Case::SlowPeer).then(|| slow_peer(topo.addr, topo.running.stop.clone()));
     let mut appender = Appender::open(&topo.primary, store_cfg())?;
     appender.append(&[0u8; 64])?; // creates every replica
     let target = appender.position();
@@ -294,12 +397,7 @@ fn latency(
     let mut tailer = Tailer::open_with(&topo.replicas[0], TailerOptions::default())?;
     tailer.seek_position(target)?;
     let h = append_to_tailer(samples, YIELDING, appender, tailer)?;
-    let case = if with_slow_peer {
-        "append_to_replica_64B_beside_slow_peer".to_string()
-    } else {
-        format!("append_to_replica_64B_{n}f")
-    };
-    emit_percentiles(reporter, BENCH, &case, &h, floor)?;
+    emit_percentiles(reporter, BENCH, &figure, &h, floor)?;
     drop(topo);
     if let Some(t) = slow {
         let _ = t.join();
@@ -318,7 +416,7 @@ fn throughput(
     let name = format!("tput-{n}");
     // Set up first (replica stores created, segments preallocated), then time the stream:
     // from the first append of `bytes` until every replica holds the last byte.
-    let topo = topology(dir, &name, n, idle)?;
+    let topo = topology(dir, &name, n, idle, None)?;
     let mut a = Appender::open(&topo.primary, store_cfg())?;
     a.append(&[1u8; 64])?;
     let start = a.position();
@@ -345,7 +443,7 @@ fn throughput(
     }
     let end2 = a.position();
     drop(a);
-    let topo = topology(dir, &name, n, idle)?;
+    let topo = topology(dir, &name, n, idle, None)?;
     let t0 = Instant::now();
     wait_until(Duration::from_secs(300), || {
         topo.counters.iter().all(|c| replica_position(c) == end2)

@@ -4,7 +4,7 @@
 //! configured one way wherever it runs.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -16,6 +16,7 @@ use seqstream_store::FlushPolicy;
 
 use crate::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
 use crate::server::{Server, ServerConfig};
+use crate::tls;
 
 /// The default `--heartbeat-ms`.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
@@ -61,6 +62,20 @@ pub struct Common {
     /// Disconnect a peer silent this long, ms (at least 1).
     #[arg(long, default_value_t = DEFAULT_PEER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub peer_timeout_ms: u64,
+    /// TLS: this end's certificate chain (PEM, leaf first). A server given one speaks only
+    /// TLS; a replica given one presents it to its upstream (mutual TLS).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the private key of `--tls-cert` (PEM), readable by its owner only.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl Common {
+    /// This end's certificate chain and key, when it has them.
+    fn tls_identity(&self) -> Option<(&Path, &Path)> {
+        self.tls_cert.as_deref().zip(self.tls_key.as_deref())
+    }
 }
 
 /// The serving role: a store (read-only) served to replicas.
@@ -89,6 +104,10 @@ pub struct ServeArgs {
     /// Largest data message, bytes (4 KiB to 16 MiB; larger frames go in pieces).
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u32).range(4096..=(16 << 20)))]
     pub max_batch: u32,
+    /// TLS: the CA certificates (PEM) every replica's certificate must chain to: mutual TLS.
+    /// Needs `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// The replica role: a local, byte-identical copy of an upstream's store.
@@ -100,6 +119,13 @@ pub struct FollowArgs {
     /// The upstream to follow.
     #[arg(long)]
     pub upstream: SocketAddr,
+    /// TLS to the upstream: the CA certificates (PEM) its certificate must chain to.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: the name the upstream's certificate must carry (a DNS name or an IP address;
+    /// default: the upstream's IP address). Needs `--tls-ca`.
+    #[arg(long, requires = "tls_ca")]
+    pub tls_server_name: Option<String>,
     /// Core of the replication client's runner thread.
     #[arg(long)]
     pub core: Option<usize>,
@@ -140,6 +166,7 @@ impl ServeArgs {
             max_consumers: DEFAULT_MAX_CONSUMERS,
             send_buffer: None,
             max_batch: DEFAULT_MAX_BATCH,
+            tls_client_ca: None,
         }
     }
 }
@@ -162,6 +189,11 @@ impl Role for ServeArgs {
         cfg.max_batch = self.max_batch as usize;
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
+        cfg.tls = c
+            .tls_identity()
+            .map(|(cert, key)| tls::server_config(cert, key, self.tls_client_ca.as_deref()))
+            .transpose()
+            .context("TLS")?;
         check_cores(&cfg.cores)?;
         // Fail at start, not on each connection, when the store cannot be served. A store
         // not created yet (a replica this host follows and serves further) is served once it
@@ -208,6 +240,16 @@ impl Role for FollowArgs {
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
         cfg.max_segment_size = self.max_segment_size;
+        if c.tls_cert.is_some() && self.tls_ca.is_none() {
+            bail!("--tls-cert on a replica is for mutual TLS: give --tls-ca, the CA of its upstream's certificate, too");
+        }
+        cfg.tls = match &self.tls_ca {
+            Some(ca) => Some((
+                tls::client_config(ca, c.tls_identity()).context("TLS")?,
+                tls::server_name(self.tls_server_name.as_deref(), self.upstream.ip())?,
+            )),
+            None => None,
+        };
         check_cores(&self.core.into_iter().collect::<Vec<_>>())?;
         let follower = Follower::new(cfg, &ctx.counters)
             .with_context(|| format!("opening the replica {}", c.store.display()))?;

@@ -35,8 +35,10 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
@@ -53,6 +55,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::handshake;
 use crate::protocol::{self, Msg};
+use crate::tls::Transport;
 use crate::{Error, Lie, Result};
 
 /// Configuration of a follower.
@@ -66,6 +69,10 @@ pub struct FollowerConfig {
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
+    /// TLS to the upstream (`tls::client_config`) and the name its certificate must carry
+    /// (`tls::server_name`), the replication handshake inside it; `None` (the default):
+    /// plain TCP.
+    pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The shared replication key: the replica proves it holds it, and refuses an upstream
     /// that cannot prove the same. Its file is looked at once a second, so a key rotates
     /// without a restart.
@@ -100,6 +107,7 @@ impl FollowerConfig {
             store,
             store_config: StoreConfig::new(stream_id),
             upstream,
+            tls: None,
             keys,
             connect_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(5),
@@ -184,7 +192,7 @@ enum State {
 
 /// One connection's session: the socket, its buffers and what was received but not written.
 struct Link {
-    stream: TcpStream,
+    stream: Transport<TcpStream>,
     inbox: Inbox,
     outbox: Outbox,
     scratch: Vec<u8>,
@@ -457,7 +465,15 @@ impl Follower {
 
     /// A connection is up: sends the hello (what the socket does not take now waits in the
     /// outbox) and waits for the answer.
-    fn connected(&mut self, mut stream: TcpStream, now: u64) -> Result<State> {
+    fn connected(&mut self, stream: TcpStream, now: u64) -> Result<State> {
+        let mut stream = match &self.replica.cfg.tls {
+            None => Transport::Plain(stream),
+            Some((config, name)) => Transport::tls(
+                rustls::ClientConnection::new(config.clone(), name.clone())
+                    .map_err(|e| Error::io("TLS", std::io::Error::other(e)))?,
+                stream,
+            ),
+        };
         self.replica.counters.connects.incr();
         let mut outbox = Outbox::default();
         let mut scratch = Vec::with_capacity(256);

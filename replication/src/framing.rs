@@ -186,7 +186,8 @@ impl Outbox {
         Ok(())
     }
 
-    /// Writes as much of the backlog as the socket takes; `true` when it is empty.
+    /// Writes as much of the backlog as the socket takes, then flushes `dst` (what a TLS
+    /// stream still holds); `true` when both are empty.
     pub fn flush(&mut self, dst: &mut impl std::io::Write) -> std::io::Result<bool> {
         while self.backlog() > 0 {
             match dst.write(&self.backlog[self.sent..]) {
@@ -199,7 +200,11 @@ impl Outbox {
         }
         self.backlog.clear();
         self.sent = 0;
-        Ok(true)
+        match dst.flush() {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! | [`peer`] | the protocol over a blocking socket, for tools and tests that speak it by hand |
 //! | [`server`] | the upstream side: the acceptor agent (admission), one sender agent per replica |
 //! | [`follower`] | the replica side, an agent: connect, resume, check, write, acknowledge, reconnect |
+//! | [`tls`] | TLS (rustls) on a link: configurations from PEM files, the plain-or-TLS stream |
 
 pub mod cli;
 pub mod follower;
@@ -26,6 +27,7 @@ mod handshake;
 pub mod peer;
 pub mod protocol;
 pub mod server;
+pub mod tls;
 
 use seqstream_store::StoreError;
 

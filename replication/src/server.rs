@@ -75,6 +75,7 @@ use seqstream_store::{Tailer, TailerOptions};
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::handshake;
 use crate::protocol::{self, Msg};
+use crate::tls::Transport;
 use crate::{Error, Result};
 
 /// Configuration of a replication server.
@@ -91,6 +92,9 @@ pub struct ServerConfig {
     pub keys: Keyring,
     /// Addresses replicas may connect from; anything else is refused.
     pub allow: Vec<IpAddr>,
+    /// TLS on every connection (`tls::server_config`), the replication handshake inside it;
+    /// `None` (the default): plain TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Where senders run. `None` (the default): each on a runner of its own, placed by
     /// [`cores`](Self::cores) and [`idle`](Self::idle). `Some`: each handed to that running
     /// composite (a host thread shared with other roles, `seqstreamd`'s `shared` threading),
@@ -134,6 +138,7 @@ impl ServerConfig {
             listen,
             keys,
             allow: vec![IpAddr::from([127, 0, 0, 1])],
+            tls: None,
             sender_host: None,
             cores: Vec::new(),
             idle: Idle::backoff(),
@@ -278,7 +283,7 @@ impl Drop for Lease {
 /// A connection in its handshake, registered with the acceptor's poll until the replica's
 /// proof is in.
 struct Pending {
-    stream: MioStream,
+    stream: Transport<MioStream>,
     peer: SocketAddr,
     inbox: Inbox,
     deadline_ns: u64,
@@ -424,6 +429,20 @@ impl Server {
                 .warn(format_args!("{peer}: epoll_ctl: {e}"));
             return;
         }
+        let stream = match &self.cfg.tls {
+            None => Transport::Plain(stream),
+            Some(tls) => match rustls::ServerConnection::new(tls.clone()) {
+                Ok(conn) => Transport::tls(conn, stream),
+                Err(e) => {
+                    let _ = self.poll.registry().deregister(&mut stream);
+                    self.shared
+                        .warns()
+                        .handshake
+                        .warn(format_args!("{peer}: TLS: {e}"));
+                    return;
+                }
+            },
+        };
         self.pending[free] = Some(Pending {
             stream,
             peer,
@@ -453,7 +472,7 @@ impl Server {
             Err(e) => Err(e),
         };
         let mut p = self.pending[i].take().expect("a pending connection");
-        let _ = self.poll.registry().deregister(&mut p.stream);
+        let _ = self.poll.registry().deregister(p.stream.socket_mut());
         let peer = p.peer;
         // Everything the replica said is checked (its hello, and that its resume position is
         // a frame start or the end of the stream) before it takes a slot.
@@ -487,7 +506,7 @@ impl Server {
         };
         self.shared.counters.consumers.add(1);
         lease.counters().connections.incr();
-        self.launch(p.stream.into(), peer, admitted, tailer, lease);
+        self.launch(p.stream.map(Into::into), peer, admitted, tailer, lease);
         1
     }
 
@@ -495,7 +514,7 @@ impl Server {
     /// host's composite ([`ServerConfig::sender_host`]).
     fn launch(
         &mut self,
-        stream: TcpStream,
+        stream: Transport<TcpStream>,
         peer: SocketAddr,
         admitted: Admitted,
         tailer: Tailer,
@@ -634,7 +653,7 @@ impl Agent for Server {
         self.shared.closing.store(true, Ordering::Release);
         for p in self.pending.iter_mut() {
             if let Some(mut p) = p.take() {
-                let _ = self.poll.registry().deregister(&mut p.stream);
+                let _ = self.poll.registry().deregister(p.stream.socket_mut());
             }
         }
         for r in self.senders.drain(..) {
@@ -857,7 +876,7 @@ impl Agent for Sender {
 /// One replica's session: what its sender's duty cycle reads and writes.
 struct Session {
     cfg: Arc<ServerConfig>,
-    stream: TcpStream,
+    stream: Transport<TcpStream>,
     tailer: Tailer,
     inbox: Inbox,
     outbox: Outbox,
@@ -881,7 +900,7 @@ struct Session {
 impl Session {
     fn new(
         cfg: Arc<ServerConfig>,
-        stream: TcpStream,
+        stream: Transport<TcpStream>,
         admitted: Admitted,
         tailer: Tailer,
         slot: SlotCounters,
@@ -914,14 +933,15 @@ impl Session {
     /// resume segment.
     fn open(&mut self, peer: SocketAddr) -> Result<()> {
         tracing::info!(%peer, resume = self.sent_position, segment = self.tailer.segment_index(), "replica connected");
-        self.stream
+        let socket = self.stream.socket();
+        socket
             .set_nonblocking(true)
             .map_err(|e| Error::io("set_nonblocking", e))?;
-        self.stream
+        socket
             .set_nodelay(true)
             .map_err(|e| Error::io("set_nodelay", e))?;
         if let Some(bytes) = self.cfg.send_buffer {
-            socket2::SockRef::from(&self.stream)
+            socket2::SockRef::from(socket)
                 .set_send_buffer_size(bytes)
                 .map_err(|e| Error::io("SO_SNDBUF", e))?;
         }

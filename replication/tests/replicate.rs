@@ -93,10 +93,21 @@ fn serve(
 }
 
 fn follow(store: &Path, counters: &Path, upstream: SocketAddr, secret: &[u8]) -> Running {
+    follow_with(store, counters, upstream, secret, |_| {})
+}
+
+fn follow_with(
+    store: &Path,
+    counters: &Path,
+    upstream: SocketAddr,
+    secret: &[u8],
+    tweak: impl FnOnce(&mut FollowerConfig),
+) -> Running {
     let mut cfg = FollowerConfig::new(store.to_path_buf(), STREAM, upstream, keys(secret));
     cfg.store_config = store_cfg();
     cfg.heartbeat = Duration::from_millis(20);
     cfg.reconnect_max = Duration::from_millis(100);
+    tweak(&mut cfg);
     let w = CountersWriter::create(counters, 64).unwrap();
     let f = Follower::new(cfg, &w).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -1205,4 +1216,167 @@ fn a_replication_key_file_others_may_read_is_refused() {
         stderr.contains("mode 0640") && stderr.contains("chmod 600"),
         "{stderr}"
     );
+}
+
+/// Certificates of a test: a CA, a server certificate for 127.0.0.1 and a client certificate
+/// it signed, and another CA that signed nothing here; PEM files in `dir` (keys 0600).
+struct Pki {
+    ca: PathBuf,
+    other_ca: PathBuf,
+    server: (PathBuf, PathBuf),
+    client: (PathBuf, PathBuf),
+}
+
+fn pki(dir: &Path) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca = || {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        (cert, key)
+    };
+    let (ca_cert, ca_key) = ca();
+    let (other, _) = ca();
+    let leaf = |name: &str, names: Vec<String>| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca_cert, &ca_key)
+            .unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        seqstream_testkit::write_key(&k, key.serialize_pem().trim_end());
+        (c, k)
+    };
+    let p = Pki {
+        ca: dir.join("ca.crt"),
+        other_ca: dir.join("other-ca.crt"),
+        server: leaf("server", vec!["127.0.0.1".into()]),
+        client: leaf("client", vec!["replica.test".into()]),
+    };
+    std::fs::write(&p.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&p.other_ca, other.pem()).unwrap();
+    p
+}
+
+fn tls_follow(
+    store: &Path,
+    counters: &Path,
+    upstream: SocketAddr,
+    ca: &Path,
+    identity: Option<&(PathBuf, PathBuf)>,
+) -> Running {
+    follow_with(store, counters, upstream, SECRET, |cfg| {
+        let identity = identity.map(|(c, k)| (c.as_path(), k.as_path()));
+        cfg.tls = Some((
+            seqstream_replication::tls::client_config(ca, identity).unwrap(),
+            seqstream_replication::tls::server_name(None, upstream.ip()).unwrap(),
+        ));
+    })
+}
+
+#[test]
+fn over_mutual_tls_a_replica_is_byte_identical_and_the_wire_shows_no_frame() {
+    let d = Dirs::new();
+    let pki = pki(&d.path(""));
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 300);
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| {
+        c.tls = Some(
+            seqstream_replication::tls::server_config(&pki.server.0, &pki.server.1, Some(&pki.ca))
+                .unwrap(),
+        );
+    });
+    let w = wire(addr, None);
+    let fc = d.path("f.counters");
+    let f = tls_follow(&d.path("replica"), &fc, w.addr, &pki.ca, Some(&pki.client));
+    wait_for(&fc, a.position(), Duration::from_secs(30));
+    a.append(b"live over TLS").unwrap();
+    wait_for(&fc, a.position(), Duration::from_secs(30));
+    drop(f);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+    // What crossed the wire holds no frame's payload in clear (the first 32 bytes of each
+    // payload that long).
+    let down = w.to_replica.lock().unwrap().clone();
+    assert!(down.len() as u64 > a.position());
+    let mut t = Tailer::open(d.path("primary")).unwrap();
+    let mut checked = 0;
+    while let Some(f) = t.poll().unwrap() {
+        if let Some(run) = f.payload().get(..32) {
+            assert!(
+                !down.windows(32).any(|w| w == run),
+                "frame {} crossed the wire in clear",
+                f.seq()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked} payloads checked");
+
+    // Mutual TLS: a replica without a certificate is refused, and creates nothing.
+    let refused = counter(&sc, "refused handshake");
+    let fc2 = d.path("f2.counters");
+    let f = tls_follow(&d.path("replica2"), &fc2, addr, &pki.ca, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&sc, "refused handshake") <= refused || counter(&fc2, "session errors") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the replica without a certificate was admitted"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(f);
+    assert!(!d.path("replica2").exists());
+}
+
+#[test]
+fn a_replica_refuses_an_upstream_whose_certificate_it_does_not_trust() {
+    let d = Dirs::new();
+    let pki = pki(&d.path(""));
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 20);
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| {
+        c.tls = Some(
+            seqstream_replication::tls::server_config(&pki.server.0, &pki.server.1, None).unwrap(),
+        );
+    });
+    // It trusts another CA: the upstream's certificate is a wrong one to it.
+    let fc = d.path("f.counters");
+    let f = tls_follow(&d.path("replica"), &fc, addr, &pki.other_ca, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&fc, "session errors") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the untrusted upstream was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(f);
+    assert!(!d.path("replica").exists(), "nothing was written");
+    assert_eq!(counter(&sc, "consumer[0] connections"), 0);
+    // And a plain-TCP replica gets nothing from a TLS server either.
+    let fc = d.path("f2.counters");
+    let f = follow(&d.path("replica2"), &fc, addr, SECRET);
+    while counter(&fc, "session errors") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the plain replica was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(f);
+    assert!(!d.path("replica2").exists());
+    // A TLS key that others may read is refused when the server is configured.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pki.server.1, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = seqstream_replication::tls::server_config(&pki.server.0, &pki.server.1, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("chmod 600"), "{e}");
 }

@@ -1,0 +1,235 @@
+//! TLS on replication links (rustls with its `ring` provider, TLS 1.2 and 1.3): the server's
+//! and the client's configuration from PEM files, and [`Transport`], the byte stream of one
+//! connection, plain TCP or TLS over it, as a non-blocking `Read + Write`.
+//!
+//! TLS adds confidentiality and, through certificates, an authenticated channel for links that
+//! leave a trusted network. The replication handshake (challenge and response under the
+//! replication key) and its per-message session tags run inside it unchanged, so a link with
+//! TLS is never weaker than one without. With TLS the sender's data is copied once into
+//! rustls to be encrypted: the zero-copy write from the store mapping holds for plain TCP only.
+//!
+//! Files: a certificate chain (PEM, leaf first), its private key (PEM, PKCS#8, PKCS#1 or
+//! SEC1; refused when group or others may read it, as every key file is), and the CA
+//! certificates (PEM) a peer's certificate must chain to. Mutual TLS: the server names the
+//! CA its clients' certificates must chain to, and each client presents its own.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::RootCertStore;
+
+use crate::{Error, Result};
+
+/// Largest PEM file read (a certificate chain or a key).
+const MAX_PEM: usize = 1 << 20;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn config_error(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Config(format!("{}: {what}: {e}", path.display()))
+}
+
+/// The certificates in the PEM file `path` (at least one).
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let bytes = std::fs::read(path).map_err(|e| config_error(path, "reading", e))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| config_error(path, "a certificate", e))?;
+    if certs.is_empty() {
+        return Err(config_error(path, "certificates", "none in the file"));
+    }
+    Ok(certs)
+}
+
+/// The private key in the PEM file `path`, which only its owner may read.
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    let bytes = seqstream_auth::key::read_private(path, MAX_PEM)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| config_error(path, "a private key", e))
+}
+
+/// The trust anchors of the CA certificates in `path`.
+fn roots(path: &Path) -> Result<Arc<RootCertStore>> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(path)? {
+        roots
+            .add(c)
+            .map_err(|e| config_error(path, "a CA certificate", e))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// A server's TLS configuration: its certificate chain and key; with `client_ca`, mutual TLS
+/// (every client must present a certificate chaining to it).
+///
+/// Errors: `Config`, naming the file, for a file that cannot be read or parsed, a key others
+/// may read, or a certificate and key that do not match.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_error(cert, "TLS versions", e))?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
+                .build()
+                .map_err(|e| config_error(ca, "the client CA", e))?,
+        ),
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(certs(cert)?, private_key(key)?)
+        .map_err(|e| config_error(cert, "the certificate and its key", e))?;
+    Ok(Arc::new(config))
+}
+
+/// A client's TLS configuration: the CA the server's certificate must chain to; with
+/// `identity` (certificate chain, key), the certificate it presents for mutual TLS.
+///
+/// Errors: as [`server_config`].
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_error(ca, "TLS versions", e))?
+        .with_root_certificates(roots(ca)?);
+    let config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(certs(cert)?, private_key(key)?)
+            .map_err(|e| config_error(cert, "the certificate and its key", e))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// The name a client checks the server's certificate against: `name` if given (a DNS name or
+/// an IP address), else the upstream's IP address.
+pub fn server_name(name: Option<&str>, upstream: IpAddr) -> Result<ServerName<'static>> {
+    match name {
+        Some(n) => ServerName::try_from(n.to_string())
+            .map_err(|e| Error::Config(format!("TLS server name {n:?}: {e}"))),
+        None => Ok(ServerName::IpAddress(upstream.into())),
+    }
+}
+
+/// One connection's byte stream: the socket itself, or TLS over it. Non-blocking when its
+/// socket is: a read or write that would block returns `WouldBlock`, and
+/// [`flush`](Write::flush) pushes out what TLS holds (`WouldBlock` while the socket is full).
+pub(crate) enum Transport<S> {
+    /// Plain TCP.
+    Plain(S),
+    /// TLS: the rustls connection (client or server side) and its socket.
+    Tls(Box<(rustls::Connection, S)>),
+}
+
+impl<S> Transport<S> {
+    /// A TLS connection over `socket`.
+    pub(crate) fn tls(conn: impl Into<rustls::Connection>, socket: S) -> Self {
+        Transport::Tls(Box::new((conn.into(), socket)))
+    }
+
+    /// The socket.
+    pub(crate) fn socket(&self) -> &S {
+        match self {
+            Transport::Plain(s) => s,
+            Transport::Tls(t) => &t.1,
+        }
+    }
+
+    /// The socket, to register or configure.
+    pub(crate) fn socket_mut(&mut self) -> &mut S {
+        match self {
+            Transport::Plain(s) => s,
+            Transport::Tls(t) => &mut t.1,
+        }
+    }
+
+    /// The same stream over the socket converted by `f` (a mio socket into a std one).
+    pub(crate) fn map<T>(self, f: impl FnOnce(S) -> T) -> Transport<T> {
+        match self {
+            Transport::Plain(s) => Transport::Plain(f(s)),
+            Transport::Tls(t) => {
+                let (conn, s) = *t;
+                Transport::Tls(Box::new((conn, f(s))))
+            }
+        }
+    }
+}
+
+/// Writes what TLS holds to `sock` until it is all out (or the socket would block).
+fn push<S: Write>(conn: &mut rustls::Connection, sock: &mut S) -> std::io::Result<()> {
+    while conn.wants_write() {
+        conn.write_tls(sock)?;
+    }
+    Ok(())
+}
+
+impl<S: Read + Write> Read for Transport<S> {
+    /// Plaintext when there is some; otherwise reads TLS records until there is (answering
+    /// the handshake as it goes), the socket would block (`WouldBlock`), or the peer closed
+    /// (`Ok(0)`).
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let (conn, sock) = match self {
+            Transport::Plain(s) => return s.read(buf),
+            Transport::Tls(t) => (&mut t.0, &mut t.1),
+        };
+        loop {
+            match conn.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if conn.read_tls(sock)? == 0 {
+                return Ok(0);
+            }
+            conn.process_new_packets()
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+            // The handshake's answers go out at once; a full socket keeps them for `flush`.
+            match push(conn, sock) {
+                Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<S: Read + Write> Write for Transport<S> {
+    /// Takes what rustls's buffer has room for (`WouldBlock` when it has none) and pushes
+    /// the records out as far as the socket takes them.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (conn, sock) = match self {
+            Transport::Plain(s) => return s.write(buf),
+            Transport::Tls(t) => (&mut t.0, &mut t.1),
+        };
+        let n = conn.writer().write(buf)?;
+        match push(conn, sock) {
+            Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+            _ => {}
+        }
+        if n == 0 && !buf.is_empty() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.flush(),
+            Transport::Tls(t) => {
+                let (conn, sock) = (&mut t.0, &mut t.1);
+                push(conn, sock)
+            }
+        }
+    }
+}
