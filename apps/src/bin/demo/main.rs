@@ -331,6 +331,7 @@ impl Run<'_> {
                 )
             },
             secret: self.l.work.join("secret"),
+            keys: self.l.work.join("keys"),
             work: self.l.work.clone(),
             port_base: cli.port_base,
             segment_size: cli.segment_size,
@@ -359,6 +360,13 @@ impl Run<'_> {
             &site.secret,
             "seqstream demo replication key, fresh each run",
         )?;
+        std::fs::create_dir_all(&site.keys)?;
+        for id in Site::all_sources() {
+            write_key(
+                &site.source_key(id),
+                &format!("seqstream demo key of source {id}, fresh each run"),
+            )?;
+        }
         let files = site.files();
         // Application hosts' outboxes first: the forwarders open them at start.
         for (h, host) in ["h1", "h2"].into_iter().enumerate() {

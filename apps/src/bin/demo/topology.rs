@@ -67,6 +67,9 @@ pub(crate) struct Site {
     pub counters: fn(&Site, &str) -> Option<PathBuf>,
     /// The replication secret file (the same file on every host).
     pub secret: PathBuf,
+    /// The directory of the sources' key files, `source-<id>.key` (the same files on the
+    /// sequencer host and on the source's host).
+    pub keys: PathBuf,
     /// The work directory of the demo (unused for real hosts).
     pub work: PathBuf,
     /// Sequencer `n` listens on UDP `port_base + n`, its server on TCP `port_base + 10 + n`.
@@ -173,6 +176,28 @@ impl Site {
         v
     }
 
+    /// The key file of source `id`.
+    pub(crate) fn source_key(&self, id: u32) -> PathBuf {
+        self.keys.join(format!("source-{id}.key"))
+    }
+
+    /// Every source's id.
+    pub(crate) fn all_sources() -> Vec<u32> {
+        [MARKET_DATA, ORDERS, ITCH]
+            .into_iter()
+            .flat_map(Self::sources)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// `source_key` values of `ids`: `ID=KEY_FILE` each.
+    fn source_keys(&self, ids: impl IntoIterator<Item = u32>) -> Value {
+        strings(
+            ids.into_iter()
+                .map(|id| format!("{id}={}", self.source_key(id).display())),
+        )
+    }
+
     /// The sources allowed on `stream`: (source id, host index).
     fn sources(stream: u32) -> Vec<(u32, usize)> {
         match stream {
@@ -245,6 +270,10 @@ impl Site {
                         .into_iter()
                         .map(|(id, h)| format!("{id}@{}", self.host_ip[h])),
                 ),
+            );
+            t.insert(
+                "source_key".into(),
+                self.source_keys(Self::sources(stream).into_iter().map(|(id, _)| id)),
             );
             t.insert("segment_size".into(), (self.segment_size as i64).into());
             match self.heartbeat_ms {
@@ -355,6 +384,10 @@ impl Site {
             })),
         );
         f.insert("bind".into(), format!("{}:0", self.host_ip[host]).into());
+        f.insert(
+            "source_key".into(),
+            self.source_keys(self.outboxes_of(host).into_iter().map(|(_, id, _)| id)),
+        );
         self.place(&mut f, "core", 2.into());
         file.insert("follow".into(), Value::Array(follows));
         file.insert("forward".into(), Value::Array(vec![Value::Table(f)]));
@@ -387,6 +420,7 @@ pub(crate) fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> 
         outboxes: |_, _| PathBuf::from("/dev/shm/seqstream"),
         counters: |_, _| Some(PathBuf::from("/dev/shm/seqstream/seqstreamd.counters")),
         secret: PathBuf::from("/etc/seqstream/secret"),
+        keys: PathBuf::from("/etc/seqstream/keys"),
         work: PathBuf::new(),
         port_base: 7000,
         segment_size: 1 << 30,
