@@ -289,7 +289,9 @@ impl Forwarder {
         }
         work += self.naks()?;
         let now = self.clock.monotonic_ns();
-        self.poll_keys(now);
+        if !self.cfg.keys.is_empty() {
+            self.poll_keys(now);
+        }
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];

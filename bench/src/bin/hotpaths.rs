@@ -1,0 +1,168 @@
+//! `hotpaths`: fixed, single-threaded workloads of the hot paths, for counting their
+//! instructions under `valgrind --tool=callgrind` (`scripts/instructions.sh`), which repeat
+//! exactly on a noisy machine where times do not. Each workload is the same every run: no
+//! clock decides what it does, and nothing waits.
+//!
+//! - `sequencer [--keyed]`: `DATAGRAMS` datagrams of one 64-byte message each are queued in
+//!   the sequencer's socket, then `Sequencer::do_work` sequences them all (count it per
+//!   datagram: `--toggle-collect` on `do_work`).
+//! - `forwarder [--keyed]`: `MESSAGES` 64-byte messages are offered, one per forwarder duty
+//!   cycle, and each goes out as one datagram (count `Forwarder::do_work` per message). None
+//!   is confirmed (no sequencer runs), so they stay below the outbox's 4,096 in flight.
+//!
+//! `--keyed`: the source signs (the forwarder) or is checked (the sequencer), as with
+//! `--source-key`.
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use clap::Parser;
+use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_auth::trailer;
+use seqstream_auth::{Key, Keyring, Label};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_store::{Appender, StoreConfig};
+
+/// Datagrams of the sequencer's workload.
+const DATAGRAMS: u64 = 10_000;
+/// Messages of the forwarder's workload.
+const MESSAGES: u64 = 4_000;
+const STREAM: u32 = 1;
+const SOURCE: u32 = 1;
+
+#[derive(Parser)]
+#[command(about = "Fixed workloads of the hot paths, to count instructions under callgrind")]
+enum Cli {
+    /// The sequencer's duty cycle over queued datagrams.
+    Sequencer {
+        /// The source authenticates its datagrams.
+        #[arg(long)]
+        keyed: bool,
+    },
+    /// The forwarder's duty cycle, one message each.
+    Forwarder {
+        /// The source signs its datagrams.
+        #[arg(long)]
+        keyed: bool,
+    },
+}
+
+fn key() -> Key {
+    Key::from_material(b"the hot paths' source key")
+}
+
+fn keys(keyed: bool) -> std::collections::HashMap<u32, Keyring> {
+    if keyed {
+        [(SOURCE, Keyring::fixed(key()))].into()
+    } else {
+        Default::default()
+    }
+}
+
+/// Datagram `seq` of the workload: one 64-byte message, signed with counter `seq` if keyed.
+fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
+    let mut e = wire::DatagramHeaderEncoder::new(buf).expect("room");
+    e.set_protocol_version(DATAGRAM_PROTOCOL_VERSION)
+        .set_stream_id(STREAM)
+        .set_source_id(SOURCE)
+        .set_session_epoch(1)
+        .set_first_source_seq(seq)
+        .set_flags(wire::DatagramFlags::default().with_authenticated(keyed));
+    e.messages()
+        .expect("room")
+        .next_entry()
+        .expect("room")
+        .set_payload(&[7u8; 64])
+        .expect("room");
+    let n = e.encoded_length();
+    if keyed {
+        trailer::seal(&key(), Label::Datagram, buf, n, seq)
+    } else {
+        n
+    }
+}
+
+fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
+    let counters = CountersWriter::create(&dir.join("seq.counters"), 64)?;
+    let mut s = Sequencer::open(
+        SequencerConfig {
+            store: dir.join("store"),
+            store_config: StoreConfig::new(STREAM).segment_size(64 << 20),
+            listen: "127.0.0.1:0".parse()?,
+            sources: vec![format!("{SOURCE}@127.0.0.1")
+                .parse()
+                .map_err(anyhow::Error::msg)?],
+            recv_buffer: Some(64 << 20),
+            heartbeat: None,
+            nak_interval: Duration::from_millis(1),
+            keys: keys(keyed),
+        },
+        &counters,
+    )?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    let mut buf = [0u8; 256];
+    for seq in 1..=DATAGRAMS {
+        let n = datagram(seq, keyed, &mut buf);
+        tx.send_to(&buf[..n], s.local_addr())?;
+    }
+    while s.do_work()? > 0 {}
+    let sequenced = s.appender().next_seq() - 1;
+    ensure!(
+        sequenced == DATAGRAMS,
+        "{sequenced} of {DATAGRAMS} sequenced"
+    );
+    println!("sequencer keyed={keyed}: {DATAGRAMS} datagrams sequenced");
+    Ok(())
+}
+
+fn forwarder(dir: &std::path::Path, keyed: bool) -> Result<()> {
+    let outbox = dir.join("app.outbox");
+    let mut out = Outbox::open_or_create(&outbox, SOURCE, STREAM, 16 << 20, 4096)?;
+    let sink = UdpSocket::bind("127.0.0.1:0")?;
+    socket2::SockRef::from(&sink).set_recv_buffer_size(64 << 20)?;
+    // The host's copy of the stream exists (and stays empty: nothing is confirmed), so the
+    // forwarder's tailer opens once, as on a running host.
+    drop(Appender::open_or_create(
+        dir.join("store"),
+        StoreConfig::new(STREAM).segment_size(1 << 20),
+    )?);
+    let counters = CountersWriter::create(&dir.join("io.counters"), 64)?;
+    let mut f = Forwarder::open(
+        ForwarderConfig {
+            outboxes: vec![outbox],
+            routes: vec![Route {
+                stream_id: STREAM,
+                sequencer: sink.local_addr()?,
+                local_store: dir.join("store"),
+            }],
+            bind: "127.0.0.1:0".parse()?,
+            mtu: 1400,
+            resend_timeout: Duration::from_secs(3600),
+            epoch: 1,
+            keys: keys(keyed),
+        },
+        &counters,
+    )?;
+    for _ in 0..MESSAGES {
+        out.offer(STREAM, 0, &[7u8; 64])?;
+        f.do_work()?;
+    }
+    let sent = counters::read(&dir.join("io.counters"))?
+        .get("datagrams sent")
+        .unwrap_or(0);
+    ensure!(sent == MESSAGES, "{sent} datagrams for {MESSAGES} messages");
+    println!("forwarder keyed={keyed}: {MESSAGES} messages sent");
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let dir = tempfile::tempdir().context("a scratch directory")?;
+    match Cli::parse() {
+        Cli::Sequencer { keyed } => sequencer(dir.path(), keyed),
+        Cli::Forwarder { keyed } => forwarder(dir.path(), keyed),
+    }
+}

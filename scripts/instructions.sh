@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Instructions per message of the hot paths, counted by callgrind: unlike times, these repeat
+# exactly on a noisy machine, so they judge a hot-path change where timings swing.
+#
+#   sequencer_per_datagram          Sequencer::do_work over 10,000 queued one-message datagrams
+#   sequencer_per_datagram_keyed    the same, the source authenticated (--source-key)
+#   forwarder_per_message           Forwarder::do_work, 4,000 messages, one a cycle and datagram
+#   forwarder_per_message_keyed     the same, each datagram signed
+#
+# Each line is JSON, as the benches print: {"bench":"instructions","case":…,"value":…}.
+# The workloads are `hotpaths` (bench/src/bin/hotpaths.rs); the count is inclusive of
+# everything the named duty cycle calls (callgrind --toggle-collect), kernel time excluded.
+#
+# Usage: scripts/instructions.sh   (needs valgrind: Debian's valgrind package)
+# Builds `hotpaths` in release into ${CARGO_TARGET_DIR:-target}. Works from any directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is required (apt-get install valgrind)" >&2; exit 1; }
+CARGO_INCREMENTAL=0 cargo build --quiet --release -p bench --bin hotpaths
+bin="${CARGO_TARGET_DIR:-target}/release/hotpaths"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# count CASE MESSAGES FUNCTION ARGS...: the instructions inside FUNCTION per message.
+count() {
+  local case=$1 messages=$2 function=$3
+  shift 3
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="$function" \
+    "$bin" "$@" >/dev/null 2>&1
+  local total
+  total=$(awk '/^totals:/ {print $2}' "$out")
+  [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "instructions.sh: no instructions counted in $function" >&2; exit 1; }
+  printf '{"bench":"instructions","case":"%s","metric":"per_message","value":%d,"unit":"instructions","total":%d,"messages":%d}\n' \
+    "$case" "$((total / messages))" "$total" "$messages"
+}
+
+count sequencer_per_datagram 10000 '*Sequencer*do_work*' sequencer
+count sequencer_per_datagram_keyed 10000 '*Sequencer*do_work*' sequencer --keyed
+count forwarder_per_message 4000 '*Forwarder*do_work*' forwarder
+count forwarder_per_message_keyed 4000 '*Forwarder*do_work*' forwarder --keyed
