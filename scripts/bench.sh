@@ -46,7 +46,7 @@ bench=$target/release/bench
 mkdir -p "$out"
 rm -rf "$out/hgrm" "$out/plots"
 : >"$out/figures.jsonl"
-for b in store sbe replication composite inbound feeds; do
+for b in store sbe replication composite inbound e2e feeds; do
   echo "== bench $b ${quick[*]}" >&2
   "$bench" "$b" "${quick[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
 done

@@ -143,7 +143,8 @@ fn start(
     Ok((Path3 { stop, threads }, store, outbox))
 }
 
-fn offer_until_accepted(out: &mut Outbox, payload: &[u8]) {
+/// Offers `payload` on stream 1, yielding while the outbox is back-pressured.
+pub(crate) fn offer_until_accepted(out: &mut Outbox, payload: &[u8]) {
     loop {
         match out.offer(STREAM, 0, payload) {
             Ok(_) => return,

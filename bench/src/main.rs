@@ -3,7 +3,9 @@
 //! `bench plot` and `bench table` turn the output of `--hgrm-dir` and `--json` into SVGs and a
 //! Markdown table (`scripts/bench.sh` runs it all).
 
+mod certs;
 mod composite;
+mod e2e;
 mod feeds;
 mod hgrm;
 mod inbound;
@@ -79,6 +81,14 @@ enum Bench {
         #[command(flatten)]
         output: Output,
     },
+    /// The whole path on seqstreamd hosts: offer() → sequenced → seen in the host's own
+    /// replica, and a ping-pong between two hosts.
+    E2e {
+        #[command(flatten)]
+        args: e2e::Args,
+        #[command(flatten)]
+        output: Output,
+    },
     /// ITCH 5.0 decode and book apply, FIX parse and FIX → SBE mapping, ns per message,
     /// against a raw copy of the same bytes.
     Feeds {
@@ -110,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Sbe { args, output } => sbe::run(&args, &output.reporter(top)?),
         Bench::Composite { args, output } => composite::run(&args, &output.reporter(top)?),
         Bench::Inbound { args, output } => inbound::run(&args, &output.reporter(top)?),
+        Bench::E2e { args, output } => e2e::run(&args, &output.reporter(top)?),
         Bench::Feeds { args, output } => feeds::run(&args, &output.reporter(top)?),
         Bench::Plot(args) => plot::run(&args),
         Bench::Table(args) => table::run(&args),

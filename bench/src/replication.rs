@@ -104,31 +104,10 @@ struct Tls {
 /// A CA and a server certificate for 127.0.0.1, written under `dir`, and the configurations
 /// built from them as a user's files would be.
 fn tls(dir: &Path) -> Result<Tls> {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    use std::os::unix::fs::OpenOptionsExt;
-    let ca_key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = params.self_signed(&ca_key)?;
-    let key = KeyPair::generate()?;
-    let cert =
-        CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca, &ca_key)?;
-    let (ca_path, cert_path, key_path) = (
-        dir.join("ca.crt"),
-        dir.join("server.crt"),
-        dir.join("server.key"),
-    );
-    std::fs::write(&ca_path, ca.pem())?;
-    std::fs::write(&cert_path, cert.pem())?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&key_path)?
-        .write_all(key.serialize_pem().as_bytes())?;
+    let certs = crate::certs::write(dir, "127.0.0.1")?;
     Ok(Tls {
-        server: seqstream_replication::tls::server_config(&cert_path, &key_path, None)?,
-        client: seqstream_replication::tls::client_config(&ca_path, None)?,
+        server: seqstream_replication::tls::server_config(&certs.cert, &certs.key, None)?,
+        client: seqstream_replication::tls::client_config(&certs.ca, None)?,
     })
 }
 

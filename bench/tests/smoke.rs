@@ -304,3 +304,35 @@ fn hgrm_plot_and_table_report_a_latency_bench() {
         "{table}"
     );
 }
+
+#[test]
+fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
+    let figures = run_json(&["e2e", "--quick"]);
+    check_shape(&figures, "e2e");
+    let cases: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for layout in ["shared", "dedicated", "split"] {
+        assert!(
+            cases.contains(&format!("offer_to_own_replica_64B_{layout}/p50")),
+            "{cases:?}"
+        );
+    }
+    for case in [
+        "offer_to_own_replica_64B",
+        "offer_to_own_replica_64B_authenticated",
+        "offer_to_own_replica_64B_tls",
+        "pingpong_64B",
+    ] {
+        for m in ["p50", "p99", "p99.9", "max"] {
+            assert!(cases.contains(&format!("{case}/{m}")), "{cases:?}");
+        }
+    }
+}

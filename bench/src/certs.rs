@@ -1,0 +1,41 @@
+//! A throwaway certificate authority and a server certificate for the TLS cases, made with
+//! `rcgen` for one run and written as a user's files would be (the private key 0600).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+
+/// The PEM files of [`write`]: the CA certificate, and the server's certificate and key.
+pub(crate) struct Certs {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A CA and a certificate it signed for `ip` (a subject alternative name), under `dir` as
+/// `ca.crt`, `server.crt` and `server.key`.
+pub(crate) fn write(dir: &Path, ip: &str) -> Result<Certs> {
+    let ca_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key)?;
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec![ip.to_string()])?.signed_by(&key, &ca, &ca_key)?;
+    let certs = Certs {
+        ca: dir.join("ca.crt"),
+        cert: dir.join("server.crt"),
+        key: dir.join("server.key"),
+    };
+    std::fs::write(&certs.ca, ca.pem())?;
+    std::fs::write(&certs.cert, cert.pem())?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&certs.key)?
+        .write_all(key.serialize_pem().as_bytes())?;
+    Ok(certs)
+}

@@ -1,0 +1,722 @@
+//! `bench e2e`: the whole path as one figure, on `seqstreamd`'s runtime. An application on
+//! host A `offer()`s a 64-byte message → A's forwarder → UDP → the sequencer → its store →
+//! the replication server's sender → TCP → A's replication client → A's replica → a tailer on
+//! A sees it (`offer_to_own_replica_64B`). In `pingpong_64B`, host B's application sees the
+//! ping in B's replica and offers a pong, and A's tailer sees the pong: the stream's round
+//! trip twice, the figure to set beside Aeron's ping-pong round trip.
+//!
+//! Three hosts run in this process, each one [`seqstreamd::Host`] started from the TOML a
+//! user would write: the sequencer host on 127.0.0.1 (`[[sequencer]]`, `[[serve]]`), hosts A
+//! and B on 127.0.0.2 and 127.0.0.3 (`[[forward]]`, `[[follow]]`). They are loopback
+//! addresses, not network namespaces, so that one process holds every thread.
+//!
+//! The floors are measured in the same run over the same path: a UDP datagram to a relay
+//! thread that writes it to a TCP connection, read by a third thread (raw UDP one-way plus raw
+//! TCP one-way, with the sequencer host's thread hop); for the ping-pong, that path there and
+//! back through the same relay.
+//!
+//! Threading: `--layout` lays each host's roles on threads (`shared`: one thread per host;
+//! `dedicated`: one per agent; `split`: the sequencer and its senders on one hot thread, the
+//! server's acceptor on a sleeping one, hosts A and B shared). By default every layout runs a
+//! short survey and the fastest one by p50 runs every case. Every thread waits with `--idle`
+//! (default `yield`): with more busy threads than the 2 cores here, a spinning thread starves
+//! the one it waits for until its time slice ends. On a machine with a core per thread, run
+//! with `--idle busy-spin`.
+//!
+//! Variants in the same run, against the same floor: `_authenticated` (every source signs its
+//! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
+//! replication links always authenticate (handshake and session tags).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use seqstream_agent::Idle;
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_store::{Tailer, TailerOptions};
+use seqstreamd::{Host, HostFile};
+
+use crate::inbound::offer_until_accepted;
+use crate::oneway::{ping, Pinning};
+use crate::report::{emit_percentiles, Better, Figure, Reporter};
+
+/// Options of the end-to-end benchmark.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Latency samples per case (after 10 % warm-up); the layout survey takes a quarter.
+    #[arg(long, default_value_t = 20_000)]
+    samples: u64,
+    /// The thread layout of every host; `all` surveys them and runs the cases on the fastest.
+    #[arg(long, value_enum, default_value = "all")]
+    layout: LayoutChoice,
+    /// Idle strategy of every host thread; with `busy-spin`, the application threads spin too.
+    #[arg(long, default_value = "yield")]
+    idle: Idle,
+    /// A short run for smoke tests: 1,000 samples.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LayoutChoice {
+    All,
+    Shared,
+    Dedicated,
+    Split,
+}
+
+/// How each host lays its roles on threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Layout {
+    /// `threading = "shared"` on every host: one thread each.
+    Shared,
+    /// `threading = "dedicated"`: a thread per agent (the server's acceptor sleeps).
+    Dedicated,
+    /// The sequencer host in groups (sequencer and senders on one thread, the acceptor on a
+    /// sleeping one); hosts A and B shared.
+    Split,
+}
+
+impl Layout {
+    const ALL: [Layout; 3] = [Layout::Shared, Layout::Dedicated, Layout::Split];
+
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Shared => "shared",
+            Layout::Dedicated => "dedicated",
+            Layout::Split => "split",
+        }
+    }
+}
+
+/// What secures the path, beyond the replication handshake and session tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Security {
+    /// Sources trusted by address; replication over plain TCP.
+    Plain,
+    /// Every source signs its datagrams.
+    SourceKeys,
+    /// Signed datagrams, and replication over TLS.
+    Tls,
+}
+
+impl Security {
+    fn suffix(self) -> &'static str {
+        match self {
+            Security::Plain => "",
+            Security::SourceKeys => "_authenticated",
+            Security::Tls => "_tls",
+        }
+    }
+}
+
+const BENCH: &str = "e2e";
+const STREAM: u32 = 1;
+const SEQ_IP: &str = "127.0.0.1";
+/// A tag in byte 8 of every payload (bytes 0..8 are the stamp).
+const PING: u8 = 1;
+const PONG: u8 = 2;
+const WARM_UP: u8 = 3;
+/// The stream's segment size: big enough for every case, small enough to pretouch quickly
+/// (the sequencer and each replica pretouch a new segment).
+const SEGMENT: u64 = 64 << 20;
+/// How long a host may take to start and pass its first message.
+const STARTUP: Duration = Duration::from_secs(30);
+
+/// An application host: its address, source id, outbox and replica.
+struct AppHost {
+    name: &'static str,
+    ip: &'static str,
+    source: u32,
+    outbox: PathBuf,
+    replica: PathBuf,
+}
+
+/// The files and ports every host of one case names.
+struct Site {
+    dir: PathBuf,
+    sequencer: SocketAddr,
+    server: SocketAddr,
+    secret: PathBuf,
+    hosts: [AppHost; 2],
+    certs: Option<crate::certs::Certs>,
+    security: Security,
+}
+
+/// A free port on `ip` for `kind` (bound then released; nothing else on this machine should
+/// take it in the moment before a host binds it).
+fn free_port(ip: &str, udp: bool) -> Result<SocketAddr> {
+    Ok(if udp {
+        UdpSocket::bind((ip, 0))?.local_addr()?
+    } else {
+        TcpListener::bind((ip, 0))?.local_addr()?
+    })
+}
+
+fn write_key(path: &Path, material: &[u8]) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?
+        .write_all(material)?;
+    Ok(())
+}
+
+impl Site {
+    fn new(root: &Path, name: &str, security: Security) -> Result<Site> {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let secret = dir.join("replication.key");
+        write_key(&secret, b"the e2e bench's replication key")?;
+        let host = |name: &'static str, ip: &'static str, source: u32| AppHost {
+            name,
+            ip,
+            source,
+            outbox: dir.join(format!("{name}.outbox")),
+            replica: dir.join(format!("{name}-replica")),
+        };
+        let hosts = [host("a", "127.0.0.2", 1), host("b", "127.0.0.3", 2)];
+        for h in &hosts {
+            if security != Security::Plain {
+                write_key(
+                    &dir.join(format!("source-{}.key", h.source)),
+                    format!("the e2e bench's key of source {}", h.source).as_bytes(),
+                )?;
+            }
+            drop(Outbox::open_or_create(
+                &h.outbox,
+                h.source,
+                STREAM,
+                16 << 20,
+                1 << 20,
+            )?);
+        }
+        let certs = match security {
+            Security::Tls => Some(crate::certs::write(&dir, SEQ_IP)?),
+            _ => None,
+        };
+        Ok(Site {
+            sequencer: free_port(SEQ_IP, true)?,
+            server: free_port(SEQ_IP, false)?,
+            secret,
+            hosts,
+            certs,
+            security,
+            dir,
+        })
+    }
+
+    fn source_key(&self, source: u32) -> Option<String> {
+        (self.security != Security::Plain).then(|| {
+            format!(
+                "\"{source}={}\"",
+                self.dir.join(format!("source-{source}.key")).display()
+            )
+        })
+    }
+
+    /// The sequencer host's file: the sequencer and the server of its store.
+    fn sequencer_host(&self, layout: Layout, idle: &Idle) -> String {
+        let store = self.dir.join("stream");
+        let sources: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("\"{}@{}\"", h.source, h.ip))
+            .collect();
+        let keys: Vec<String> = self
+            .hosts
+            .iter()
+            .filter_map(|h| self.source_key(h.source))
+            .collect();
+        let mut t = threading(layout, idle, true);
+        t += &format!(
+            "[[sequencer]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{}\"\nsource = [{}]\n",
+            store.display(),
+            self.sequencer,
+            sources.join(", ")
+        );
+        if !keys.is_empty() {
+            t += &format!("source_key = [{}]\n", keys.join(", "));
+        }
+        t += &role_idle(layout, idle);
+        t += &format!(
+            "[[serve]]\nname = \"serve\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\nlisten = \"{}\"\nallow = [\"127.0.0.1\", \"127.0.0.2\", \"127.0.0.3\"]\n",
+            store.display(),
+            self.secret.display(),
+            self.server
+        );
+        if let Some(c) = &self.certs {
+            t += &format!(
+                "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+                c.cert.display(),
+                c.key.display()
+            );
+        }
+        // Under split threading the senders' thread is the hot group's, not their own.
+        if layout != Layout::Split {
+            t += &role_idle(layout, idle);
+        }
+        t
+    }
+
+    /// Host `h`'s file: the replica of the stream and the forwarder of its outbox.
+    fn app_host(&self, h: &AppHost, layout: Layout, idle: &Idle) -> String {
+        let app_layout = if layout == Layout::Split {
+            Layout::Shared
+        } else {
+            layout
+        };
+        let mut t = threading(app_layout, idle, false);
+        t += &format!(
+            "[[follow]]\nname = \"rep\"\nupstream = \"{}\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\n",
+            self.server,
+            h.replica.display(),
+            self.secret.display()
+        );
+        if let Some(c) = &self.certs {
+            t += &format!("tls_ca = \"{}\"\n", c.ca.display());
+        }
+        t += &role_idle(app_layout, idle);
+        t += &format!(
+            "[[forward]]\nname = \"fwd\"\noutbox = [\"{}\"]\nroute = [\"{STREAM}={}={}\"]\nbind = \"{}:0\"\n",
+            h.outbox.display(),
+            self.sequencer,
+            h.replica.display(),
+            h.ip
+        );
+        if let Some(k) = self.source_key(h.source) {
+            t += &format!("source_key = [{k}]\n");
+        }
+        t += &role_idle(app_layout, idle);
+        t
+    }
+
+    /// Starts the sequencer host and the first `app_hosts` application hosts.
+    fn start(&self, layout: Layout, idle: &Idle, app_hosts: usize) -> Result<Hosts> {
+        let mut hosts = Hosts(Vec::new());
+        let mut files = vec![("seq".to_string(), self.sequencer_host(layout, idle))];
+        for h in &self.hosts[..app_hosts] {
+            files.push((h.name.to_string(), self.app_host(h, layout, idle)));
+        }
+        for (name, text) in files {
+            let file = HostFile::parse(&text)
+                .with_context(|| format!("the bench's host file {name}:\n{text}"))?;
+            let counters = self.dir.join(format!("{name}.counters"));
+            let stop = Arc::new(AtomicBool::new(false));
+            let host = Host::start(file, Some(counters), &stop)
+                .with_context(|| format!("starting host {name}"))?;
+            hosts.0.push((stop, host));
+        }
+        Ok(hosts)
+    }
+}
+
+/// The top of a host file: its threading.
+fn threading(layout: Layout, idle: &Idle, sequencer_host: bool) -> String {
+    match layout {
+        Layout::Shared => format!("threading = \"shared\"\n[shared]\nidle = \"{idle}\"\n"),
+        Layout::Dedicated => "threading = \"dedicated\"\n".to_string(),
+        Layout::Split if sequencer_host => format!(
+            "threading = \"groups\"\n[[thread]]\nname = \"hot\"\nidle = \"{idle}\"\nroles = [\"seq\", \"serve.senders\"]\n[[thread]]\nname = \"slow\"\nidle = \"sleep:1ms\"\nroles = [\"serve\"]\n"
+        ),
+        Layout::Split => threading(Layout::Shared, idle, false),
+    }
+}
+
+/// A role's own idle strategy, which it has only under dedicated threading.
+fn role_idle(layout: Layout, idle: &Idle) -> String {
+    match layout {
+        Layout::Dedicated => format!("idle = \"{idle}\"\n"),
+        _ => String::new(),
+    }
+}
+
+/// Running hosts, each with its stop flag: stopped and joined on drop, last started first,
+/// so that the replicas' clients are gone before the server drains (a server whose replicas
+/// still run drains until they hold everything or its timeout passes).
+struct Hosts(Vec<(Arc<AtomicBool>, Host)>);
+
+impl Hosts {
+    /// Stops every host; the first error a host's roles ended with.
+    fn stop(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some((stop, host)) = self.0.pop() {
+            stop.store(true, Ordering::Relaxed);
+            let r = host.join();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        while let Some((stop, host)) = self.0.pop() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = host.join();
+        }
+    }
+}
+
+/// A tailer of `replica` once its replication client has created it.
+fn tailer(replica: &Path) -> Result<Tailer> {
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        match Tailer::open_with(replica, TailerOptions::default()) {
+            Ok(t) => return Ok(t),
+            Err(e) => ensure!(
+                Instant::now() < deadline,
+                "no replica at {} after {STARTUP:?}: {e}",
+                replica.display()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The stamp of the next frame tagged `tag` in `tailer`, if one has arrived (frames of other
+/// tags, and the sequencer's heartbeats, which carry no payload, are passed over).
+fn poll_tagged(tailer: &mut Tailer, tag: u8) -> Option<u64> {
+    while let Some(f) = tailer.poll().expect("replica tailer") {
+        let p = f.payload();
+        if p.len() > 8 && p[8] == tag {
+            return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
+        }
+    }
+    None
+}
+
+/// Offers a warm-up message on `out` until it is in `tailer`'s replica: the path is up.
+fn warm_up(out: &mut Outbox, tailer: &mut Tailer) -> Result<()> {
+    let mut payload = [0u8; 64];
+    payload[8] = WARM_UP;
+    offer_until_accepted(out, &payload);
+    let deadline = Instant::now() + STARTUP;
+    while poll_tagged(tailer, WARM_UP).is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "the first message did not reach the replica in {STARTUP:?}"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    Ok(())
+}
+
+fn pinning(idle: &Idle) -> Pinning {
+    Pinning {
+        writer: None,
+        reader: None,
+        yield_while_waiting: *idle != Idle::BusySpin,
+    }
+}
+
+/// `offer()` on host A → seen in A's replica, one message in flight.
+fn offer_to_own_replica(
+    root: &Path,
+    name: &str,
+    layout: Layout,
+    security: Security,
+    idle: &Idle,
+    samples: u64,
+) -> Result<hdrhistogram::Histogram<u64>> {
+    let site = Site::new(root, name, security)?;
+    let hosts = site.start(layout, idle, 1)?;
+    let a = &site.hosts[0];
+    let mut out = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
+    let mut tailer = tailer(&a.replica)?;
+    warm_up(&mut out, &mut tailer)?;
+    let mut payload = [0u8; 64];
+    payload[8] = PING;
+    let h = ping(
+        samples,
+        pinning(idle),
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            offer_until_accepted(&mut out, &payload);
+        },
+        move || poll_tagged(&mut tailer, PING),
+    )?;
+    hosts.stop()?;
+    Ok(h)
+}
+
+/// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
+/// replica: the round trip, one ping in flight.
+fn pingpong(
+    root: &Path,
+    name: &str,
+    layout: Layout,
+    idle: &Idle,
+    samples: u64,
+) -> Result<hdrhistogram::Histogram<u64>> {
+    let site = Site::new(root, name, Security::Plain)?;
+    let hosts = site.start(layout, idle, 2)?;
+    let [a, b] = &site.hosts;
+    let mut out_a = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
+    let mut out_b = Outbox::open_or_create(&b.outbox, b.source, STREAM, 16 << 20, 1 << 20)?;
+    let mut tail_a = tailer(&a.replica)?;
+    let mut tail_b = tailer(&b.replica)?;
+    warm_up(&mut out_a, &mut tail_a)?;
+    warm_up(&mut out_b, &mut tail_b)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let yielding = pinning(idle).yield_while_waiting;
+    let ponger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut payload = [0u8; 64];
+            payload[8] = PONG;
+            while !stop.load(Ordering::Relaxed) {
+                match poll_tagged(&mut tail_b, PING) {
+                    Some(stamp) => {
+                        payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                        offer_until_accepted(&mut out_b, &payload);
+                    }
+                    None if yielding => std::thread::yield_now(),
+                    None => std::hint::spin_loop(),
+                }
+            }
+        })
+    };
+    let mut payload = [0u8; 64];
+    payload[8] = PING;
+    let h = ping(
+        samples,
+        pinning(idle),
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            offer_until_accepted(&mut out_a, &payload);
+        },
+        move || poll_tagged(&mut tail_a, PONG),
+    );
+    stop.store(true, Ordering::Relaxed);
+    ponger.join().expect("ponger thread");
+    hosts.stop()?;
+    h
+}
+
+/// The floor's relay: the sequencer host's hop, UDP in and TCP out. A datagram carries the
+/// stamp (8 bytes) and the index of the TCP connection to write it to (1 byte).
+fn relay(
+    udp: UdpSocket,
+    mut out: Vec<TcpStream>,
+    stop: Arc<AtomicBool>,
+    yielding: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            match udp.recv(&mut buf) {
+                Ok(9) => out[buf[8] as usize]
+                    .write_all(&buf[..8])
+                    .expect("relay tcp write"),
+                Ok(n) => panic!("relay: a {n}-byte datagram"),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if yielding {
+                        std::thread::yield_now()
+                    } else {
+                        std::hint::spin_loop()
+                    }
+                }
+                Err(e) => panic!("relay udp recv: {e}"),
+            }
+        }
+    })
+}
+
+/// A TCP connection over loopback: (write end, non-blocking read end).
+fn tcp_pair() -> Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let tx = TcpStream::connect(l.local_addr()?)?;
+    let (rx, _) = l.accept()?;
+    tx.set_nodelay(true)?;
+    rx.set_nonblocking(true)?;
+    Ok((tx, rx))
+}
+
+/// An 8-byte stamp from a non-blocking TCP stream, once all 8 have arrived.
+struct StampReader {
+    rx: TcpStream,
+    got: [u8; 8],
+    have: usize,
+}
+
+impl StampReader {
+    fn new(rx: TcpStream) -> StampReader {
+        StampReader {
+            rx,
+            got: [0; 8],
+            have: 0,
+        }
+    }
+
+    fn poll(&mut self) -> Option<u64> {
+        match self.rx.read(&mut self.got[self.have..]) {
+            Ok(n) => self.have += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("tcp read: {e}"),
+        }
+        (self.have == 8).then(|| {
+            self.have = 0;
+            u64::from_le_bytes(self.got)
+        })
+    }
+}
+
+/// The floor of `offer_to_own_replica`: UDP to the relay, TCP from it.
+fn one_way_floor(samples: u64, idle: &Idle) -> Result<hdrhistogram::Histogram<u64>> {
+    let pins = pinning(idle);
+    let relay_udp = UdpSocket::bind("127.0.0.1:0")?;
+    relay_udp.set_nonblocking(true)?;
+    let tx = UdpSocket::bind("127.0.0.2:0")?;
+    tx.connect(relay_udp.local_addr()?)?;
+    let (to_a, from_relay) = tcp_pair()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let r = relay(
+        relay_udp,
+        vec![to_a],
+        stop.clone(),
+        pins.yield_while_waiting,
+    );
+    let mut reader = StampReader::new(from_relay);
+    let h = ping(
+        samples,
+        pins,
+        move |stamp| {
+            let mut d = [0u8; 9];
+            d[..8].copy_from_slice(&stamp.to_le_bytes());
+            tx.send(&d).expect("udp send");
+        },
+        move || reader.poll(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    r.join().expect("relay thread");
+    h
+}
+
+/// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
+fn pingpong_floor(samples: u64, idle: &Idle) -> Result<hdrhistogram::Histogram<u64>> {
+    let pins = pinning(idle);
+    let relay_udp = UdpSocket::bind("127.0.0.1:0")?;
+    relay_udp.set_nonblocking(true)?;
+    let a_tx = UdpSocket::bind("127.0.0.2:0")?;
+    a_tx.connect(relay_udp.local_addr()?)?;
+    let b_tx = UdpSocket::bind("127.0.0.3:0")?;
+    b_tx.connect(relay_udp.local_addr()?)?;
+    let (to_a, a_rx) = tcp_pair()?;
+    let (to_b, b_rx) = tcp_pair()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let r = relay(
+        relay_udp,
+        vec![to_a, to_b],
+        stop.clone(),
+        pins.yield_while_waiting,
+    );
+    let b = {
+        let stop = stop.clone();
+        let mut reader = StampReader::new(b_rx);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match reader.poll() {
+                    Some(stamp) => {
+                        let mut d = [0u8; 9];
+                        d[..8].copy_from_slice(&stamp.to_le_bytes());
+                        b_tx.send(&d).expect("udp send");
+                    }
+                    None if pins.yield_while_waiting => std::thread::yield_now(),
+                    None => std::hint::spin_loop(),
+                }
+            }
+        })
+    };
+    let mut reader = StampReader::new(a_rx);
+    let h = ping(
+        samples,
+        pins,
+        move |stamp| {
+            let mut d = [1u8; 9];
+            d[..8].copy_from_slice(&stamp.to_le_bytes());
+            a_tx.send(&d).expect("udp send");
+        },
+        move || reader.poll(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    r.join().expect("relay thread");
+    b.join().expect("pong thread");
+    h
+}
+
+pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    let samples = if args.quick { 1_000 } else { args.samples };
+    let scratch = tempfile::Builder::new()
+        .prefix("seqstream-bench-e2e-")
+        .tempdir()
+        .context("creating a scratch dir")?;
+    let root = scratch.path();
+    let idle = &args.idle;
+    let floor = one_way_floor(samples, idle)?;
+
+    let layout = match args.layout {
+        LayoutChoice::Shared => Layout::Shared,
+        LayoutChoice::Dedicated => Layout::Dedicated,
+        LayoutChoice::Split => Layout::Split,
+        LayoutChoice::All => {
+            let mut best = (u64::MAX, Layout::Shared);
+            for layout in Layout::ALL {
+                let h = offer_to_own_replica(
+                    root,
+                    &format!("survey-{}", layout.name()),
+                    layout,
+                    Security::Plain,
+                    idle,
+                    (samples / 4).max(100),
+                )?;
+                let p50 = h.value_at_quantile(0.5);
+                reporter.emit(&Figure::new(
+                    BENCH,
+                    format!("offer_to_own_replica_64B_{}", layout.name()),
+                    "p50",
+                    "ns",
+                    p50 as f64,
+                    floor.value_at_quantile(0.5) as f64,
+                    Better::Lower,
+                ));
+                best = best.min((p50, layout));
+            }
+            best.1
+        }
+    };
+    eprintln!(
+        "bench e2e: every case below runs on the {} layout, idle {idle}",
+        layout.name()
+    );
+    for security in [Security::Plain, Security::SourceKeys, Security::Tls] {
+        let h = offer_to_own_replica(
+            root,
+            &format!("own{}", security.suffix()),
+            layout,
+            security,
+            idle,
+            samples,
+        )?;
+        emit_percentiles(
+            reporter,
+            BENCH,
+            &format!("offer_to_own_replica_64B{}", security.suffix()),
+            &h,
+            &floor,
+        )?;
+    }
+    let rt_floor = pingpong_floor(samples, idle)?;
+    let h = pingpong(root, "pingpong", layout, idle, samples)?;
+    emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;
+    Ok(())
+}
