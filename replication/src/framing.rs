@@ -135,14 +135,26 @@ pub struct Outbox {
     sent: usize,
 }
 
+/// Most parts one [`Outbox::send`] writes: a message's header, its payload and its tag.
+pub const MAX_PARTS: usize = 4;
+
 impl Outbox {
     /// Bytes waiting to be written.
     pub fn backlog(&self) -> usize {
         self.backlog.len() - self.sent
     }
 
-    /// Writes `parts` in order (one vectored write when nothing is queued).
+    /// Writes `parts` (at most [`MAX_PARTS`]) in order: one vectored write when nothing is
+    /// queued. Allocates nothing unless the socket takes less than everything (the rest is
+    /// kept in the backlog, which grows to the largest such rest and is never shrunk).
+    ///
+    /// # Panics
+    /// With more than [`MAX_PARTS`] parts: a caller's bug, never a peer's.
     pub fn send(&mut self, dst: &mut impl std::io::Write, parts: &[&[u8]]) -> std::io::Result<()> {
+        assert!(
+            parts.len() <= MAX_PARTS,
+            "Outbox::send takes at most {MAX_PARTS} parts"
+        );
         if self.backlog() > 0 {
             for p in parts {
                 self.backlog.extend_from_slice(p);
@@ -152,17 +164,19 @@ impl Outbox {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut written = 0usize;
         while written < total {
-            let mut slices = Vec::with_capacity(parts.len());
+            let mut slices = [std::io::IoSlice::new(&[]); MAX_PARTS];
+            let mut count = 0;
             let mut skip = written;
             for p in parts {
                 if skip >= p.len() {
                     skip -= p.len();
                     continue;
                 }
-                slices.push(std::io::IoSlice::new(&p[skip..]));
+                slices[count] = std::io::IoSlice::new(&p[skip..]);
+                count += 1;
                 skip = 0;
             }
-            match dst.write_vectored(&slices) {
+            match dst.write_vectored(&slices[..count]) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => written += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,

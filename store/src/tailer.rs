@@ -146,6 +146,13 @@ pub struct Tailer {
     stream_id: u32,
     segment: Segment,
     info: SegmentInfo,
+    /// The file name of the segment after `segment`, made once per segment so that the
+    /// periodic [`check_end`](Tailer::check_end) allocates nothing.
+    next_path: PathBuf,
+    /// That successor, mapped once `check_end` found it (an appender prepares it ahead), so
+    /// that later checks read its header instead of opening and mapping it again; dropped
+    /// when the file at `next_path` is no longer the one mapped.
+    next: Option<Segment>,
     position: u64,
     next_seq: u64,
     empty_polls: u32,
@@ -195,6 +202,8 @@ impl Tailer {
         }
         let (segment, info) = check_live(segment, path, None)?;
         Ok(Tailer {
+            next_path: dir.join(segment_file_name(info.index + 1)),
+            next: None,
             dir,
             options,
             stream_id: info.stream_id,
@@ -343,10 +352,18 @@ impl Tailer {
         if self.segment.state() == Some(SegmentState::Sealed) {
             return Ok(());
         }
-        let next_path = self.dir.join(segment_file_name(self.info.index + 1));
-        // A successor that cannot be opened (none yet, being prepared) proves nothing.
-        let Ok(next) = Segment::open(&next_path) else {
-            return Ok(());
+        if self.next.as_ref().is_some_and(|n| n.check_file().is_err()) {
+            self.next = None;
+        }
+        let next = match &mut self.next {
+            Some(next) => next,
+            // A successor that cannot be opened (none yet, being prepared) proves nothing.
+            // The stat first: a missing one then costs no error and no allocation.
+            None if !self.next_path.exists() => return Ok(()),
+            None => match Segment::open(&self.next_path) {
+                Ok(next) => self.next.insert(next),
+                Err(_) => return Ok(()),
+            },
         };
         let next_holds_frames = matches!(
             next.state(),
@@ -400,6 +417,8 @@ impl Tailer {
         }
         self.segment = segment;
         self.info = info;
+        self.next_path = self.dir.join(segment_file_name(index + 1));
+        self.next = None;
         Ok(())
     }
 
