@@ -6,6 +6,11 @@
 #   sequencer_per_datagram_keyed    the same, the source authenticated (--source-key)
 #   forwarder_per_message           Forwarder::do_work, 4,000 messages, one a cycle and datagram
 #   forwarder_per_message_keyed     the same, each datagram signed
+#   append_256B                     Appender::append of a 256-byte payload, 100,000 times
+#   replication_client_per_frame    Follower::do_work, 4,000 frames replicated one at a time
+#   replication_sender_per_frame    the replication sender's do_work over the same frames
+#   compositor_per_frame            Compositor::do_work by arrival, 4,000 frames on each of
+#                                   two components (8,000 merged frames)
 #
 # Each line is JSON, as the benches print: {"bench":"instructions","case":…,"value":…}.
 # The workloads are `hotpaths` (bench/src/bin/hotpaths.rs); the count is inclusive of
@@ -38,3 +43,7 @@ count sequencer_per_datagram 10000 '*Sequencer*do_work*' sequencer
 count sequencer_per_datagram_keyed 10000 '*Sequencer*do_work*' sequencer --keyed
 count forwarder_per_message 4000 '*Forwarder*do_work*' forwarder
 count forwarder_per_message_keyed 4000 '*Forwarder*do_work*' forwarder --keyed
+count append_256B 100000 '*append_all*' append
+count replication_client_per_frame 4000 '*Follower*do_work*' replication
+count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
+count compositor_per_frame 8000 '*Compositor*do_work*' compositor

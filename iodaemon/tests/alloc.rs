@@ -5,11 +5,12 @@
 //! to their working size, the forwarder opening its tailer). The store is large enough not
 //! to roll within the test, and is not pretouched.
 //!
-//! The forwarder's tailer checks the end of the stream every
-//! [`REPLACED_CHECK_EVERY`] empty polls, and that check allocates (a path, a look at the
-//! next segment): a cost per idle poll, not per message. So the forwarder runs exactly two
-//! duty cycles per round (one sends, one confirms; one empty poll each), and two runs of the
-//! same number of cycles, the second with twice the messages, must allocate the same.
+//! The forwarder's tailer checks the end of the stream every [`REPLACED_CHECK_EVERY`] empty
+//! polls; the first check that finds the next segment (prepared ahead by the sequencer's
+//! appender) maps it, an allocation once a segment and never per message. So the forwarder
+//! runs exactly two duty cycles per round (one sends, one confirms; one empty poll each), and
+//! two runs of the same number of cycles, the second with twice the messages, must allocate
+//! the same.
 
 use std::time::{Duration, Instant};
 

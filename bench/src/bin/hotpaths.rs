@@ -10,6 +10,14 @@
 //!   cycle, and each goes out as one datagram (count `Forwarder::do_work` per message). None
 //!   is confirmed (no sequencer runs), so they stay below the outbox's 4,096 in flight.
 //!
+//! - `append`: `APPENDS` appends of a 256-byte payload to a store (count `append_all`).
+//! - `replication`: `FRAMES` 64-byte frames, each appended and replicated before the next, on
+//!   [`bench::paths::Replication`] (count `Follower::do_work` for the replication client per
+//!   frame, the sender's `do_work` for the sender per frame).
+//! - `compositor`: `FRAMES` frames on each of two components, each merged before the next,
+//!   by arrival, on [`bench::paths::Merge`] (count `Compositor::do_work` per merged frame: the
+//!   count is per component frame, two a step).
+//!
 //! `--keyed`: the source signs (the forwarder) or is checked (the sequencer), as with
 //! `--source-key`.
 
@@ -31,6 +39,10 @@ use seqstream_store::{Appender, StoreConfig};
 const DATAGRAMS: u64 = 10_000;
 /// Messages of the forwarder's workload.
 const MESSAGES: u64 = 4_000;
+/// Appends of the store's workload.
+const APPENDS: u64 = 100_000;
+/// Frames of the replication and compositor workloads.
+const FRAMES: u64 = 4_000;
 const STREAM: u32 = 1;
 const SOURCE: u32 = 1;
 
@@ -49,6 +61,12 @@ enum Cli {
         #[arg(long)]
         keyed: bool,
     },
+    /// Store appends of 256-byte payloads.
+    Append,
+    /// Replication server, sender and client, one frame at a time.
+    Replication,
+    /// The compositor by arrival, one frame on each component at a time.
+    Compositor,
 }
 
 fn key() -> Key {
@@ -159,10 +177,52 @@ fn forwarder(dir: &std::path::Path, keyed: bool) -> Result<()> {
     Ok(())
 }
 
+/// The counted loop of the `append` workload.
+#[inline(never)]
+fn append_all(appender: &mut Appender, payload: &[u8]) -> Result<()> {
+    for _ in 0..APPENDS {
+        appender.append(payload)?;
+    }
+    Ok(())
+}
+
+fn append(dir: &std::path::Path) -> Result<()> {
+    let mut appender = Appender::open_or_create(
+        dir.join("store"),
+        StoreConfig::new(STREAM).segment_size(64 << 20),
+    )?;
+    append_all(&mut appender, &[7u8; 256])?;
+    ensure!(appender.next_seq() == APPENDS + 1, "appends lost");
+    println!("append: {APPENDS} payloads of 256 bytes");
+    Ok(())
+}
+
+fn replication(dir: &std::path::Path) -> Result<()> {
+    let mut path = bench::paths::Replication::new(dir)?;
+    for _ in 0..FRAMES {
+        path.frames(1)?;
+    }
+    println!("replication: {FRAMES} frames replicated one at a time");
+    Ok(())
+}
+
+fn compositor(dir: &std::path::Path) -> Result<()> {
+    let mut merge =
+        bench::paths::Merge::new(dir, seqstream_sequencer::compositor::MergePolicy::Arrival)?;
+    for _ in 0..FRAMES {
+        merge.frame()?;
+    }
+    println!("compositor: {FRAMES} frames of each of two components merged by arrival");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let dir = tempfile::tempdir().context("a scratch directory")?;
     match Cli::parse() {
         Cli::Sequencer { keyed } => sequencer(dir.path(), keyed),
         Cli::Forwarder { keyed } => forwarder(dir.path(), keyed),
+        Cli::Append => append(dir.path()),
+        Cli::Replication => replication(dir.path()),
+        Cli::Compositor => compositor(dir.path()),
     }
 }

@@ -1,0 +1,4 @@
+//! The library half of the `bench` package: what the benchmarks' binaries and tests share.
+//! The benchmarks themselves are the `bench` binary (`src/main.rs`).
+
+pub mod paths;
