@@ -23,6 +23,11 @@
 //! the one it waits for until its time slice ends. On a machine with a core per thread, run
 //! with `--idle busy-spin`.
 //!
+//! Where the time goes: the plain case is also split at the frame's timestamp (the
+//! sequencer's clock when it appended it) into `_offer_to_sequenced` (forwarder, UDP,
+//! sequencer) against a raw UDP one-way hop, and `_sequenced_to_replica` (store, sender, TCP,
+//! replication client, replica, tailer) against a raw TCP one-way hop.
+//!
 //! Variants in the same run, against the same floor: `_authenticated` (every source signs its
 //! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
 //! replication links always authenticate (handshake and session tags).
@@ -36,13 +41,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use hdrhistogram::Histogram;
+use seqstream_agent::clock::wall_clock_ns;
 use seqstream_agent::Idle;
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_store::{Tailer, TailerOptions};
 use seqstreamd::{Host, HostFile};
 
 use crate::inbound::offer_until_accepted;
-use crate::oneway::{ping, Pinning};
+use crate::oneway::{histogram, ping, tcp_one_way, udp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the end-to-end benchmark.
@@ -419,7 +426,21 @@ fn pinning(idle: &Idle) -> Pinning {
     }
 }
 
-/// `offer()` on host A → seen in A's replica, one message in flight.
+/// The latency of `offer_to_own_replica` and its two hops, split at the frame's timestamp
+/// (the sequencer's wall clock when it appended the frame), each ns.
+struct OwnReplica {
+    /// `offer()` → seen in A's replica.
+    whole: Histogram<u64>,
+    /// `offer()` → the sequencer's timestamp: forwarder, UDP, sequencer.
+    to_sequenced: Histogram<u64>,
+    /// The sequencer's timestamp → seen in A's replica: store, sender, TCP, replication
+    /// client, replica, tailer.
+    sequenced_to_replica: Histogram<u64>,
+}
+
+/// `offer()` on host A → seen in A's replica, one message in flight. The split at the frame's
+/// timestamp compares two clocks (the sequencer's TSC-derived wall clock and
+/// `CLOCK_REALTIME` here), which agree to well under a microsecond in one process.
 fn offer_to_own_replica(
     root: &Path,
     name: &str,
@@ -427,7 +448,7 @@ fn offer_to_own_replica(
     security: Security,
     idle: &Idle,
     samples: u64,
-) -> Result<hdrhistogram::Histogram<u64>> {
+) -> Result<OwnReplica> {
     let site = Site::new(root, name, security)?;
     let hosts = site.start(layout, idle, 1)?;
     let a = &site.hosts[0];
@@ -436,17 +457,46 @@ fn offer_to_own_replica(
     warm_up(&mut out, &mut tailer)?;
     let mut payload = [0u8; 64];
     payload[8] = PING;
-    let h = ping(
+    let (mut to_sequenced, mut sequenced_to_replica) = (histogram(), histogram());
+    let mut seen = 0u64;
+    let warm_up_samples = samples / 10;
+    let whole = ping(
         samples,
         pinning(idle),
-        move |stamp| {
+        |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
             offer_until_accepted(&mut out, &payload);
         },
-        move || poll_tagged(&mut tailer, PING),
+        || {
+            while let Some(f) = tailer.poll().expect("replica tailer") {
+                let p = f.payload();
+                if p.len() < 24 || p[8] != PING {
+                    continue;
+                }
+                let now = wall_clock_ns();
+                seen += 1;
+                if seen > warm_up_samples {
+                    let offered = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
+                    let sequenced = f.timestamp_ns();
+                    to_sequenced
+                        .record(sequenced.saturating_sub(offered).max(1))
+                        .expect("in range");
+                    sequenced_to_replica
+                        .record(now.saturating_sub(sequenced).max(1))
+                        .expect("in range");
+                }
+                return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
+            }
+            None
+        },
     )?;
     hosts.stop()?;
-    Ok(h)
+    Ok(OwnReplica {
+        whole,
+        to_sequenced,
+        sequenced_to_replica,
+    })
 }
 
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
@@ -679,7 +729,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
                     idle,
                     (samples / 4).max(100),
                 )?;
-                let p50 = h.value_at_quantile(0.5);
+                let p50 = h.whole.value_at_quantile(0.5);
                 reporter.emit(&Figure::new(
                     BENCH,
                     format!("offer_to_own_replica_64B_{}", layout.name()),
@@ -698,6 +748,8 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         "bench e2e: every case below runs on the {} layout, idle {idle}",
         layout.name()
     );
+    let udp_floor = udp_one_way(samples, pinning(idle))?;
+    let tcp_floor = tcp_one_way(samples, pinning(idle))?;
     for security in [Security::Plain, Security::SourceKeys, Security::Tls] {
         let h = offer_to_own_replica(
             root,
@@ -707,13 +759,25 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             idle,
             samples,
         )?;
-        emit_percentiles(
-            reporter,
-            BENCH,
-            &format!("offer_to_own_replica_64B{}", security.suffix()),
-            &h,
-            &floor,
-        )?;
+        let case = format!("offer_to_own_replica_64B{}", security.suffix());
+        emit_percentiles(reporter, BENCH, &case, &h.whole, &floor)?;
+        if security == Security::Plain {
+            // Where the time goes: each hop against the raw hop it rides on.
+            emit_percentiles(
+                reporter,
+                BENCH,
+                &format!("{case}_offer_to_sequenced"),
+                &h.to_sequenced,
+                &udp_floor,
+            )?;
+            emit_percentiles(
+                reporter,
+                BENCH,
+                &format!("{case}_sequenced_to_replica"),
+                &h.sequenced_to_replica,
+                &tcp_floor,
+            )?;
+        }
     }
     let rt_floor = pingpong_floor(samples, idle)?;
     let h = pingpong(root, "pingpong", layout, idle, samples)?;

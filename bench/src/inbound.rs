@@ -24,7 +24,7 @@ use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{ping, Pinning};
+use crate::oneway::{ping, udp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the inbound benchmark.
@@ -212,22 +212,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let dir = scratch.path();
 
     // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
-    let rx = UdpSocket::bind("127.0.0.1:0")?;
-    rx.set_nonblocking(true)?;
-    let tx = UdpSocket::bind("127.0.0.1:0")?;
-    tx.connect(rx.local_addr()?)?;
-    let mut got = [0u8; 64];
-    let floor = ping(
-        samples,
-        YIELDING,
-        move |stamp| {
-            tx.send(&stamp.to_le_bytes()).expect("udp send");
-        },
-        move || match rx.recv(&mut got) {
-            Ok(8) => Some(u64::from_le_bytes(got[..8].try_into().expect("8 bytes"))),
-            _ => None,
-        },
-    )?;
+    let floor = udp_one_way(samples, YIELDING)?;
     let plain = offer_latency(dir, "lat", samples, false)?;
     let signed = offer_latency(dir, "lat-auth", samples, true)?;
     emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &plain, &floor)?;

@@ -3,6 +3,8 @@
 //! `now - stamp` when it sees it and acknowledges through a cache line, and only then does the
 //! writer send the next. Floors and figures measured this way are directly comparable.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -146,6 +148,54 @@ pub(crate) fn append_to_tailer(
                 .poll()
                 .expect("tailer")
                 .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )
+}
+
+/// Raw UDP one-way hop over loopback: the stamp in 8 bytes, a non-blocking reader.
+pub(crate) fn udp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    rx.set_nonblocking(true)?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    let mut got = [0u8; 64];
+    ping(
+        samples,
+        pins,
+        move |stamp| {
+            tx.send(&stamp.to_le_bytes()).expect("udp send");
+        },
+        move || match rx.recv(&mut got) {
+            Ok(8) => Some(u64::from_le_bytes(got[..8].try_into().expect("8 bytes"))),
+            _ => None,
+        },
+    )
+}
+
+/// Raw TCP one-way hop over loopback: the stamp in 8 bytes, `TCP_NODELAY`, a non-blocking
+/// reader.
+pub(crate) fn tcp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let mut tx = TcpStream::connect(l.local_addr()?)?;
+    let (mut rx, _) = l.accept()?;
+    tx.set_nodelay(true)?;
+    rx.set_nonblocking(true)?;
+    let mut got = [0u8; 8];
+    let mut have = 0usize;
+    ping(
+        samples,
+        pins,
+        move |stamp| tx.write_all(&stamp.to_le_bytes()).expect("tcp write"),
+        move || {
+            match rx.read(&mut got[have..]) {
+                Ok(n) => have += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("tcp read: {e}"),
+            }
+            (have == 8).then(|| {
+                have = 0;
+                u64::from_le_bytes(got)
+            })
         },
     )
 }

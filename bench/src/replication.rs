@@ -28,7 +28,7 @@ use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{append_to_tailer, ping, Pinning};
+use crate::oneway::{append_to_tailer, tcp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
@@ -214,7 +214,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .with_context(|| format!("creating a scratch dir in {}", base.display()))?;
     let dir = scratch.path();
 
-    let tcp_floor = tcp_one_way(samples)?;
+    let tcp_floor = tcp_one_way(samples, YIELDING)?;
     let bw_floor = tcp_bandwidth(bytes)?;
     for &n in &followers {
         latency(
@@ -248,33 +248,6 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         Case::Tls(&tls),
     )?;
     Ok(())
-}
-
-/// Raw TCP one-way hop over loopback: the stamp in 8 bytes, a busy-polling reader.
-fn tcp_one_way(samples: u64) -> Result<hdrhistogram::Histogram<u64>> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let mut tx = TcpStream::connect(l.local_addr()?)?;
-    let (mut rx, _) = l.accept()?;
-    tx.set_nodelay(true)?;
-    rx.set_nonblocking(true)?;
-    let mut got = [0u8; 8];
-    let mut have = 0usize;
-    ping(
-        samples,
-        YIELDING,
-        move |stamp| tx.write_all(&stamp.to_le_bytes()).expect("tcp write"),
-        move || {
-            match rx.read(&mut got[have..]) {
-                Ok(n) => have += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => panic!("tcp read: {e}"),
-            }
-            (have == 8).then(|| {
-                have = 0;
-                u64::from_le_bytes(got)
-            })
-        },
-    )
 }
 
 /// Raw TCP bandwidth over loopback, one stream, 256 KiB writes: bytes/s.

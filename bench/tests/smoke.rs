@@ -327,6 +327,8 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
     }
     for case in [
         "offer_to_own_replica_64B",
+        "offer_to_own_replica_64B_offer_to_sequenced",
+        "offer_to_own_replica_64B_sequenced_to_replica",
         "offer_to_own_replica_64B_authenticated",
         "offer_to_own_replica_64B_tls",
         "pingpong_64B",
