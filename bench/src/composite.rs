@@ -5,7 +5,10 @@
 //! directly, in the same run.
 //!
 //! Three busy threads (appender, compositor, tailer) share the cores here, so every waiter —
-//! the floor's too — yields instead of spinning (see `oneway::Pinning`).
+//! the floor's too — yields instead of spinning (see `oneway::Pinning`). The latency is also
+//! reported against a floor of its own shape (`_vs_relay`): the stamp handed through a relay
+//! thread in the middle, as the compositor is, so that the ratio shows what the merge costs
+//! beyond having a third thread to schedule.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +21,7 @@ use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy}
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{cache_line_floor, ping, Pinning};
+use crate::oneway::{cache_line_floor, cache_line_relay_floor, ping, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the composite benchmark.
@@ -90,6 +93,7 @@ fn open_compositor(
 
 fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     let floor = cache_line_floor(samples, YIELDING)?;
+    let relay_floor = cache_line_relay_floor(samples, YIELDING)?;
 
     let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
     let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
@@ -136,6 +140,13 @@ fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     stop.store(true, Ordering::Relaxed);
     merger.join().expect("merger thread")?;
     emit_percentiles(reporter, BENCH, "component_to_composite_64B", &h, &floor)?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "component_to_composite_64B_vs_relay",
+        &h,
+        &relay_floor,
+    )?;
     Ok(())
 }
 

@@ -126,6 +126,47 @@ pub(crate) fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<
     )
 }
 
+/// The floor of a path with a thread in the middle (the compositor between a component and
+/// the composite): the stamp handed through a cache line to a relay thread, which hands it on
+/// through a second cache line to the reader, measured with [`ping`]. The relay waits as
+/// `pins` says, like the writer and reader.
+pub(crate) fn cache_line_relay_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
+    let first = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let second = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let relay = {
+        let (first, second, stop) = (first.clone(), second.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let v = first.load(Ordering::Acquire);
+                if v != last {
+                    last = v;
+                    second.store(v, Ordering::Release);
+                } else {
+                    pins.wait();
+                }
+            }
+        })
+    };
+    let mut last = 0u64;
+    let h = ping(
+        samples,
+        pins,
+        move |stamp| first.store(stamp | 1 << 63, Ordering::Release),
+        move || {
+            let v = second.load(Ordering::Acquire);
+            (v != last && v != 0).then(|| {
+                last = v;
+                v & !(1 << 63)
+            })
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    relay.join().expect("relay thread");
+    h
+}
+
 /// Append → tailer latency, the method of every store-path figure: the writer appends a
 /// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
 /// copy of it) until the frame arrives.
