@@ -264,6 +264,8 @@ pub(crate) fn audit_run(
         "stores_verified": verified,
         "replicas_identical": identical,
         "e2e_ns": pick(e2e),
+        "inbound_ns": pick(&algo["inbound_ns"]),
+        "outbound_ns": pick(&algo["outbound_ns"]),
         "floor_ns": pick(fl),
         "elapsed_s": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
