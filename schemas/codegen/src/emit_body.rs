@@ -689,6 +689,17 @@ fn emit_group(
         out.line("return None;");
         out.close("}");
         out.line("let block = self.buf.get(self.cursor..)?.get(..self.block_length)?;");
+        out.line(
+            "// `wrap` refused blocks shorter than the version's minimum. Checking it again here",
+        );
+        out.line(
+            "// lets the compiler drop the bounds check of every field read inside that minimum.",
+        );
+        out.open(format!(
+            "if block.len() < {edec}::min_block_length(self.acting_version) {{"
+        ));
+        out.line("return None;");
+        out.close("}");
         out.line(format!(
             "let entry = {edec} {{ block, offset: self.cursor, acting_version: self.acting_version }};"
         ));
