@@ -155,6 +155,22 @@ pub fn wait_counter(
 
 /// The names of the threads of process `pid` (from `/proc/<pid>/task/*/comm`), sorted.
 pub fn thread_names(pid: u32) -> Vec<String> {
+    // A thread that has just been spawned carries its parent's name until its first
+    // instructions set its own (a store's segment-preparing thread, spawned by a runner,
+    // reads for a moment as that runner): two equal readings 20 ms apart are past that.
+    let mut last = names_now(pid);
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = names_now(pid);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+fn names_now(pid: u32) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|rd| {
             rd.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
