@@ -9,6 +9,8 @@
 //! - [`audit`]: what a finished run's stores prove (nothing lost, nothing duplicated, every
 //!   order answered once);
 //! - [`latency`]: percentiles of a latency histogram, as the summaries print them;
+//! - [`net`]: the three simulated hosts (network namespaces or loopback addresses) of the
+//!   demo and `bench e2e`;
 //! - [`publish`]: waiting for an outbox to drain (an application's start-up);
 //! - [`replay`]: the agent that publishes a planned sequence of messages, paced, and waits
 //!   for their confirmation (the feed handler's and `fixreplay`'s duty cycle);
@@ -24,6 +26,7 @@ pub mod book;
 pub mod feed;
 pub mod fixlog;
 pub mod latency;
+pub mod net;
 pub mod publish;
 pub mod replay;
 pub mod stores;

@@ -15,15 +15,15 @@ pub(crate) struct Certs {
     pub key: PathBuf,
 }
 
-/// A CA and a certificate it signed for `ip` (a subject alternative name), under `dir` as
-/// `ca.crt`, `server.crt` and `server.key`.
-pub(crate) fn write(dir: &Path, ip: &str) -> Result<Certs> {
+/// A CA and a certificate it signed for `names` (its subject alternative names: IP addresses
+/// or DNS names), under `dir` as `ca.crt`, `server.crt` and `server.key`.
+pub(crate) fn write(dir: &Path, names: &[String]) -> Result<Certs> {
     let ca_key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = params.self_signed(&ca_key)?;
     let key = KeyPair::generate()?;
-    let cert = CertificateParams::new(vec![ip.to_string()])?.signed_by(&key, &ca, &ca_key)?;
+    let cert = CertificateParams::new(names.to_vec())?.signed_by(&key, &ca, &ca_key)?;
     let certs = Certs {
         ca: dir.join("ca.crt"),
         cert: dir.join("server.crt"),

@@ -6,14 +6,16 @@
 //! trip twice, the figure to set beside Aeron's ping-pong round trip.
 //!
 //! Three hosts run in this process, each one [`seqstreamd::Host`] started from the TOML a
-//! user would write: the sequencer host on 127.0.0.1 (`[[sequencer]]`, `[[serve]]`), hosts A
-//! and B on 127.0.0.2 and 127.0.0.3 (`[[forward]]`, `[[follow]]`). They are loopback
-//! addresses, not network namespaces, so that one process holds every thread.
+//! user would write: the sequencer host (`[[sequencer]]`, `[[serve]]`) and hosts A and B
+//! (`[[forward]]`, `[[follow]]`). As root they are network namespaces joined by veth links
+//! (`seqstream_apps::net`, the demo's hosts): each host is started from a thread that entered
+//! its namespace, so its sockets and runner threads live there. Otherwise (or with
+//! `--network loopback`) they are the loopback addresses 127.0.0.1-3.
 //!
-//! The floors are measured in the same run over the same path: a UDP datagram to a relay
-//! thread that writes it to a TCP connection, read by a third thread (raw UDP one-way plus raw
-//! TCP one-way, with the sequencer host's thread hop); for the ping-pong, that path there and
-//! back through the same relay.
+//! The floors are measured in the same run over the same links: a UDP datagram from host A to
+//! a relay thread on the sequencer host, which writes it to a TCP connection read on A (raw
+//! UDP one-way plus raw TCP one-way, with the sequencer host's thread hop); for the ping-pong,
+//! A → relay → B and back through the same relay.
 //!
 //! Threading: `--layout` lays each host's roles on threads (`shared`: one thread per host;
 //! `dedicated`: one per agent; `split`: the sequencer and its senders on one hot thread, the
@@ -33,7 +35,7 @@
 //! replication links always authenticate (handshake and session tags).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,12 +46,13 @@ use anyhow::{ensure, Context, Result};
 use hdrhistogram::Histogram;
 use seqstream_agent::clock::wall_clock_ns;
 use seqstream_agent::Idle;
+use seqstream_apps::net::{Host as NetHost, Network, NetworkKind};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_store::{Tailer, TailerOptions};
 use seqstreamd::{Host, HostFile};
 
 use crate::inbound::offer_until_accepted;
-use crate::oneway::{histogram, ping, tcp_one_way, udp_one_way, Pinning};
+use crate::oneway::{histogram, ping, tcp_one_way_over, udp_one_way_over, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the end-to-end benchmark.
@@ -61,6 +64,10 @@ pub(crate) struct Args {
     /// The thread layout of every host; `all` surveys them and runs the cases on the fastest.
     #[arg(long, value_enum, default_value = "all")]
     layout: LayoutChoice,
+    /// The hosts: network namespaces joined by veth links (`auto` as root, when `ip netns`
+    /// works), or loopback addresses 127.0.0.1-3.
+    #[arg(long, value_enum, default_value = "auto")]
+    network: NetworkKind,
     /// Idle strategy of every host thread; with `busy-spin`, the application threads spin too.
     #[arg(long, default_value = "yield")]
     idle: Idle,
@@ -124,7 +131,6 @@ impl Security {
 
 const BENCH: &str = "e2e";
 const STREAM: u32 = 1;
-const SEQ_IP: &str = "127.0.0.1";
 /// A tag in byte 8 of every payload (bytes 0..8 are the stamp).
 const PING: u8 = 1;
 const PONG: u8 = 2;
@@ -135,10 +141,15 @@ const SEGMENT: u64 = 64 << 20;
 /// How long a host may take to start and pass its first message.
 const STARTUP: Duration = Duration::from_secs(30);
 
-/// An application host: its address, source id, outbox and replica.
+/// An application host: where it is, its source id, outbox and replica.
 struct AppHost {
     name: &'static str,
-    ip: &'static str,
+    /// Its network host (namespace or loopback address).
+    net: NetHost,
+    /// The sequencer host's address as this host reaches it.
+    seq_from: IpAddr,
+    /// The address its replication client connects from, as the sequencer host sees it.
+    client_ip: IpAddr,
     source: u32,
     outbox: PathBuf,
     replica: PathBuf,
@@ -147,21 +158,25 @@ struct AppHost {
 /// The files and ports every host of one case names.
 struct Site {
     dir: PathBuf,
-    sequencer: SocketAddr,
-    server: SocketAddr,
+    /// The sequencer host, and the address its sockets bind.
+    seq: NetHost,
+    seq_bind: IpAddr,
+    /// The sequencer's UDP port and the replication server's TCP port.
+    sequencer_port: u16,
+    server_port: u16,
     secret: PathBuf,
     hosts: [AppHost; 2],
     certs: Option<crate::certs::Certs>,
     security: Security,
 }
 
-/// A free port on `ip` for `kind` (bound then released; nothing else on this machine should
-/// take it in the moment before a host binds it).
-fn free_port(ip: &str, udp: bool) -> Result<SocketAddr> {
+/// A free port on `ip` (bound then released; nothing else in the host should take it in
+/// the moment before a role binds it).
+fn free_port(ip: IpAddr, udp: bool) -> Result<u16> {
     Ok(if udp {
-        UdpSocket::bind((ip, 0))?.local_addr()?
+        UdpSocket::bind((ip, 0))?.local_addr()?.port()
     } else {
-        TcpListener::bind((ip, 0))?.local_addr()?
+        TcpListener::bind((ip, 0))?.local_addr()?.port()
     })
 }
 
@@ -177,19 +192,24 @@ fn write_key(path: &Path, material: &[u8]) -> Result<()> {
 }
 
 impl Site {
-    fn new(root: &Path, name: &str, security: Security) -> Result<Site> {
+    fn new(root: &Path, name: &str, net: &Network, security: Security) -> Result<Site> {
         let dir = root.join(name);
         std::fs::create_dir_all(&dir)?;
         let secret = dir.join("replication.key");
         write_key(&secret, b"the e2e bench's replication key")?;
-        let host = |name: &'static str, ip: &'static str, source: u32| AppHost {
+        let host = |name: &'static str, h: &NetHost, seq_from: IpAddr, source: u32| AppHost {
             name,
-            ip,
+            net: h.clone(),
+            seq_from,
+            client_ip: net.client_ip(h),
             source,
             outbox: dir.join(format!("{name}.outbox")),
             replica: dir.join(format!("{name}-replica")),
         };
-        let hosts = [host("a", "127.0.0.2", 1), host("b", "127.0.0.3", 2)];
+        let hosts = [
+            host("a", &net.h1, net.seq_from_h1, 1),
+            host("b", &net.h2, net.seq_from_h2, 2),
+        ];
         for h in &hosts {
             if security != Security::Plain {
                 write_key(
@@ -206,12 +226,18 @@ impl Site {
             )?);
         }
         let certs = match security {
-            Security::Tls => Some(crate::certs::write(&dir, SEQ_IP)?),
+            Security::Tls => Some(crate::certs::write(
+                &dir,
+                &[net.seq_from_h1.to_string(), net.seq_from_h2.to_string()],
+            )?),
             _ => None,
         };
+        let seq_bind = net.seq_bind();
         Ok(Site {
-            sequencer: free_port(SEQ_IP, true)?,
-            server: free_port(SEQ_IP, false)?,
+            sequencer_port: net.seq.enter(|| free_port(seq_bind, true))??,
+            server_port: net.seq.enter(|| free_port(seq_bind, false))??,
+            seq: net.seq.clone(),
+            seq_bind,
             secret,
             hosts,
             certs,
@@ -235,8 +261,14 @@ impl Site {
         let sources: Vec<String> = self
             .hosts
             .iter()
-            .map(|h| format!("\"{}@{}\"", h.source, h.ip))
+            .map(|h| format!("\"{}@{}\"", h.source, h.net.ip))
             .collect();
+        let mut allow: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("\"{}\"", h.client_ip))
+            .collect();
+        allow.dedup();
         let keys: Vec<String> = self
             .hosts
             .iter()
@@ -246,7 +278,7 @@ impl Site {
         t += &format!(
             "[[sequencer]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{}\"\nsource = [{}]\n",
             store.display(),
-            self.sequencer,
+            SocketAddr::new(self.seq_bind, self.sequencer_port),
             sources.join(", ")
         );
         if !keys.is_empty() {
@@ -254,10 +286,11 @@ impl Site {
         }
         t += &role_idle(layout, idle);
         t += &format!(
-            "[[serve]]\nname = \"serve\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\nlisten = \"{}\"\nallow = [\"127.0.0.1\", \"127.0.0.2\", \"127.0.0.3\"]\n",
+            "[[serve]]\nname = \"serve\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\nlisten = \"{}\"\nallow = [{}]\n",
             store.display(),
             self.secret.display(),
-            self.server
+            SocketAddr::new(self.seq_bind, self.server_port),
+            allow.join(", ")
         );
         if let Some(c) = &self.certs {
             t += &format!(
@@ -283,7 +316,7 @@ impl Site {
         let mut t = threading(app_layout, idle, false);
         t += &format!(
             "[[follow]]\nname = \"rep\"\nupstream = \"{}\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\n",
-            self.server,
+            SocketAddr::new(h.seq_from, self.server_port),
             h.replica.display(),
             self.secret.display()
         );
@@ -294,9 +327,9 @@ impl Site {
         t += &format!(
             "[[forward]]\nname = \"fwd\"\noutbox = [\"{}\"]\nroute = [\"{STREAM}={}={}\"]\nbind = \"{}:0\"\n",
             h.outbox.display(),
-            self.sequencer,
+            SocketAddr::new(h.seq_from, self.sequencer_port),
             h.replica.display(),
-            h.ip
+            h.net.ip
         );
         if let Some(k) = self.source_key(h.source) {
             t += &format!("source_key = [{k}]\n");
@@ -308,16 +341,22 @@ impl Site {
     /// Starts the sequencer host and the first `app_hosts` application hosts.
     fn start(&self, layout: Layout, idle: &Idle, app_hosts: usize) -> Result<Hosts> {
         let mut hosts = Hosts(Vec::new());
-        let mut files = vec![("seq".to_string(), self.sequencer_host(layout, idle))];
+        let mut files = vec![(
+            "seq".to_string(),
+            &self.seq,
+            self.sequencer_host(layout, idle),
+        )];
         for h in &self.hosts[..app_hosts] {
-            files.push((h.name.to_string(), self.app_host(h, layout, idle)));
+            files.push((h.name.to_string(), &h.net, self.app_host(h, layout, idle)));
         }
-        for (name, text) in files {
+        for (name, net, text) in files {
             let file = HostFile::parse(&text)
                 .with_context(|| format!("the bench's host file {name}:\n{text}"))?;
             let counters = self.dir.join(format!("{name}.counters"));
             let stop = Arc::new(AtomicBool::new(false));
-            let host = Host::start(file, Some(counters), &stop)
+            // Inside the host's namespace: its sockets, and its runner threads, live there.
+            let host = net
+                .enter(|| Host::start(file, Some(counters), &stop))?
                 .with_context(|| format!("starting host {name}"))?;
             hosts.0.push((stop, host));
         }
@@ -443,13 +482,14 @@ struct OwnReplica {
 /// `CLOCK_REALTIME` here), which agree to well under a microsecond in one process.
 fn offer_to_own_replica(
     root: &Path,
+    net: &Network,
     name: &str,
     layout: Layout,
     security: Security,
     idle: &Idle,
     samples: u64,
 ) -> Result<OwnReplica> {
-    let site = Site::new(root, name, security)?;
+    let site = Site::new(root, name, net, security)?;
     let hosts = site.start(layout, idle, 1)?;
     let a = &site.hosts[0];
     let mut out = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
@@ -503,12 +543,13 @@ fn offer_to_own_replica(
 /// replica: the round trip, one ping in flight.
 fn pingpong(
     root: &Path,
+    net: &Network,
     name: &str,
     layout: Layout,
     idle: &Idle,
     samples: u64,
 ) -> Result<hdrhistogram::Histogram<u64>> {
-    let site = Site::new(root, name, Security::Plain)?;
+    let site = Site::new(root, name, net, Security::Plain)?;
     let hosts = site.start(layout, idle, 2)?;
     let [a, b] = &site.hosts;
     let mut out_a = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
@@ -582,13 +623,41 @@ fn relay(
     })
 }
 
-/// A TCP connection over loopback: (write end, non-blocking read end).
-fn tcp_pair() -> Result<(TcpStream, TcpStream)> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let tx = TcpStream::connect(l.local_addr()?)?;
-    let (rx, _) = l.accept()?;
+/// A TCP connection from `to` (where it is accepted) to `from` (which connects, reaching
+/// `to` at `to_addr`), each end made in its own host: (`to`'s write end, `from`'s
+/// non-blocking read end).
+fn tcp_pair(
+    to: &NetHost,
+    bind: IpAddr,
+    to_addr: IpAddr,
+    from: &NetHost,
+) -> Result<(TcpStream, TcpStream)> {
+    let l = to.enter(|| TcpListener::bind((bind, 0)))??;
+    let port = l.local_addr()?.port();
+    let rx = from.enter(|| TcpStream::connect((to_addr, port)))??;
+    let (tx, _) = l.accept()?;
     tx.set_nodelay(true)?;
     rx.set_nonblocking(true)?;
+    Ok((tx, rx))
+}
+
+/// A UDP socket of `from`, connected to `rx` (of `to`, non-blocking), which `from` reaches
+/// at `to_addr`: (sender, receiver).
+fn udp_pair(
+    to: &NetHost,
+    bind: IpAddr,
+    to_addr: IpAddr,
+    from: &NetHost,
+) -> Result<(UdpSocket, UdpSocket)> {
+    let rx = to.enter(|| UdpSocket::bind((bind, 0)))??;
+    rx.set_nonblocking(true)?;
+    let port = rx.local_addr()?.port();
+    let (ip, target) = (from.ip, SocketAddr::new(to_addr, port));
+    let tx = from.enter(|| -> std::io::Result<UdpSocket> {
+        let tx = UdpSocket::bind((ip, 0))?;
+        tx.connect(target)?;
+        Ok(tx)
+    })??;
     Ok((tx, rx))
 }
 
@@ -621,14 +690,12 @@ impl StampReader {
     }
 }
 
-/// The floor of `offer_to_own_replica`: UDP to the relay, TCP from it.
-fn one_way_floor(samples: u64, idle: &Idle) -> Result<hdrhistogram::Histogram<u64>> {
+/// The floor of `offer_to_own_replica`: UDP from host A to the relay on the sequencer host,
+/// TCP from it back to A.
+fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
     let pins = pinning(idle);
-    let relay_udp = UdpSocket::bind("127.0.0.1:0")?;
-    relay_udp.set_nonblocking(true)?;
-    let tx = UdpSocket::bind("127.0.0.2:0")?;
-    tx.connect(relay_udp.local_addr()?)?;
-    let (to_a, from_relay) = tcp_pair()?;
+    let (tx, relay_udp) = udp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let (to_a, from_relay) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
     let stop = Arc::new(AtomicBool::new(false));
     let r = relay(
         relay_udp,
@@ -653,16 +720,23 @@ fn one_way_floor(samples: u64, idle: &Idle) -> Result<hdrhistogram::Histogram<u6
 }
 
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
-fn pingpong_floor(samples: u64, idle: &Idle) -> Result<hdrhistogram::Histogram<u64>> {
+fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
     let pins = pinning(idle);
-    let relay_udp = UdpSocket::bind("127.0.0.1:0")?;
+    let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq_bind(), 0)))??;
     relay_udp.set_nonblocking(true)?;
-    let a_tx = UdpSocket::bind("127.0.0.2:0")?;
-    a_tx.connect(relay_udp.local_addr()?)?;
-    let b_tx = UdpSocket::bind("127.0.0.3:0")?;
-    b_tx.connect(relay_udp.local_addr()?)?;
-    let (to_a, a_rx) = tcp_pair()?;
-    let (to_b, b_rx) = tcp_pair()?;
+    let port = relay_udp.local_addr()?.port();
+    let sender = |h: &NetHost, to: IpAddr| -> Result<UdpSocket> {
+        let ip = h.ip;
+        Ok(h.enter(|| -> std::io::Result<UdpSocket> {
+            let tx = UdpSocket::bind((ip, 0))?;
+            tx.connect((to, port))?;
+            Ok(tx)
+        })??)
+    };
+    let a_tx = sender(&net.h1, net.seq_from_h1)?;
+    let b_tx = sender(&net.h2, net.seq_from_h2)?;
+    let (to_a, a_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let (to_b, b_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
     let stop = Arc::new(AtomicBool::new(false));
     let r = relay(
         relay_udp,
@@ -712,7 +786,16 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .context("creating a scratch dir")?;
     let root = scratch.path();
     let idle = &args.idle;
-    let floor = one_way_floor(samples, idle)?;
+    let net = &Network::of_kind(args.network, &format!("se{}", std::process::id() % 100_000))?;
+    eprintln!(
+        "bench e2e: hosts on {}",
+        if net.is_netns() {
+            "network namespaces joined by veth links"
+        } else {
+            "loopback addresses"
+        }
+    );
+    let floor = one_way_floor(samples, idle, net)?;
 
     let layout = match args.layout {
         LayoutChoice::Shared => Layout::Shared,
@@ -723,6 +806,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             for layout in Layout::ALL {
                 let h = offer_to_own_replica(
                     root,
+                    net,
                     &format!("survey-{}", layout.name()),
                     layout,
                     Security::Plain,
@@ -748,11 +832,14 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         "bench e2e: every case below runs on the {} layout, idle {idle}",
         layout.name()
     );
-    let udp_floor = udp_one_way(samples, pinning(idle))?;
-    let tcp_floor = tcp_one_way(samples, pinning(idle))?;
+    let (tx, rx) = udp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let udp_floor = udp_one_way_over(tx, rx, samples, pinning(idle))?;
+    let (tx, rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let tcp_floor = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
     for security in [Security::Plain, Security::SourceKeys, Security::Tls] {
         let h = offer_to_own_replica(
             root,
+            net,
             &format!("own{}", security.suffix()),
             layout,
             security,
@@ -779,8 +866,8 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             )?;
         }
     }
-    let rt_floor = pingpong_floor(samples, idle)?;
-    let h = pingpong(root, "pingpong", layout, idle, samples)?;
+    let rt_floor = pingpong_floor(samples, idle, net)?;
+    let h = pingpong(root, net, "pingpong", layout, idle, samples)?;
     emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;
     Ok(())
 }

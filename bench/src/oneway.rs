@@ -199,6 +199,16 @@ pub(crate) fn udp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>>
     rx.set_nonblocking(true)?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     tx.connect(rx.local_addr()?)?;
+    udp_one_way_over(tx, rx, samples, pins)
+}
+
+/// Raw UDP one-way hop from `tx` (connected) to `rx` (non-blocking): the stamp in 8 bytes.
+pub(crate) fn udp_one_way_over(
+    tx: UdpSocket,
+    rx: UdpSocket,
+    samples: u64,
+    pins: Pinning,
+) -> Result<Histogram<u64>> {
     let mut got = [0u8; 64];
     ping(
         samples,
@@ -217,10 +227,21 @@ pub(crate) fn udp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>>
 /// reader.
 pub(crate) fn tcp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
     let l = TcpListener::bind("127.0.0.1:0")?;
-    let mut tx = TcpStream::connect(l.local_addr()?)?;
-    let (mut rx, _) = l.accept()?;
+    let tx = TcpStream::connect(l.local_addr()?)?;
+    let (rx, _) = l.accept()?;
     tx.set_nodelay(true)?;
     rx.set_nonblocking(true)?;
+    tcp_one_way_over(tx, rx, samples, pins)
+}
+
+/// Raw TCP one-way hop from `tx` (`TCP_NODELAY`) to `rx` (non-blocking): the stamp in 8
+/// bytes.
+pub(crate) fn tcp_one_way_over(
+    mut tx: TcpStream,
+    mut rx: TcpStream,
+    samples: u64,
+    pins: Pinning,
+) -> Result<Histogram<u64>> {
     let mut got = [0u8; 8];
     let mut have = 0usize;
     ping(

@@ -37,12 +37,11 @@
 //! | module | owns |
 //! |---|---|
 //! | `topology` | what runs where: each host's seqstreamd file (the same as `config/`) |
-//! | `net` | the simulated hosts: network namespaces and veth links, or loopback addresses |
+//! | `seqstream_apps::net` | the simulated hosts: network namespaces and veth links, or loopback addresses |
 //! | `procs` | the child processes: logs, stop, kill on every way out |
 //! | `report` | the audit of the stopped run and its JSON line |
 //! | this file | the orchestration: start, measure the floor, replay, stop |
 
-mod net;
 mod procs;
 mod report;
 mod topology;
@@ -59,19 +58,9 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_store::digest::digest;
 use serde_json::{json, Value};
 
-use net::{Host, Network};
 use procs::Procs;
+use seqstream_apps::net::{Host, Network, NetworkKind};
 use topology::{Site, Threading, ITCH_SOURCE};
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum NetworkKind {
-    /// Namespaces when run as root and `ip netns` works, loopback otherwise.
-    Auto,
-    /// Network namespaces joined by veth links (root).
-    Netns,
-    /// Loopback addresses 127.0.0.1-3.
-    Loopback,
-}
 
 /// The market-data feeds a run replays.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -717,21 +706,7 @@ fn main() -> Result<()> {
         ));
     }
     let timeout = Duration::from_secs(cli.timeout_s.unwrap_or(60 + span.ceil() as u64));
-    let root = is_root();
-    let net = match cli.network {
-        NetworkKind::Loopback => Network::loopback(),
-        NetworkKind::Netns => Network::namespaces(&format!("ss{}", std::process::id() % 100_000))?,
-        NetworkKind::Auto if root => {
-            match Network::namespaces(&format!("ss{}", std::process::id() % 100_000)) {
-                Ok(n) => n,
-                Err(e) => {
-                    println!("network namespaces unavailable ({e:#}); using loopback");
-                    Network::loopback()
-                }
-            }
-        }
-        NetworkKind::Auto => Network::loopback(),
-    };
+    let net = Network::of_kind(cli.network, &format!("ss{}", std::process::id() % 100_000))?;
     println!(
         "== seqstream demo: {} hosts, work dir {}",
         if net.is_netns() {
@@ -817,16 +792,4 @@ fn main() -> Result<()> {
             std::process::exit(1)
         }
     }
-}
-
-/// Whether this process runs as root (namespaces need it).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }

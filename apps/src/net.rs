@@ -1,5 +1,6 @@
-//! The demo's hosts: three network namespaces joined by veth links (as root), or three
-//! loopback addresses (otherwise).
+//! Three simulated hosts for the demo and `bench e2e`: three network namespaces joined by
+//! veth links (as root), or three loopback addresses (otherwise). Processes enter a host with
+//! `ip netns exec`; threads of one process with [`Host::enter`].
 //!
 //! With namespaces, the sequencer host has one link to each application host:
 //!
@@ -12,13 +13,37 @@
 //! 127.0.0.1 whatever host it plays, which the replication allow-lists account for.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+/// Which hosts to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkKind {
+    /// Namespaces when run as root and `ip netns` works, loopback otherwise.
+    Auto,
+    /// Network namespaces joined by veth links (root).
+    Netns,
+    /// Loopback addresses 127.0.0.1-3.
+    Loopback,
+}
+
+/// Whether this process runs as root (namespaces need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
 /// One simulated host.
 #[derive(Debug, Clone)]
-pub(crate) struct Host {
+pub struct Host {
     /// `seq`, `h1` or `h2`.
     pub name: &'static str,
     /// Its namespace, when namespaces are used.
@@ -28,7 +53,7 @@ pub(crate) struct Host {
 }
 
 /// The three hosts, and how the sequencer host is reached from each application host.
-pub(crate) struct Network {
+pub struct Network {
     /// The sequencer host.
     pub seq: Host,
     /// Application host 1 (algo).
@@ -61,9 +86,54 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
+impl Host {
+    /// Runs `f` on a thread inside this host's namespace and returns what it returns; on
+    /// loopback, runs it here. Sockets keep the namespace they were made in, and threads
+    /// inherit their creator's, so what `f` binds, connects and spawns lives in the host.
+    ///
+    /// Errors: the namespace's file cannot be opened or entered (`setns`).
+    pub fn enter<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
+        let Some(ns) = &self.netns else {
+            return Ok(f());
+        };
+        let path = format!("/run/netns/{ns}");
+        let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                // SAFETY: setns(2) on a namespace file we hold open; it changes only this
+                // thread's network namespace, and this thread ends with the scope.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(anyhow::Error::from(std::io::Error::last_os_error()))
+                        .with_context(|| format!("entering {path}"));
+                }
+                Ok(f())
+            })
+            .join()
+            .expect("a thread entering a namespace panicked")
+        })
+    }
+}
+
 impl Network {
+    /// The hosts `kind` asks for; `tag` names the namespaces (see [`namespaces`](Self::namespaces)).
+    /// `Auto` falls back to loopback, saying why on stderr, when namespaces cannot be made.
+    pub fn of_kind(kind: NetworkKind, tag: &str) -> Result<Network> {
+        Ok(match kind {
+            NetworkKind::Loopback => Network::loopback(),
+            NetworkKind::Netns => Network::namespaces(tag)?,
+            NetworkKind::Auto if is_root() => match Network::namespaces(tag) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("network namespaces unavailable ({e:#}); using loopback");
+                    Network::loopback()
+                }
+            },
+            NetworkKind::Auto => Network::loopback(),
+        })
+    }
+
     /// Three loopback addresses.
-    pub(crate) fn loopback() -> Network {
+    pub fn loopback() -> Network {
         let host = |name, d| Host {
             name,
             netns: None,
@@ -81,7 +151,7 @@ impl Network {
 
     /// Three namespaces named `<tag>-seq`, `<tag>-h1`, `<tag>-h2`, joined by veth links.
     /// `tag` must be at most 8 characters (interface names are limited to 15).
-    pub(crate) fn namespaces(tag: &str) -> Result<Network> {
+    pub fn namespaces(tag: &str) -> Result<Network> {
         let mut net = Network {
             seq: Host {
                 name: "seq",
@@ -140,18 +210,18 @@ impl Network {
     }
 
     /// Whether the hosts are namespaces.
-    pub(crate) fn is_netns(&self) -> bool {
+    pub fn is_netns(&self) -> bool {
         !self.namespaces.is_empty()
     }
 
     /// The address the sequencer host's servers bind to.
-    pub(crate) fn seq_bind(&self) -> IpAddr {
+    pub fn seq_bind(&self) -> IpAddr {
         self.seq.ip
     }
 
     /// The source address replication clients of host `h` connect from, as the sequencer
     /// host sees it.
-    pub(crate) fn client_ip(&self, h: &Host) -> IpAddr {
+    pub fn client_ip(&self, h: &Host) -> IpAddr {
         if self.is_netns() {
             h.ip
         } else {
