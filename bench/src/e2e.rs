@@ -594,33 +594,58 @@ fn pingpong(
     h
 }
 
-/// The floor's relay: the sequencer host's hop, UDP in and TCP out. A datagram carries the
-/// stamp (8 bytes) and the index of the TCP connection to write it to (1 byte).
-fn relay(
-    udp: UdpSocket,
-    mut out: Vec<TcpStream>,
+/// The floor's relay: the sequencer host's hop, UDP in and TCP out, on a thread of its own
+/// until dropped. A datagram carries the stamp (8 bytes) and the index of the TCP connection
+/// to write it to (1 byte: [`send_to_relay`]).
+struct Relay {
     stop: Arc<AtomicBool>,
-    yielding: bool,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 64];
-        while !stop.load(Ordering::Relaxed) {
-            match udp.recv(&mut buf) {
-                Ok(9) => out[buf[8] as usize]
-                    .write_all(&buf[..8])
-                    .expect("relay tcp write"),
-                Ok(n) => panic!("relay: a {n}-byte datagram"),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if yielding {
-                        std::thread::yield_now()
-                    } else {
-                        std::hint::spin_loop()
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(udp: UdpSocket, mut out: Vec<TcpStream>, yielding: bool) -> Relay {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            while !s.load(Ordering::Relaxed) {
+                match udp.recv(&mut buf) {
+                    Ok(9) => out[buf[8] as usize]
+                        .write_all(&buf[..8])
+                        .expect("relay tcp write"),
+                    Ok(n) => panic!("relay: a {n}-byte datagram"),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if yielding {
+                            std::thread::yield_now()
+                        } else {
+                            std::hint::spin_loop()
+                        }
                     }
+                    Err(e) => panic!("relay udp recv: {e}"),
                 }
-                Err(e) => panic!("relay udp recv: {e}"),
             }
+        });
+        Relay {
+            stop,
+            thread: Some(thread),
         }
-    })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends `stamp` to the relay, to be written to its TCP connection `out`.
+fn send_to_relay(tx: &UdpSocket, stamp: u64, out: u8) {
+    let mut d = [out; 9];
+    d[..8].copy_from_slice(&stamp.to_le_bytes());
+    tx.send(&d).expect("udp send");
 }
 
 /// A TCP connection from `to` (where it is accepted) to `from` (which connects, reaching
@@ -696,27 +721,14 @@ fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u
     let pins = pinning(idle);
     let (tx, relay_udp) = udp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
     let (to_a, from_relay) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let r = relay(
-        relay_udp,
-        vec![to_a],
-        stop.clone(),
-        pins.yield_while_waiting,
-    );
+    let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
     let mut reader = StampReader::new(from_relay);
-    let h = ping(
+    ping(
         samples,
         pins,
-        move |stamp| {
-            let mut d = [0u8; 9];
-            d[..8].copy_from_slice(&stamp.to_le_bytes());
-            tx.send(&d).expect("udp send");
-        },
+        move |stamp| send_to_relay(&tx, stamp, 0),
         move || reader.poll(),
-    );
-    stop.store(true, Ordering::Relaxed);
-    r.join().expect("relay thread");
-    h
+    )
 }
 
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
@@ -737,24 +749,15 @@ fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<
     let b_tx = sender(&net.h2, net.seq_from_h2)?;
     let (to_a, a_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
     let (to_b, b_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
+    let relay = Relay::start(relay_udp, vec![to_a, to_b], pins.yield_while_waiting);
     let stop = Arc::new(AtomicBool::new(false));
-    let r = relay(
-        relay_udp,
-        vec![to_a, to_b],
-        stop.clone(),
-        pins.yield_while_waiting,
-    );
     let b = {
         let stop = stop.clone();
         let mut reader = StampReader::new(b_rx);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match reader.poll() {
-                    Some(stamp) => {
-                        let mut d = [0u8; 9];
-                        d[..8].copy_from_slice(&stamp.to_le_bytes());
-                        b_tx.send(&d).expect("udp send");
-                    }
+                    Some(stamp) => send_to_relay(&b_tx, stamp, 0),
                     None if pins.yield_while_waiting => std::thread::yield_now(),
                     None => std::hint::spin_loop(),
                 }
@@ -765,16 +768,12 @@ fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<
     let h = ping(
         samples,
         pins,
-        move |stamp| {
-            let mut d = [1u8; 9];
-            d[..8].copy_from_slice(&stamp.to_le_bytes());
-            a_tx.send(&d).expect("udp send");
-        },
+        move |stamp| send_to_relay(&a_tx, stamp, 1),
         move || reader.poll(),
     );
     stop.store(true, Ordering::Relaxed);
-    r.join().expect("relay thread");
     b.join().expect("pong thread");
+    drop(relay);
     h
 }
 

@@ -21,6 +21,20 @@ fn run_json(args: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Each figure as `case/metric`.
+fn case_metrics(figures: &[serde_json::Value]) -> Vec<String> {
+    figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["case"].as_str().unwrap(),
+                f["metric"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 fn check_shape(figures: &[serde_json::Value], bench: &str) {
     assert!(!figures.is_empty());
     for f in figures {
@@ -46,16 +60,7 @@ fn check_shape(figures: &[serde_json::Value], bench: &str) {
 fn store_bench_prints_every_case_with_its_floor() {
     let figures = run_json(&["store", "--quick"]);
     check_shape(&figures, "store");
-    let cases: Vec<String> = figures
-        .iter()
-        .map(|f| {
-            format!(
-                "{}/{}",
-                f["case"].as_str().unwrap(),
-                f["metric"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let cases = case_metrics(&figures);
     for payload in [32, 64, 256, 1024] {
         assert!(
             cases.contains(&format!("append_{payload}B/throughput")),
@@ -121,16 +126,7 @@ fn sbe_bench_prints_encode_and_decode_with_floors() {
 fn composite_bench_prints_latency_and_merge_throughput() {
     let figures = run_json(&["composite", "--quick"]);
     check_shape(&figures, "composite");
-    let cases: Vec<String> = figures
-        .iter()
-        .map(|f| {
-            format!(
-                "{}/{}",
-                f["case"].as_str().unwrap(),
-                f["metric"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let cases = case_metrics(&figures);
     for case in [
         "component_to_composite_64B/p50",
         "merge_2x64B_arrival/throughput",
@@ -144,16 +140,7 @@ fn composite_bench_prints_latency_and_merge_throughput() {
 fn inbound_bench_prints_latency_and_throughput_with_floors() {
     let figures = run_json(&["inbound", "--quick"]);
     check_shape(&figures, "inbound");
-    let cases: Vec<String> = figures
-        .iter()
-        .map(|f| {
-            format!(
-                "{}/{}",
-                f["case"].as_str().unwrap(),
-                f["metric"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let cases = case_metrics(&figures);
     for m in ["p50", "p99", "p99.9", "max", "throughput"] {
         assert!(
             cases.contains(&format!("offer_to_committed_64B/{m}")),
@@ -309,16 +296,7 @@ fn hgrm_plot_and_table_report_a_latency_bench() {
 fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
     let figures = run_json(&["e2e", "--quick"]);
     check_shape(&figures, "e2e");
-    let cases: Vec<String> = figures
-        .iter()
-        .map(|f| {
-            format!(
-                "{}/{}",
-                f["case"].as_str().unwrap(),
-                f["metric"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let cases = case_metrics(&figures);
     for layout in ["shared", "dedicated", "split"] {
         assert!(
             cases.contains(&format!("offer_to_own_replica_64B_{layout}/p50")),
