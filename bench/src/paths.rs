@@ -42,17 +42,62 @@ const SEGMENT: u64 = 64 << 20;
 /// Heartbeats and timeouts far beyond any workload, so that no timer fires during one.
 const NEVER: Duration = Duration::from_secs(3600);
 
-/// The keys of the source of [`Inbound`], if `keyed`.
-fn source_keys(keyed: bool) -> HashMap<u32, Keyring> {
+/// The key of the source of [`Inbound`] (and of `hotpaths`' workloads).
+pub fn source_key() -> Key {
+    Key::from_material(b"the hot paths' source key")
+}
+
+/// The keys of that source, if `keyed` (the `keys` of a sequencer or forwarder config).
+pub fn source_keys(keyed: bool) -> HashMap<u32, Keyring> {
     if keyed {
-        [(
-            SOURCE,
-            Keyring::fixed(Key::from_material(b"the hot paths' source key")),
-        )]
-        .into()
+        [(SOURCE, Keyring::fixed(source_key()))].into()
     } else {
         HashMap::new()
     }
+}
+
+/// A sequencer of [`STREAM`] into `store` on an ephemeral loopback port, taking [`SOURCE`]
+/// from 127.0.0.1 (`keyed`: signed), its socket buffer `recv_buffer` bytes, no heartbeats.
+pub fn sequencer_config(
+    store: PathBuf,
+    keyed: bool,
+    recv_buffer: usize,
+) -> Result<SequencerConfig> {
+    Ok(SequencerConfig {
+        store,
+        store_config: StoreConfig::new(STREAM).segment_size(SEGMENT),
+        listen: "127.0.0.1:0".parse()?,
+        sources: vec![format!("{SOURCE}@127.0.0.1")
+            .parse()
+            .map_err(anyhow::Error::msg)?],
+        recv_buffer: Some(recv_buffer),
+        heartbeat: None,
+        nak_interval: Duration::from_millis(1),
+        keys: source_keys(keyed),
+    })
+}
+
+/// A forwarder of `outbox` to the sequencer at `sequencer`, confirming in `local_store`
+/// (`keyed`: signing), never resending within a workload.
+pub fn forwarder_config(
+    outbox: PathBuf,
+    sequencer: std::net::SocketAddr,
+    local_store: PathBuf,
+    keyed: bool,
+) -> Result<ForwarderConfig> {
+    Ok(ForwarderConfig {
+        outboxes: vec![outbox],
+        routes: vec![Route {
+            stream_id: STREAM,
+            sequencer,
+            local_store,
+        }],
+        bind: "127.0.0.1:0".parse()?,
+        mtu: 1400,
+        resend_timeout: NEVER,
+        epoch: 1,
+        keys: source_keys(keyed),
+    })
 }
 
 /// An agent's error, for `?`.
@@ -116,35 +161,12 @@ impl Inbound {
         let outbox = dir.join("app.outbox");
         let counters = CountersWriter::create(&dir.join("inbound.counters"), 256)?;
         let sequencer = Sequencer::open(
-            SequencerConfig {
-                store: store.clone(),
-                store_config: StoreConfig::new(STREAM).segment_size(SEGMENT),
-                listen: "127.0.0.1:0".parse()?,
-                sources: vec![format!("{SOURCE}@127.0.0.1")
-                    .parse()
-                    .map_err(anyhow::Error::msg)?],
-                recv_buffer: Some(8 << 20),
-                heartbeat: None,
-                nak_interval: Duration::from_millis(1),
-                keys: source_keys(keyed),
-            },
+            sequencer_config(store.clone(), keyed, 8 << 20)?,
             &counters.scoped("seq "),
         )?;
         let out = Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096)?;
         let forwarder = Forwarder::open(
-            ForwarderConfig {
-                outboxes: vec![outbox],
-                routes: vec![Route {
-                    stream_id: STREAM,
-                    sequencer: sequencer.local_addr(),
-                    local_store: store.clone(),
-                }],
-                bind: "127.0.0.1:0".parse()?,
-                mtu: 1400,
-                resend_timeout: NEVER,
-                epoch: 1,
-                keys: source_keys(keyed),
-            },
+            forwarder_config(outbox, sequencer.local_addr(), store.clone(), keyed)?,
             &counters.scoped("fwd "),
         )?;
         let tailer = Tailer::open_with(&store, TailerOptions::default())?;

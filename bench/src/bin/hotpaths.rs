@@ -22,17 +22,17 @@
 //! `--source-key`.
 
 use std::net::UdpSocket;
-use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use bench::paths::{forwarder_config, sequencer_config, source_key, SOURCE, STREAM};
 use clap::Parser;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_auth::trailer;
-use seqstream_auth::{Key, Keyring, Label};
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_auth::Label;
+use seqstream_iodaemon::forwarder::Forwarder;
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_sequencer::sequencer::Sequencer;
 use seqstream_store::{Appender, StoreConfig};
 
 /// Datagrams of the sequencer's workload.
@@ -43,8 +43,6 @@ const MESSAGES: u64 = 4_000;
 const APPENDS: u64 = 100_000;
 /// Frames of the replication and compositor workloads.
 const FRAMES: u64 = 4_000;
-const STREAM: u32 = 1;
-const SOURCE: u32 = 1;
 
 #[derive(Parser)]
 #[command(about = "Fixed workloads of the hot paths, to count instructions under callgrind")]
@@ -69,18 +67,6 @@ enum Cli {
     Compositor,
 }
 
-fn key() -> Key {
-    Key::from_material(b"the hot paths' source key")
-}
-
-fn keys(keyed: bool) -> std::collections::HashMap<u32, Keyring> {
-    if keyed {
-        [(SOURCE, Keyring::fixed(key()))].into()
-    } else {
-        Default::default()
-    }
-}
-
 /// Datagram `seq` of the workload: one 64-byte message, signed with counter `seq` if keyed.
 fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
     let mut e = wire::DatagramHeaderEncoder::new(buf).expect("room");
@@ -98,7 +84,7 @@ fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
         .expect("room");
     let n = e.encoded_length();
     if keyed {
-        trailer::seal(&key(), Label::Datagram, buf, n, seq)
+        trailer::seal(&source_key(), Label::Datagram, buf, n, seq)
     } else {
         n
     }
@@ -107,18 +93,7 @@ fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
 fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
     let counters = CountersWriter::create(&dir.join("seq.counters"), 64)?;
     let mut s = Sequencer::open(
-        SequencerConfig {
-            store: dir.join("store"),
-            store_config: StoreConfig::new(STREAM).segment_size(64 << 20),
-            listen: "127.0.0.1:0".parse()?,
-            sources: vec![format!("{SOURCE}@127.0.0.1")
-                .parse()
-                .map_err(anyhow::Error::msg)?],
-            recv_buffer: Some(64 << 20),
-            heartbeat: None,
-            nak_interval: Duration::from_millis(1),
-            keys: keys(keyed),
-        },
+        sequencer_config(dir.join("store"), keyed, 64 << 20)?,
         &counters,
     )?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
@@ -150,19 +125,7 @@ fn forwarder(dir: &std::path::Path, keyed: bool) -> Result<()> {
     )?);
     let counters = CountersWriter::create(&dir.join("io.counters"), 64)?;
     let mut f = Forwarder::open(
-        ForwarderConfig {
-            outboxes: vec![outbox],
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencer: sink.local_addr()?,
-                local_store: dir.join("store"),
-            }],
-            bind: "127.0.0.1:0".parse()?,
-            mtu: 1400,
-            resend_timeout: Duration::from_secs(3600),
-            epoch: 1,
-            keys: keys(keyed),
-        },
+        forwarder_config(outbox, sink.local_addr()?, dir.join("store"), keyed)?,
         &counters,
     )?;
     for _ in 0..MESSAGES {
