@@ -1,11 +1,12 @@
 //! A throwaway certificate authority and a server certificate for the TLS cases, made with
-//! `rcgen` for one run and written as a user's files would be (the private key 0600).
+//! `rcgen` for one run and written as a user's files would be (the private key 0600, by
+//! [`write_private`], which also writes the benches' key files).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
 /// The PEM files of [`write`]: the CA certificate, and the server's certificate and key.
@@ -31,11 +32,19 @@ pub(crate) fn write(dir: &Path, names: &[String]) -> Result<Certs> {
     };
     std::fs::write(&certs.ca, ca.pem())?;
     std::fs::write(&certs.cert, cert.pem())?;
+    write_private(&certs.key, key.serialize_pem().as_bytes())?;
+    Ok(certs)
+}
+
+/// Creates `path` (it must not exist) readable by its owner only, as the daemons require of
+/// key files, holding `bytes`.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&certs.key)?
-        .write_all(key.serialize_pem().as_bytes())?;
-    Ok(certs)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?
+        .write_all(bytes)?;
+    Ok(())
 }

@@ -34,9 +34,8 @@
 //! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
 //! replication links always authenticate (handshake and session tags).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -52,7 +51,7 @@ use seqstream_store::{Tailer, TailerOptions};
 use seqstreamd::{Host, HostFile};
 
 use crate::inbound::offer_until_accepted;
-use crate::oneway::{histogram, ping, tcp_one_way_over, udp_one_way_over, Pinning};
+use crate::oneway::{histogram, ping, tcp_one_way_over, udp_one_way_over, Pinning, StampReader};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the end-to-end benchmark.
@@ -155,6 +154,19 @@ struct AppHost {
     replica: PathBuf,
 }
 
+impl AppHost {
+    /// Its application's outbox, created if it is not there yet.
+    fn open_outbox(&self) -> Result<Outbox> {
+        Ok(Outbox::open_or_create(
+            &self.outbox,
+            self.source,
+            STREAM,
+            16 << 20,
+            1 << 20,
+        )?)
+    }
+}
+
 /// The files and ports every host of one case names.
 struct Site {
     dir: PathBuf,
@@ -180,23 +192,12 @@ fn free_port(ip: IpAddr, udp: bool) -> Result<u16> {
     })
 }
 
-fn write_key(path: &Path, material: &[u8]) -> Result<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?
-        .write_all(material)?;
-    Ok(())
-}
-
 impl Site {
     fn new(root: &Path, name: &str, net: &Network, security: Security) -> Result<Site> {
         let dir = root.join(name);
         std::fs::create_dir_all(&dir)?;
         let secret = dir.join("replication.key");
-        write_key(&secret, b"the e2e bench's replication key")?;
+        crate::certs::write_private(&secret, b"the e2e bench's replication key")?;
         let host = |name: &'static str, h: &NetHost, seq_from: IpAddr, source: u32| AppHost {
             name,
             net: h.clone(),
@@ -212,18 +213,13 @@ impl Site {
         ];
         for h in &hosts {
             if security != Security::Plain {
-                write_key(
+                crate::certs::write_private(
                     &dir.join(format!("source-{}.key", h.source)),
                     format!("the e2e bench's key of source {}", h.source).as_bytes(),
                 )?;
             }
-            drop(Outbox::open_or_create(
-                &h.outbox,
-                h.source,
-                STREAM,
-                16 << 20,
-                1 << 20,
-            )?);
+            // Before its forwarder starts, which opens it.
+            drop(h.open_outbox()?);
         }
         let certs = match security {
             Security::Tls => Some(crate::certs::write(
@@ -392,6 +388,10 @@ struct Hosts(Vec<(Arc<AtomicBool>, Host)>);
 impl Hosts {
     /// Stops every host; the first error a host's roles ended with.
     fn stop(mut self) -> Result<()> {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some((stop, host)) = self.0.pop() {
             stop.store(true, Ordering::Relaxed);
@@ -406,10 +406,7 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        while let Some((stop, host)) = self.0.pop() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = host.join();
-        }
+        let _ = self.stop_all();
     }
 }
 
@@ -492,7 +489,7 @@ fn offer_to_own_replica(
     let site = Site::new(root, name, net, security)?;
     let hosts = site.start(layout, idle, 1)?;
     let a = &site.hosts[0];
-    let mut out = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
+    let mut out = a.open_outbox()?;
     let mut tailer = tailer(&a.replica)?;
     warm_up(&mut out, &mut tailer)?;
     let mut payload = [0u8; 64];
@@ -552,8 +549,8 @@ fn pingpong(
     let site = Site::new(root, name, net, Security::Plain)?;
     let hosts = site.start(layout, idle, 2)?;
     let [a, b] = &site.hosts;
-    let mut out_a = Outbox::open_or_create(&a.outbox, a.source, STREAM, 16 << 20, 1 << 20)?;
-    let mut out_b = Outbox::open_or_create(&b.outbox, b.source, STREAM, 16 << 20, 1 << 20)?;
+    let mut out_a = a.open_outbox()?;
+    let mut out_b = b.open_outbox()?;
     let mut tail_a = tailer(&a.replica)?;
     let mut tail_b = tailer(&b.replica)?;
     warm_up(&mut out_a, &mut tail_a)?;
@@ -666,6 +663,16 @@ fn tcp_pair(
     Ok((tx, rx))
 }
 
+/// A UDP socket of `from`, bound to its address and connected to `target`.
+fn udp_sender(from: &NetHost, target: SocketAddr) -> Result<UdpSocket> {
+    let ip = from.ip;
+    Ok(from.enter(|| -> std::io::Result<UdpSocket> {
+        let tx = UdpSocket::bind((ip, 0))?;
+        tx.connect(target)?;
+        Ok(tx)
+    })??)
+}
+
 /// A UDP socket of `from`, connected to `rx` (of `to`, non-blocking), which `from` reaches
 /// at `to_addr`: (sender, receiver).
 fn udp_pair(
@@ -676,43 +683,8 @@ fn udp_pair(
 ) -> Result<(UdpSocket, UdpSocket)> {
     let rx = to.enter(|| UdpSocket::bind((bind, 0)))??;
     rx.set_nonblocking(true)?;
-    let port = rx.local_addr()?.port();
-    let (ip, target) = (from.ip, SocketAddr::new(to_addr, port));
-    let tx = from.enter(|| -> std::io::Result<UdpSocket> {
-        let tx = UdpSocket::bind((ip, 0))?;
-        tx.connect(target)?;
-        Ok(tx)
-    })??;
+    let tx = udp_sender(from, SocketAddr::new(to_addr, rx.local_addr()?.port()))?;
     Ok((tx, rx))
-}
-
-/// An 8-byte stamp from a non-blocking TCP stream, once all 8 have arrived.
-struct StampReader {
-    rx: TcpStream,
-    got: [u8; 8],
-    have: usize,
-}
-
-impl StampReader {
-    fn new(rx: TcpStream) -> StampReader {
-        StampReader {
-            rx,
-            got: [0; 8],
-            have: 0,
-        }
-    }
-
-    fn poll(&mut self) -> Option<u64> {
-        match self.rx.read(&mut self.got[self.have..]) {
-            Ok(n) => self.have += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => panic!("tcp read: {e}"),
-        }
-        (self.have == 8).then(|| {
-            self.have = 0;
-            u64::from_le_bytes(self.got)
-        })
-    }
 }
 
 /// The floor of `offer_to_own_replica`: UDP from host A to the relay on the sequencer host,
@@ -737,16 +709,8 @@ fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<
     let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq_bind(), 0)))??;
     relay_udp.set_nonblocking(true)?;
     let port = relay_udp.local_addr()?.port();
-    let sender = |h: &NetHost, to: IpAddr| -> Result<UdpSocket> {
-        let ip = h.ip;
-        Ok(h.enter(|| -> std::io::Result<UdpSocket> {
-            let tx = UdpSocket::bind((ip, 0))?;
-            tx.connect((to, port))?;
-            Ok(tx)
-        })??)
-    };
-    let a_tx = sender(&net.h1, net.seq_from_h1)?;
-    let b_tx = sender(&net.h2, net.seq_from_h2)?;
+    let a_tx = udp_sender(&net.h1, SocketAddr::new(net.seq_from_h1, port))?;
+    let b_tx = udp_sender(&net.h2, SocketAddr::new(net.seq_from_h2, port))?;
     let (to_a, a_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
     let (to_b, b_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
     let relay = Relay::start(relay_udp, vec![to_a, to_b], pins.yield_while_waiting);

@@ -238,26 +238,45 @@ pub(crate) fn tcp_one_way(samples: u64, pins: Pinning) -> Result<Histogram<u64>>
 /// bytes.
 pub(crate) fn tcp_one_way_over(
     mut tx: TcpStream,
-    mut rx: TcpStream,
+    rx: TcpStream,
     samples: u64,
     pins: Pinning,
 ) -> Result<Histogram<u64>> {
-    let mut got = [0u8; 8];
-    let mut have = 0usize;
+    let mut reader = StampReader::new(rx);
     ping(
         samples,
         pins,
         move |stamp| tx.write_all(&stamp.to_le_bytes()).expect("tcp write"),
-        move || {
-            match rx.read(&mut got[have..]) {
-                Ok(n) => have += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => panic!("tcp read: {e}"),
-            }
-            (have == 8).then(|| {
-                have = 0;
-                u64::from_le_bytes(got)
-            })
-        },
+        move || reader.poll(),
     )
+}
+
+/// 8-byte stamps from a non-blocking TCP stream, each once all its bytes have arrived.
+pub(crate) struct StampReader {
+    rx: TcpStream,
+    got: [u8; 8],
+    have: usize,
+}
+
+impl StampReader {
+    pub(crate) fn new(rx: TcpStream) -> StampReader {
+        StampReader {
+            rx,
+            got: [0; 8],
+            have: 0,
+        }
+    }
+
+    /// The next stamp, if all of it has arrived; reads at most once.
+    pub(crate) fn poll(&mut self) -> Option<u64> {
+        match self.rx.read(&mut self.got[self.have..]) {
+            Ok(n) => self.have += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("tcp read: {e}"),
+        }
+        (self.have == 8).then(|| {
+            self.have = 0;
+            u64::from_le_bytes(self.got)
+        })
+    }
 }
