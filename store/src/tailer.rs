@@ -335,7 +335,7 @@ impl Tailer {
             if self.position < committed {
                 return Ok(Some(committed));
             }
-            self.enter_segment(self.info.index + 1)?;
+            self.enter_next_segment()?;
         }
     }
 
@@ -401,25 +401,31 @@ impl Tailer {
         Ok(committed)
     }
 
-    fn enter_segment(&mut self, index: u64) -> Result<()> {
+    /// Moves to the segment after this one, found by name (`next_path`).
+    fn enter_next_segment(&mut self) -> Result<()> {
         // The next file is found by name: it must belong to the store this one came from.
         self.segment.check_file()?;
-        let path = self.dir.join(segment_file_name(index));
-        let (segment, info) = open_live(&path, Some(self.stream_id))?;
+        let (segment, info) = open_live(&self.next_path, Some(self.stream_id))?;
         if info.base_position != self.position || info.base_seq != self.next_seq {
             return Err(StoreError::CorruptHeader {
-                path,
+                path: self.next_path.clone(),
                 reason: format!(
                     "starts at position {} seq {}, the previous segment ends at {} seq {}",
                     info.base_position, info.base_seq, self.position, self.next_seq
                 ),
             });
         }
+        self.set_segment(segment, info);
+        Ok(())
+    }
+
+    /// Makes `segment` the one the tailer reads, with what depends on it: the successor's
+    /// name, and no successor mapped yet.
+    fn set_segment(&mut self, segment: Segment, info: SegmentInfo) {
+        self.next_path = self.dir.join(segment_file_name(info.index + 1));
+        self.next = None;
         self.segment = segment;
         self.info = info;
-        self.next_path = self.dir.join(segment_file_name(index + 1));
-        self.next = None;
-        Ok(())
     }
 
     /// Returns the committed bytes from the tailer's position to the end of what is committed
@@ -571,8 +577,7 @@ impl Tailer {
             .filter(|e| e.position >= info.base_position && e.position < segment.committed())
             .map(|e| (e.position, e.seq))
             .unwrap_or((info.base_position, info.base_seq));
-        self.segment = segment;
-        self.info = info;
+        self.set_segment(segment, info);
         self.position = start.0;
         self.next_seq = start.1;
         // Scan forward, following rolls, to the first frame not before the target.
@@ -602,7 +607,7 @@ impl Tailer {
             if self.segment.state() == Some(SegmentState::Sealed)
                 && self.position == self.segment.committed()
             {
-                self.enter_segment(self.info.index + 1)?;
+                self.enter_next_segment()?;
                 continue;
             }
             break; // end of the stream

@@ -352,3 +352,24 @@ fn storetool_shows_composite_origins_and_heartbeats() {
     assert!(text.contains("from stream 7 seq 42 ts 1234"), "{text}");
     assert!(text.contains("heartbeat"), "{text}");
 }
+
+#[test]
+fn a_tailer_that_seeks_into_the_active_segment_checks_that_segment_s_successor() {
+    let d = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(d.path(), small(1)).unwrap();
+    let mut payload = [0u8; 100];
+    for seq in 1..=2_000u64 {
+        pattern::fill(seq, &mut payload);
+        a.append(&payload).unwrap();
+    }
+    assert!(a.stats().rolls >= 2, "{:?}", a.stats());
+    let mut t = Tailer::open(d.path()).unwrap();
+    // From the first segment straight into the last, the active one: its end check must look
+    // at the segment after it, not at the first segment's successor (sealed, full of frames).
+    t.seek_seq(a.next_seq() - 1).unwrap();
+    assert!(t.segment_index() >= 2);
+    t.check_end().unwrap();
+    assert!(t.poll().unwrap().is_some());
+    assert!(t.poll().unwrap().is_none());
+    t.check_end().unwrap();
+}
