@@ -10,7 +10,10 @@ use std::thread::JoinHandle;
 
 use crate::config::{FlushPolicy, StoreConfig};
 use crate::error::{Result, StoreError};
-use crate::format::{self, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
+use crate::format::{
+    self, Activation, FrameFields, SegmentInfo, SegmentState, TermStart, FORMAT_VERSION,
+    FRAME_HEADER_LEN,
+};
 use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
 use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
@@ -67,6 +70,9 @@ pub struct Appender {
     _lock: DirLock,
     segment: Segment,
     info: SegmentInfo,
+    /// Term of the segment before the active one (0 for the first): the active segment
+    /// starts a term, and its first frame is a term-start frame, when its term is above it.
+    prior_term: u32,
     index: Index,
     /// Stream position one past the last byte frames may use in the active segment.
     limit: u64,
@@ -109,7 +115,7 @@ impl Appender {
         } else {
             cfg.clock.clone().realtime_ns()
         };
-        Self::open_impl(dir.as_ref(), cfg, Some(created))
+        Self::open_impl(dir.as_ref(), cfg, Some(Activation::first(created)))
     }
 
     /// As [`open_or_create`](Self::open_or_create), but `NoStore` when `dir` holds no store.
@@ -117,8 +123,9 @@ impl Appender {
         Self::open_impl(dir.as_ref(), cfg, None)
     }
 
-    fn open_impl(dir: &Path, cfg: StoreConfig, create: Option<u64>) -> Result<Appender> {
+    fn open_impl(dir: &Path, cfg: StoreConfig, create: Option<Activation>) -> Result<Appender> {
         let r = open_for_append(dir, &cfg, create)?;
+        let prior_term = prior_term(dir, &r.info)?;
         let prepared = match r.prepared {
             Some(segment) => {
                 let index = Index::create(
@@ -134,6 +141,7 @@ impl Appender {
         let mut appender = Appender {
             dir: dir.to_path_buf(),
             limit: r.info.limit_position(),
+            prior_term,
             segment: r.active,
             info: r.info,
             index: r.index,
@@ -187,6 +195,22 @@ impl Appender {
         self.stamp.last()
     }
 
+    /// The leadership term of the active segment (0 before any term was started).
+    pub fn term(&self) -> u32 {
+        self.info.term
+    }
+
+    /// The term of the last frame: the active segment's, or its predecessor's while the
+    /// active segment holds no frame. A replica states it when it resumes, so that its
+    /// upstream can refuse a history that is not its own.
+    pub fn last_frame_term(&self) -> u32 {
+        if self.position == self.info.base_position {
+            self.prior_term
+        } else {
+            self.info.term
+        }
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> AppenderStats {
         self.stats
@@ -238,6 +262,53 @@ impl Appender {
         match timestamp_ns {
             Some(ts) => claim.commit_at(ts),
             None => claim.commit(),
+        }
+    }
+
+    /// Starts leadership term `term` led by `node_id`: the active segment is sealed (unless it
+    /// holds no frame: its header then takes the term in place, see
+    /// [`Segment::set_term`]), the next one is activated with `term` in its header, and a
+    /// term-start frame ([`TermStart`], flags `TERM_START | HEARTBEAT`) is appended as its
+    /// first frame. Every frame appended afterwards belongs to the new term. Returns the
+    /// term-start frame's `(seq, position)`.
+    ///
+    /// Errors: `StaleTerm` when `term` is not above the store's term (nothing changes); the
+    /// errors of a roll (e.g. disk full preparing the next segment: the store is unchanged)
+    /// and of an append.
+    pub fn start_term(&mut self, term: u32, node_id: u32) -> Result<(u64, u64)> {
+        if term <= self.info.term {
+            return Err(StoreError::StaleTerm {
+                dir: self.dir.clone(),
+                term,
+                current: self.info.term,
+            });
+        }
+        if self.position == self.info.base_position {
+            self.segment.set_term(term);
+            self.info = self.segment.checked_info()?;
+        } else {
+            let created = if self.cfg.explicit_clock {
+                self.stamp.last()
+            } else {
+                self.stamp.clock().realtime_ns()
+            };
+            self.roll_at(created, term, FORMAT_VERSION)?;
+        }
+        let start = TermStart {
+            term,
+            previous_term: self.prior_term,
+            previous_last_seq: self.next_seq - 1,
+            previous_end_position: self.position,
+            node_id,
+        };
+        let fields = FrameFields {
+            flags: format::flags::TERM_START | format::flags::HEARTBEAT,
+            ..FrameFields::default()
+        };
+        if self.cfg.explicit_clock {
+            self.append_at(self.stamp.last(), &fields, &start.encode())
+        } else {
+            self.append_with(&fields, &start.encode())
         }
     }
 
@@ -494,18 +565,19 @@ impl Appender {
         prepare(&self.dir, &self.cfg, self.info.index + 1)
     }
 
-    /// Seals the active segment and activates the next one.
+    /// Seals the active segment and activates the next one, in the same term.
     fn roll(&mut self) -> Result<()> {
         let created = if self.cfg.explicit_clock {
             self.stamp.last()
         } else {
             self.stamp.clock().realtime_ns()
         };
-        self.roll_at(created)
+        self.roll_at(created, self.info.term, FORMAT_VERSION)
     }
 
-    /// Rolls, recording `created_ns` as the new segment's creation time.
-    fn roll_at(&mut self, created_ns: u64) -> Result<()> {
+    /// Rolls, recording `created_ns` as the new segment's creation time, `term` as its term
+    /// and `version` as its format version.
+    fn roll_at(&mut self, created_ns: u64, term: u32, version: u32) -> Result<()> {
         let next = self.take_prepared()?;
         if self.cfg.flush != FlushPolicy::None {
             if let Err(e) = self.flush_written() {
@@ -513,9 +585,15 @@ impl Appender {
                 return Err(e);
             }
         }
-        next.segment
-            .activate(self.position, self.next_seq, created_ns);
+        next.segment.activate(&Activation {
+            base_position: self.position,
+            base_seq: self.next_seq,
+            created_ns,
+            term,
+            version,
+        });
         self.segment.publish_state(SegmentState::Sealed);
+        self.prior_term = self.info.term;
         let (info, _) = next.segment.info();
         self.segment = next.segment;
         self.index = next.index;
@@ -525,6 +603,22 @@ impl Appender {
         self.stats.rolls += 1;
         self.start_preparing();
         Ok(())
+    }
+}
+
+/// The term of the segment before the one `active` describes: 0 before segment 0, and the
+/// active segment's own term when its predecessor was removed from the front of the store
+/// (no term-start frame is then expected at its start).
+fn prior_term(dir: &Path, active: &SegmentInfo) -> Result<u32> {
+    if active.index == 0 {
+        return Ok(0);
+    }
+    match Segment::open(&dir.join(crate::segment::segment_file_name(active.index - 1))) {
+        Ok(s) => Ok(s.checked_info()?.term),
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(active.term)
+        }
+        Err(e) => Err(e),
     }
 }
 

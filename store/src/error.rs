@@ -30,14 +30,15 @@ pub enum StoreError {
     },
     /// The segment was written by a newer (or unknown) format version than this build reads.
     #[error(
-        "{path}: segment format version {found} is not supported (this build reads {supported})"
+        "{path}: segment format version {found} is not supported (this build reads versions 1 to {supported})"
     )]
     UnsupportedVersion {
         /// The segment file.
         path: PathBuf,
         /// The format version its header holds.
         found: u32,
-        /// The format version this build reads and writes (`format::FORMAT_VERSION`).
+        /// The newest format version this build reads and writes (`format::FORMAT_VERSION`;
+        /// it reads every version from `format::OLDEST_READ_VERSION`).
         supported: u32,
     },
     /// The segment belongs to another stream than the store (or than the one asked for).
@@ -157,6 +158,18 @@ pub enum StoreError {
         position: u64,
         /// How they fail to continue the store.
         reason: String,
+    },
+    /// [`Appender::start_term`](crate::Appender::start_term) was asked for a term that is not
+    /// above the store's: terms only grow, so a leader of an older or equal term must not
+    /// write (it has been fenced off). Nothing was written.
+    #[error("{dir}: term {term} is not above the store's term {current}")]
+    StaleTerm {
+        /// The store directory.
+        dir: PathBuf,
+        /// The term asked for.
+        term: u32,
+        /// The term of the store's active segment.
+        current: u32,
     },
     /// `seek_position` asked for a position where no frame starts.
     #[error("position {requested}: {reason}")]

@@ -7,8 +7,12 @@
 
 /// First 8 bytes of every segment file.
 pub const MAGIC: [u8; 8] = *b"SEQSTRM\0";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes: 2 added the segment's term ([`seg::TERM`]) and
+/// term-start frames ([`flags::TERM_START`]).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads. A version-1 segment reads as term 0; new
+/// segments of a version-1 store are written as version 2.
+pub const OLDEST_READ_VERSION: u32 = 1;
 /// Bytes before the first frame of a segment: one 4 KiB page, so frames start page-aligned.
 pub const SEGMENT_HEADER_LEN: usize = 4096;
 /// Every frame starts at a multiple of this many bytes (of the stream position and of the file
@@ -35,6 +39,11 @@ pub mod seg {
     pub const BASE_SEQ: usize = 40;
     /// `u64` creation (activation) time, ns since the Unix epoch.
     pub const CREATED_NS: usize = 48;
+    /// `u32` leadership term of the sequencer that wrote the segment (version 2; 0 in version 1
+    /// and in stores written outside a sequencer group). It never decreases along a store, and
+    /// a segment whose term is above its predecessor's starts with a term-start frame. Shares
+    /// an aligned 8-byte word with [`HEADER_CRC`], so both are rewritten with one store.
+    pub const TERM: usize = 56;
     /// `u32` CRC32C of bytes `[0, 60)`, written when the segment is activated.
     pub const HEADER_CRC: usize = 60;
     /// Length of the checksummed, immutable part of the header.
@@ -73,6 +82,66 @@ pub mod flags {
     pub const HEARTBEAT: u16 = 1;
     /// A composite frame: the payload starts with a [`crate::composite`] origin prefix.
     pub const COMPOSITE: u16 = 2;
+    /// A term-start frame: the first frame a new leader writes, first in a segment whose
+    /// header carries its term; the payload is a [`super::TermStart`]. It always carries
+    /// [`HEARTBEAT`] too: like a heartbeat it holds no application message, so every reader
+    /// that skips heartbeats skips it (format version 2).
+    pub const TERM_START: u16 = 4;
+}
+
+/// The payload of a term-start frame ([`flags::TERM_START`]): where the previous term ended.
+/// 32 bytes, little-endian:
+///
+/// | offset | size | field |
+/// |---|---|---|
+/// | 0 | 4 | term (equal to the segment header's [`seg::TERM`]) |
+/// | 4 | 4 | previous term (the previous segment's term; 0 for the first) |
+/// | 8 | 8 | last seq of the previous term (the frame's own seq − 1) |
+/// | 16 | 8 | end position of the previous term (the frame's own position) |
+/// | 24 | 4 | node id of the new leader |
+/// | 28 | 4 | zero |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermStart {
+    /// The new term.
+    pub term: u32,
+    /// The term it follows.
+    pub previous_term: u32,
+    /// Seq of the last frame of the previous term (0 when the stream was empty).
+    pub previous_last_seq: u64,
+    /// Stream position where the previous term's frames end.
+    pub previous_end_position: u64,
+    /// The sequencer group member that leads the new term.
+    pub node_id: u32,
+}
+
+impl TermStart {
+    /// Encoded length in bytes.
+    pub const LEN: usize = 32;
+
+    /// The frame payload.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        put_u32(&mut b, 0, self.term);
+        put_u32(&mut b, 4, self.previous_term);
+        put_u64(&mut b, 8, self.previous_last_seq);
+        put_u64(&mut b, 16, self.previous_end_position);
+        put_u32(&mut b, 24, self.node_id);
+        b
+    }
+
+    /// Decodes a term-start payload; `None` when it is not [`Self::LEN`] bytes with a zero tail.
+    pub fn decode(payload: &[u8]) -> Option<TermStart> {
+        if payload.len() != Self::LEN || get_u32(payload, 28) != 0 {
+            return None;
+        }
+        Some(TermStart {
+            term: get_u32(payload, 0),
+            previous_term: get_u32(payload, 4),
+            previous_last_seq: get_u64(payload, 8),
+            previous_end_position: get_u64(payload, 16),
+            node_id: get_u32(payload, 24),
+        })
+    }
 }
 
 /// Lifecycle of a segment file, stored at [`seg::STATE`].
@@ -318,6 +387,8 @@ pub struct SegmentInfo {
     pub base_seq: u64,
     /// Activation time, ns since the Unix epoch.
     pub created_ns: u64,
+    /// Leadership term (0 before terms: format version 1, or no sequencer group).
+    pub term: u32,
 }
 
 impl SegmentInfo {
@@ -336,13 +407,65 @@ pub fn write_prepared_header(h: &mut [u8], stream_id: u32, index: u64, length: u
     put_u64(h, seg::LENGTH, length);
 }
 
-/// Writes the base fields and the header checksum: the step that activates a segment.
-pub fn write_activation(h: &mut [u8], base_position: u64, base_seq: u64, created_ns: u64) {
-    put_u64(h, seg::BASE_POSITION, base_position);
-    put_u64(h, seg::BASE_SEQ, base_seq);
-    put_u64(h, seg::CREATED_NS, created_ns);
+/// What activating a segment writes into its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Activation {
+    /// Stream position of the segment's first frame.
+    pub base_position: u64,
+    /// Seq of the segment's first frame.
+    pub base_seq: u64,
+    /// Activation time, ns since the Unix epoch.
+    pub created_ns: u64,
+    /// Leadership term; must be 0 when `version` is 1.
+    pub term: u32,
+    /// Format version the header declares: [`FORMAT_VERSION`], or an upstream's older one
+    /// that a replica copies so that its file stays byte-identical.
+    pub version: u32,
+}
+
+impl Activation {
+    /// An activation at `base_position` and `base_seq` in term 0, of this build's version.
+    pub fn at(base_position: u64, base_seq: u64, created_ns: u64) -> Self {
+        Activation {
+            base_position,
+            base_seq,
+            created_ns,
+            term: 0,
+            version: FORMAT_VERSION,
+        }
+    }
+
+    /// The activation of a store's first segment: position 0, seq 1, term 0.
+    pub fn first(created_ns: u64) -> Self {
+        Self::at(0, 1, created_ns)
+    }
+}
+
+/// Writes the version, the base fields, the term and the header checksum: the step that
+/// activates a segment.
+pub fn write_activation(h: &mut [u8], a: &Activation) {
+    put_u32(h, seg::VERSION, a.version);
+    put_u64(h, seg::BASE_POSITION, a.base_position);
+    put_u64(h, seg::BASE_SEQ, a.base_seq);
+    put_u64(h, seg::CREATED_NS, a.created_ns);
+    put_u32(h, seg::TERM, a.term);
     let crc = crc32c::crc32c(&h[..seg::IMMUTABLE_LEN]);
     put_u32(h, seg::HEADER_CRC, crc);
+}
+
+/// The aligned 8-byte word at [`seg::TERM`] (term, then header checksum) of header `h` with
+/// its term set to `term`: what [`crate::segment::Segment::set_term`] stores in one write.
+pub fn term_word(h: &[u8], term: u32) -> u64 {
+    let mut copy = [0u8; seg::IMMUTABLE_LEN];
+    copy.copy_from_slice(&h[..seg::IMMUTABLE_LEN]);
+    put_u32(&mut copy, seg::TERM, term);
+    let crc = crc32c::crc32c(&copy);
+    u64::from(term) | (u64::from(crc) << 32)
+}
+
+/// `true` for a format version this build reads.
+pub fn is_supported_version(version: u32) -> bool {
+    (OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version)
 }
 
 /// Reads the immutable header fields; `checksum_ok` says whether the header checksum matches
@@ -355,6 +478,7 @@ pub fn read_segment_info(h: &[u8]) -> (SegmentInfo, bool) {
         base_position: get_u64(h, seg::BASE_POSITION),
         base_seq: get_u64(h, seg::BASE_SEQ),
         created_ns: get_u64(h, seg::CREATED_NS),
+        term: get_u32(h, seg::TERM),
     };
     let ok = crc32c::crc32c(&h[..seg::IMMUTABLE_LEN]) == get_u32(h, seg::HEADER_CRC);
     (info, ok)
@@ -406,6 +530,22 @@ mod tests {
     }
 
     #[test]
+    fn term_start_round_trips_and_refuses_other_lengths() {
+        let t = TermStart {
+            term: 3,
+            previous_term: 2,
+            previous_last_seq: 99,
+            previous_end_position: 8192,
+            node_id: 7,
+        };
+        assert_eq!(TermStart::decode(&t.encode()), Some(t));
+        assert_eq!(TermStart::decode(&t.encode()[..31]), None);
+        let mut tail = t.encode();
+        tail[31] = 1;
+        assert_eq!(TermStart::decode(&tail), None);
+    }
+
+    #[test]
     fn wrong_seq_is_a_fault() {
         let buf = encode(b"abc", 5, 1, FrameFields::default());
         assert_eq!(
@@ -431,11 +571,26 @@ mod tests {
     fn header_checksum_covers_immutable_fields() {
         let mut h = vec![0u8; SEGMENT_HEADER_LEN];
         write_prepared_header(&mut h, 7, 3, 1 << 20);
-        write_activation(&mut h, 4096, 100, 42);
+        write_activation(
+            &mut h,
+            &Activation {
+                base_position: 4096,
+                base_seq: 100,
+                created_ns: 42,
+                term: 9,
+                version: FORMAT_VERSION,
+            },
+        );
         let (info, ok) = read_segment_info(&h);
         assert!(ok);
         assert_eq!(info.stream_id, 7);
         assert_eq!(info.base_seq, 100);
+        assert_eq!(info.term, 9);
+        let word = term_word(&h, 10);
+        h[seg::TERM..seg::TERM + 8].copy_from_slice(&word.to_le_bytes());
+        let (info, ok) = read_segment_info(&h);
+        assert!(ok);
+        assert_eq!(info.term, 10);
         assert_eq!(info.limit_position(), 4096 + (1 << 20) - 4096);
         h[seg::BASE_SEQ] ^= 1;
         assert!(!read_segment_info(&h).1);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
-use crate::format::SegmentInfo;
+use crate::format::{Activation, SegmentInfo};
 use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
 use crate::scan::{scan, ScanEnd};
@@ -66,13 +66,13 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-/// Opens the store in `dir` for writing. With `create = Some(created_ns)` an empty directory
-/// gets a new store whose first segment records that creation time (a replica passes its
-/// primary's, so the files are byte-identical).
+/// Opens the store in `dir` for writing. With `create = Some(first)` an empty directory gets
+/// a new store whose first segment is activated with `first` (a replica passes its primary's
+/// creation time, term and version, so the files are byte-identical).
 pub(crate) fn open_for_append(
     dir: &Path,
     cfg: &StoreConfig,
-    create: Option<u64>,
+    create: Option<Activation>,
 ) -> Result<Recovered> {
     cfg.validate()?;
     if create.is_some() {
@@ -84,12 +84,12 @@ pub(crate) fn open_for_append(
     let listing = crate::layout::list(dir)?;
     let mut report = RecoveryReport::default();
     if listing.segments.is_empty() {
-        let Some(created_ns) = create else {
+        let Some(first) = create else {
             return Err(StoreError::NoStore { path: dir.into() });
         };
         remove_leftovers(&listing.leftovers, &mut report)?;
         let active = Segment::prepare(dir, cfg.stream_id, 0, cfg.segment_size, cfg.pretouch)?;
-        active.activate(0, 1, created_ns);
+        active.activate(&first);
         report.created = true;
         return finish(dir, cfg, lock, active, None, None, report);
     }
@@ -99,12 +99,14 @@ pub(crate) fn open_for_append(
             remove_leftovers(&listing.leftovers, &mut report)?;
             // SAFETY: we hold the store lock: we are the single appender.
             let active = unsafe { Segment::open_writable(&path) }?;
-            let created = if cfg.explicit_clock {
-                0
-            } else {
-                cfg.clock.clone().realtime_ns()
-            };
-            active.activate(0, 1, created);
+            let first = create.unwrap_or_else(|| {
+                Activation::first(if cfg.explicit_clock {
+                    0
+                } else {
+                    cfg.clock.clone().realtime_ns()
+                })
+            });
+            active.activate(&first);
             report.created = true;
             finish(dir, cfg, lock, active, None, None, report)
         }

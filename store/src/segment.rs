@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Result, StoreError};
-use crate::format::{self, seg, SegmentInfo, SegmentState, FORMAT_VERSION, SEGMENT_HEADER_LEN};
+use crate::format::{
+    self, seg, Activation, SegmentInfo, SegmentState, FORMAT_VERSION, SEGMENT_HEADER_LEN,
+};
 use crate::mapped::MappedFile;
 
 /// Suffix of a live segment file; the stem is the 0-based index, zero-padded to 12 digits, so
@@ -138,7 +140,7 @@ impl Segment {
             return Err(StoreError::NotAStore { path: path.into() });
         }
         let version = format::get_u32(&h, seg::VERSION);
-        if version != FORMAT_VERSION {
+        if !format::is_supported_version(version) {
             return Err(StoreError::UnsupportedVersion {
                 path: path.into(),
                 found: version,
@@ -194,8 +196,19 @@ impl Segment {
     }
 
     /// The info of an active or sealed segment, or a `CorruptHeader` error naming the file.
+    ///
+    /// A mismatch is read again a few times: [`set_term`](Self::set_term) rewrites the term
+    /// and checksum of an active segment with one 8-byte store, which a reader copying the
+    /// header byte-wise may see half done.
     pub fn checked_info(&self) -> Result<SegmentInfo> {
-        let (info, ok) = self.info();
+        let (mut info, mut ok) = self.info();
+        for _ in 0..3 {
+            if ok {
+                break;
+            }
+            std::hint::spin_loop();
+            (info, ok) = self.info();
+        }
         if !ok {
             return Err(StoreError::CorruptHeader {
                 path: self.path().into(),
@@ -243,15 +256,38 @@ impl Segment {
             .store(state as u32, Ordering::Release);
     }
 
-    /// Writes the base fields and header checksum, then the committed position, then the
-    /// `Active` state, in that order. Appender only, on a `Prepared` segment no tailer reads.
-    pub fn activate(&self, base_position: u64, base_seq: u64, created_ns: u64) {
+    /// Writes the version, base fields, term and header checksum, then the committed
+    /// position, then the `Active` state, in that order. Appender only, on a `Prepared`
+    /// segment no tailer reads.
+    pub fn activate(&self, a: &Activation) {
         // SAFETY: single appender; tailers never read the fields of a Prepared segment, and
         // the range stops before the atomic words.
         let h = unsafe { self.file.bytes_mut(0, seg::IMMUTABLE_LEN + 4) };
-        format::write_activation(h, base_position, base_seq, created_ns);
-        self.publish_committed(base_position);
+        format::write_activation(h, a);
+        self.publish_committed(a.base_position);
         self.publish_state(SegmentState::Active);
+    }
+
+    /// Sets the term of an **active segment that holds no frame** (and its header checksum)
+    /// with one release store of the aligned word at [`seg::TERM`], and declares format
+    /// version 2. Appender only: a new leader whose active segment is empty starts its term
+    /// there instead of sealing a segment empty. Replicas copy a segment's header only with
+    /// its first frame, so none holds the old term; a tailer that reads the header while it
+    /// changes reads it again ([`checked_info`](Self::checked_info)).
+    pub fn set_term(&self, term: u32) {
+        assert!(self.file.is_writable(), "segment is mapped read-only");
+        debug_assert_eq!(self.state(), Some(SegmentState::Active));
+        // SAFETY: single appender; the version word is read by tailers only when they open
+        // the file, and either value (1 or 2) passes their check.
+        unsafe {
+            self.file
+                .bytes_mut(seg::VERSION, 4)
+                .copy_from_slice(&FORMAT_VERSION.to_le_bytes())
+        };
+        let word = format::term_word(&self.header_copy(), term);
+        self.file
+            .atomic_u64(seg::TERM)
+            .store(word, Ordering::Release);
     }
 
     /// Checks the file behind the mapping: `Shrunk` when it is now shorter than the mapping
@@ -352,7 +388,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Segment::prepare(dir.path(), 3, 0, 1 << 16, true).unwrap();
         assert_eq!(s.state(), Some(SegmentState::Prepared));
-        s.activate(0, 1, 99);
+        s.activate(&Activation {
+            base_position: 0,
+            base_seq: 1,
+            created_ns: 99,
+            term: 0,
+            version: FORMAT_VERSION,
+        });
         s.publish_committed(64);
         let r = Segment::open(s.path()).unwrap();
         let info = r.checked_info().unwrap();

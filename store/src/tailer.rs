@@ -67,9 +67,18 @@ impl<'a> Frame<'a> {
     pub fn flags(&self) -> u16 {
         format::get_u16(self.bytes, format::frame::FLAGS)
     }
-    /// `true` for a heartbeat frame (no payload; the stream has reached its timestamp).
+    /// `true` for a heartbeat frame: no application message; the stream has reached its
+    /// timestamp. Term-start frames are heartbeats too (see [`term_start`](Self::term_start)).
     pub fn is_heartbeat(&self) -> bool {
         self.flags() & format::flags::HEARTBEAT != 0
+    }
+    /// The term-start record of a term-start frame (the first frame of a new leader's term:
+    /// where the previous term ended); `None` for every other frame, and for a malformed one.
+    pub fn term_start(&self) -> Option<format::TermStart> {
+        if self.flags() & format::flags::TERM_START == 0 {
+            return None;
+        }
+        format::TermStart::decode(self.payload())
     }
     /// The publisher's fields and flags.
     pub fn fields(&self) -> FrameFields {
@@ -533,6 +542,26 @@ impl Tailer {
             });
         }
         Ok(())
+    }
+
+    /// The leadership term of the frame that ends at stream position `position` (of the
+    /// segment holding it; 0 at position 0, where there is none): what a replica resuming at
+    /// `position` must hold there for its history to be this store's. Reads segment headers
+    /// from the tailer's segment backwards: for a position at or before the tailer's, one or
+    /// two. Not for a per-frame path.
+    ///
+    /// Errors: segment errors (a missing or damaged segment).
+    pub fn term_before(&self, position: u64) -> Result<u32> {
+        for index in (0..=self.info.index).rev() {
+            if position == 0 {
+                break;
+            }
+            let (_, info) = open_live(&self.dir.join(segment_file_name(index)), None)?;
+            if info.base_position < position {
+                return Ok(info.term);
+            }
+        }
+        Ok(0)
     }
 
     /// Positions the tailer at the first frame whose timestamp is at or after `timestamp_ns`,

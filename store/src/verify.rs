@@ -1,16 +1,17 @@
 //! `storetool verify` as a function: every check a store's files can be put to without
 //! trusting any of them — segment headers and states, the chain of segments (stream, index,
 //! base position and seq), every frame's bounds, checksum and seq up to each segment's
-//! committed position, timestamps that never go backwards, and each index against the frames.
+//! committed position, timestamps that never go backwards, terms that never go backwards and
+//! start with a term-start frame, and each index against the frames.
 //! It only reads; it never repairs (an appender's recovery does that).
 
 use std::path::Path;
 
 use crate::error::{Result, StoreError};
-use crate::format::SegmentState;
+use crate::format::{self, SegmentInfo, SegmentState, TermStart, FRAME_HEADER_LEN};
 use crate::index::Index;
 use crate::layout;
-use crate::scan::scan;
+use crate::scan::{file_offset, scan};
 use crate::segment::Segment;
 
 /// What [`verify`] found.
@@ -48,6 +49,7 @@ pub fn verify(dir: &Path) -> Result<Verification> {
         return Err(StoreError::NoStore { path: dir.into() });
     }
     let mut expect: Option<(u64, u64)> = None; // (position, seq)
+    let mut term = 0u32;
     let mut stream_id = None;
     let mut last_ts = 0u64;
     let mut active_seen = false;
@@ -130,6 +132,15 @@ pub fn verify(dir: &Path) -> Result<Verification> {
             expect = None;
             continue;
         }
+        if info.term < term {
+            faults.push(format!(
+                "{}: term {} after term {term}: terms never go back",
+                path.display(),
+                info.term
+            ));
+        }
+        let previous_term = term;
+        term = term.max(info.term);
         let index = Index::open(dir, info.index).ok();
         let mut index_pos = 0u64;
         let mut index_faults = 0u64;
@@ -142,6 +153,9 @@ pub fn verify(dir: &Path) -> Result<Verification> {
             committed,
             |pos, h| {
                 frames += 1;
+                if let Some(fault) = term_fault(&s, &info, previous_term, pos, h) {
+                    faults.push(format!("{}: position {pos}: {fault}", path.display()));
+                }
                 if h.timestamp_ns < last_ts {
                     faults.push(format!("seq {}: timestamp goes backwards", h.seq));
                 }
@@ -185,6 +199,16 @@ pub fn verify(dir: &Path) -> Result<Verification> {
             )),
             Some(_) => {}
         }
+        if info.term > previous_term
+            && end.end_position == info.base_position
+            && s.state() == Some(SegmentState::Sealed)
+        {
+            faults.push(format!(
+                "{}: term {} starts in a segment sealed without its term-start frame",
+                path.display(),
+                info.term
+            ));
+        }
         expect = Some((end.end_position, end.next_seq));
     }
     if !active_seen {
@@ -201,4 +225,45 @@ pub fn verify(dir: &Path) -> Result<Verification> {
         segments: listing.segments.len(),
         faults,
     })
+}
+
+/// What is wrong with the frame at `pos` (header `h`) of segment `info` as to terms, if
+/// anything: a segment whose term is above `previous_term` must start with the term-start
+/// frame that continues it, and no other frame may be one.
+fn term_fault(
+    s: &Segment,
+    info: &SegmentInfo,
+    previous_term: u32,
+    pos: u64,
+    h: &format::FrameHeader,
+) -> Option<String> {
+    let is_start = h.fields.flags & format::flags::TERM_START != 0;
+    let starts_term = pos == info.base_position && info.term > previous_term;
+    match (starts_term, is_start) {
+        (false, false) => None,
+        (false, true) => Some("a term-start frame that does not start a segment's new term".into()),
+        (true, false) => Some(format!(
+            "term {} does not start with a term-start frame",
+            info.term
+        )),
+        (true, true) => {
+            let payload = s.bytes(
+                file_offset(info, pos) + FRAME_HEADER_LEN,
+                h.length as usize - FRAME_HEADER_LEN,
+            );
+            let want = |t: &TermStart| {
+                t.term == info.term
+                    && t.previous_term == previous_term
+                    && t.previous_last_seq == h.seq - 1
+                    && t.previous_end_position == pos
+            };
+            match TermStart::decode(payload) {
+                Some(t) if want(&t) && h.fields.flags & format::flags::HEARTBEAT != 0 => None,
+                Some(t) => Some(format!(
+                    "term-start frame {t:?} does not continue term {previous_term}"
+                )),
+                None => Some("a term-start frame with a malformed payload".into()),
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod common;
 
 use std::path::Path;
 
+use seqstream_store::format::{Activation, FORMAT_VERSION};
 use seqstream_store::segment::{segment_file_name, Segment};
 use seqstream_store::{pattern, Appender, StoreConfig, StoreError, Tailer, SEGMENT_HEADER_PREFIX};
 use seqstream_testkit::store_files as live_files;
@@ -165,9 +166,28 @@ fn bad_replicated_data_is_refused_before_it_is_written() {
 
 /// A segment header of stream 4 as an upstream could forge it.
 fn forged_header(index: u64, position: u64, seq: u64) -> [u8; SEGMENT_HEADER_PREFIX] {
+    forged_header_of_term(index, position, seq, 0)
+}
+
+/// As [`forged_header`], of term `term`.
+fn forged_header_of_term(
+    index: u64,
+    position: u64,
+    seq: u64,
+    term: u32,
+) -> [u8; SEGMENT_HEADER_PREFIX] {
     let mut h = [0u8; SEGMENT_HEADER_PREFIX];
     seqstream_store::format::write_prepared_header(&mut h, 4, index, 16 << 10);
-    seqstream_store::format::write_activation(&mut h, position, seq, 1);
+    seqstream_store::format::write_activation(
+        &mut h,
+        &Activation {
+            base_position: position,
+            base_seq: seq,
+            created_ns: 1,
+            term,
+            version: FORMAT_VERSION,
+        },
+    );
     h
 }
 
@@ -222,4 +242,63 @@ fn a_replicated_segment_begins_only_with_a_frame_that_did_not_fit_in_the_last() 
     drop(r);
     drop(a);
     assert_eq!(live_files(primary.path()), live_files(replica_dir.path()));
+}
+
+/// The frames of `dir` from `seq` on, each padded as in the stream.
+fn frames_from(dir: &Path, seq: u64) -> Vec<Vec<u8>> {
+    let mut t = Tailer::open(dir).unwrap();
+    t.seek_seq(seq).unwrap();
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        let mut b = f.as_bytes().to_vec();
+        b.resize(seqstream_store::format::align_frame(b.len()), 0);
+        out.push(b);
+    }
+    out
+}
+
+#[test]
+fn terms_replicate_byte_identically_and_a_replica_refuses_an_older_term() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
+    // Term 2 starts in the empty first segment, in place; term 5 seals a segment early.
+    a.start_term(2, 1).unwrap();
+    for i in 0..10u8 {
+        a.append(&[i; 100]).unwrap();
+    }
+    let h0 = header_of(primary.path(), 0);
+    let first = frames_from(primary.path(), 1);
+    let mut r = Appender::open_replica(replica_dir.path(), cfg(), &h0).unwrap();
+    for f in &first {
+        r.append_replicated(f).unwrap();
+    }
+    assert_eq!(r.term(), 2);
+
+    let (seq, _) = a.start_term(5, 2).unwrap();
+    a.append(b"after").unwrap();
+    let h1 = header_of(primary.path(), 1);
+    let next = frames_from(primary.path(), seq);
+    // An upstream of an older term is refused, whatever it sends.
+    let older = forged_header_of_term(1, r.position(), r.next_seq(), 1);
+    let err = r.check_next_replicated_segment(&older, &[]).unwrap_err();
+    assert!(err.to_string().contains("older than"), "{err}");
+    // A new term's segment must start with the term-start frame that continues this replica.
+    assert!(r.check_next_replicated_segment(&h1, &next[1]).is_err());
+    // A term-start frame inside a segment is refused.
+    assert!(r.append_replicated(&next[0]).is_err());
+    // The real next segment rolls early: it starts a term.
+    let checked = r.check_next_replicated_segment(&h1, &next[0]).unwrap();
+    assert_eq!(checked.frames, 1);
+    r.begin_replicated_segment(&h1).unwrap();
+    for f in &next {
+        r.append_replicated(f).unwrap();
+    }
+    assert_eq!(r.term(), 5);
+    drop(r);
+    drop(a);
+    assert_eq!(live_files(primary.path()), live_files(replica_dir.path()));
+    assert!(seqstream_store::verify::verify(replica_dir.path())
+        .unwrap()
+        .is_ok());
 }

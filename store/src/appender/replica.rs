@@ -10,7 +10,7 @@ use super::Appender;
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::format::SegmentState;
-use crate::format::{self, SegmentInfo, FRAME_HEADER_LEN};
+use crate::format::{self, Activation, SegmentInfo, TermStart, FRAME_HEADER_LEN};
 use crate::index::IndexEntry;
 use crate::layout;
 use crate::recovery::next_boundary;
@@ -69,7 +69,12 @@ impl Appender {
     ) -> Result<Appender> {
         let info = check_first_header(primary_first_header, cfg.stream_id)?;
         cfg.segment_size = info.length;
-        Self::open_impl(dir.as_ref(), cfg, Some(info.created_ns))
+        let first = Activation {
+            term: info.term,
+            version: format::get_u32(primary_first_header, format::seg::VERSION),
+            ..Activation::first(info.created_ns)
+        };
+        Self::open_impl(dir.as_ref(), cfg, Some(first))
     }
 
     /// Appends frames copied verbatim from the primary (or an upstream replica) of this stream:
@@ -94,6 +99,7 @@ impl Appender {
                 last_timestamp_ns: self.stamp.last(),
                 room: self.limit - self.position,
                 max_len: self.max_payload() + FRAME_HEADER_LEN,
+                term_start: self.expected_term_start(),
             },
         )?;
         let (off, seq, last_ts) = (
@@ -149,20 +155,28 @@ impl Appender {
     /// Checks, without changing anything, that `header` (the upstream's next segment) and the
     /// frames at the start of `bytes` (its first data) continue this replica: the header as
     /// [`begin_replicated_segment`](Self::begin_replicated_segment) requires, the frames as
-    /// [`append_replicated`](Self::append_replicated) does, and the first frame must not fit
-    /// in the active segment (a writer rolls only then). Returns what the complete frames at
-    /// the start of `bytes` hold: none when it holds only part of the first, and the caller
-    /// waits for more before it rolls.
+    /// [`append_replicated`](Self::append_replicated) does, and either the segment starts a
+    /// new term (its first frame is then the term-start frame that continues this replica's
+    /// term) or its first frame does not fit in the active segment (a writer rolls within a
+    /// term only then). Returns what the complete frames at the start of `bytes` hold: none
+    /// when it holds only part of the first, and the caller waits for more before it rolls.
     ///
-    /// Errors: `ReplicaMismatch` saying what does not continue the replica.
+    /// Errors: `ReplicaMismatch` saying what does not continue the replica (an older term
+    /// among them: a replica never follows an upstream of an older term).
     pub fn check_next_replicated_segment(
         &self,
         header: &[u8; SEGMENT_HEADER_PREFIX],
         bytes: &[u8],
     ) -> Result<CheckedFrames> {
         let info = self.check_next_header(header)?;
-        let checked = check_frames(bytes, &FramesAt::segment_start(&info, self.stamp.last()))?;
-        if checked.frames > 0 && self.position + checked.first_span as u64 <= self.limit {
+        let checked = check_frames(
+            bytes,
+            &FramesAt::segment_start(&info, self.stamp.last(), self.info.term),
+        )?;
+        if info.term == self.info.term
+            && checked.frames > 0
+            && self.position + checked.first_span as u64 <= self.limit
+        {
             return Err(StoreError::ReplicaMismatch {
                 position: self.position,
                 reason: format!(
@@ -178,16 +192,18 @@ impl Appender {
     /// Seals the active segment and activates the next one with the primary's header
     /// (`header`: the first [`SEGMENT_HEADER_PREFIX`] bytes of the primary's next segment), so
     /// the replica's file is byte-identical. The header must continue this store exactly: next
-    /// index, base position = committed position, base seq = next seq.
+    /// index, base position = committed position, base seq = next seq, a term no lower.
     ///
     /// The active segment must hold a frame: a writer rolls only when the next frame does not
-    /// fit, so no segment is ever sealed empty (and an upstream cannot make a replica allocate
-    /// segment after segment without sending frames). Check the header together with the
-    /// frames it starts with first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
+    /// fit or a term starts, and starts a term in an empty segment in place, so no segment is
+    /// ever sealed empty (and an upstream cannot make a replica allocate segment after segment
+    /// without sending frames). Check the header together with the frames it starts with
+    /// first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
     ///
     /// Errors: `ReplicaMismatch` (nothing changed); preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
         let info = self.check_next_header(header)?;
+        let version = format::get_u32(header, format::seg::VERSION);
         if self.cfg.segment_size != info.length {
             // The prepared segment (if any) has the wrong length: prepare again.
             let mut cfg = self.cfg.clone();
@@ -199,7 +215,23 @@ impl Appender {
             }
             self.prepared = None;
         }
-        self.roll_at(info.created_ns)
+        self.roll_at(info.created_ns, info.term, version)?;
+        debug_assert_eq!(self.segment_header(), *header);
+        Ok(())
+    }
+
+    /// The term-start frame the next replicated frame must be: at the start of an active
+    /// segment that starts a term; `None` elsewhere.
+    fn expected_term_start(&self) -> Option<TermStart> {
+        (self.position == self.info.base_position && self.info.term > self.prior_term).then_some(
+            TermStart {
+                term: self.info.term,
+                previous_term: self.prior_term,
+                previous_last_seq: self.next_seq - 1,
+                previous_end_position: self.position,
+                node_id: 0,
+            },
+        )
     }
 
     /// The header checks of [`begin_replicated_segment`](Self::begin_replicated_segment).
@@ -209,6 +241,12 @@ impl Appender {
             position: self.position,
             reason,
         };
+        if info.term < self.info.term {
+            return Err(reject(format!(
+                "segment {} is of term {}, older than this store's term {}",
+                info.index, info.term, self.info.term
+            )));
+        }
         if info.base_position != self.position || info.base_seq != self.next_seq {
             return Err(reject(format!(
                 "segment {} starts at position {} seq {}, this store is at {} seq {}",
@@ -251,24 +289,36 @@ struct FramesAt {
     room: u64,
     /// The longest frame the segment can hold, header included.
     max_len: usize,
+    /// The term-start frame the first frame must be, at the start of a segment that starts
+    /// a new term; `None` elsewhere, where a term-start frame is a lie.
+    term_start: Option<TermStart>,
 }
 
 impl FramesAt {
-    /// The start of the segment `info` describes, in a stream whose last timestamp is `last_ts`.
-    fn segment_start(info: &SegmentInfo, last_ts: u64) -> Self {
+    /// The start of the segment `info` describes, in a stream whose last timestamp is
+    /// `last_ts` and whose term so far is `previous_term`.
+    fn segment_start(info: &SegmentInfo, last_ts: u64, previous_term: u32) -> Self {
         FramesAt {
             position: info.base_position,
             next_seq: info.base_seq,
             last_timestamp_ns: last_ts,
             room: info.limit_position() - info.base_position,
             max_len: format::max_payload(info.length as usize) + FRAME_HEADER_LEN,
+            term_start: (info.term > previous_term).then_some(TermStart {
+                term: info.term,
+                previous_term,
+                previous_last_seq: info.base_seq - 1,
+                previous_end_position: info.base_position,
+                node_id: 0,
+            }),
         }
     }
 }
 
 /// Checks the complete frames at the start of `bytes` as replicated frames going to `at`:
 /// length, fit in the segment, CRC32C, seq continuing, timestamp not going back, zero
-/// padding. An incomplete frame at the end (whose length is valid) is left out.
+/// padding, and term-start frames exactly where a term starts (see [`check_term_start`]). An
+/// incomplete frame at the end (whose length is valid) is left out.
 fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
     let mut off = 0usize;
     let mut seq = at.next_seq;
@@ -302,6 +352,8 @@ fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
         if rest[len..span].iter().any(|&b| b != 0) {
             return Err(reject(off, "non-zero padding".into()));
         }
+        let expected = if off == 0 { at.term_start } else { None };
+        check_term_start(&rest[..len], h.fields.flags, expected).map_err(|r| reject(off, r))?;
         if off == 0 {
             first_span = span;
         }
@@ -317,6 +369,42 @@ fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
     })
 }
 
+/// Checks a replicated frame (`frame`, header included, with `flags`) against the term-start
+/// frame `expected` where a segment starts a new term (its node id is not checked), and
+/// refuses a term-start frame anywhere else. Returns the reason of a refusal.
+fn check_term_start(
+    frame: &[u8],
+    flags: u16,
+    expected: Option<TermStart>,
+) -> std::result::Result<(), String> {
+    let is_start = flags & format::flags::TERM_START != 0;
+    match expected {
+        None if is_start => {
+            Err("a term-start frame that does not start a segment's new term".into())
+        }
+        None => Ok(()),
+        Some(_) if !is_start => {
+            Err("a new term's segment that does not start with a term-start frame".into())
+        }
+        Some(want) => {
+            let got = TermStart::decode(&frame[FRAME_HEADER_LEN..])
+                .ok_or_else(|| "a term-start frame with a malformed payload".to_string())?;
+            if flags & format::flags::HEARTBEAT == 0
+                || got
+                    != (TermStart {
+                        node_id: got.node_id,
+                        ..want
+                    })
+            {
+                return Err(format!(
+                    "term-start frame {got:?} does not continue the store (expected {want:?})"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Checks, without writing anything, that `header` is a valid first segment (index 0, position
 /// 0, seq 1) of stream `stream_id` and `bytes` starts with valid frames of it: what a replica
 /// that has no store yet does before it creates one with
@@ -330,7 +418,7 @@ pub fn check_first_replicated_segment(
     bytes: &[u8],
 ) -> Result<CheckedFrames> {
     let info = check_first_header(header, stream_id)?;
-    check_frames(bytes, &FramesAt::segment_start(&info, 0))
+    check_frames(bytes, &FramesAt::segment_start(&info, 0, 0))
 }
 
 /// [`check_replicated_header`] for segment 0, which must start at position 0, seq 1.
@@ -356,7 +444,7 @@ fn check_replicated_header(
         reason: format!("segment header: {reason}"),
     };
     if header[..8] != format::MAGIC
-        || format::get_u32(header, format::seg::VERSION) != format::FORMAT_VERSION
+        || !format::is_supported_version(format::get_u32(header, format::seg::VERSION))
     {
         return Err(reject("bad magic or version".into()));
     }
@@ -372,6 +460,9 @@ fn check_replicated_header(
     }
     if info.index != index {
         return Err(reject(format!("index {} instead of {index}", info.index)));
+    }
+    if info.term != 0 && format::get_u32(header, format::seg::VERSION) < 2 {
+        return Err(reject(format!("term {} in a version-1 header", info.term)));
     }
     if info.length > u32::MAX as u64
         || info.length < crate::config::MIN_SEGMENT_SIZE

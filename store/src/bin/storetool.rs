@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use seqstream_agent::{Idle, IdleStrategy};
 use seqstream_store::composite::Origin;
-use seqstream_store::format::{flags, FrameFields, SegmentState};
+use seqstream_store::format::{self, flags, FrameFields, SegmentState};
 use seqstream_store::index::Index;
 use seqstream_store::scan::scan;
 use seqstream_store::segment::Segment;
@@ -233,6 +233,8 @@ struct SegmentJson {
     base_seq: u64,
     committed_position: u64,
     created_ns: u64,
+    version: u32,
+    term: u32,
 }
 
 #[derive(Serialize)]
@@ -245,6 +247,8 @@ struct InfoJson {
     committed_position: u64,
     first_timestamp_ns: Option<u64>,
     last_timestamp_ns: Option<u64>,
+    /// The term of the last live segment (0 before any term).
+    term: u32,
 }
 
 fn state_name(s: Option<SegmentState>) -> &'static str {
@@ -264,6 +268,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
     let mut segments = Vec::new();
     let mut stream_id = 0;
     let mut committed = 0;
+    let mut term = 0;
     for (index, path) in &listing.segments {
         let s = Segment::open(path)?;
         let (i, _) = s.info();
@@ -271,6 +276,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
         let state = s.state();
         if state != Some(SegmentState::Prepared) {
             committed = s.committed();
+            term = i.term;
         }
         segments.push(SegmentJson {
             index: *index,
@@ -285,6 +291,8 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
             base_seq: i.base_seq,
             committed_position: s.committed(),
             created_ns: i.created_ns,
+            version: format::get_u32(&s.header_copy(), format::seg::VERSION),
+            term: i.term,
         });
     }
     if let Some(s) = segments.iter().find(|s| {
@@ -311,6 +319,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
         committed_position: committed,
         first_timestamp_ns: first.map(|f| f.1),
         last_timestamp_ns: last.map(|f| f.1),
+        term,
         segments,
     };
     if json {
@@ -328,6 +337,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
             range(out.first_seq, out.last_seq)
         );
         println!("committed  position {}", out.committed_position);
+        println!("term       {}", out.term);
         println!(
             "time       {} (ns since the Unix epoch)",
             range(out.first_timestamp_ns, out.last_timestamp_ns)
@@ -335,8 +345,15 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
         println!("segments   {}", out.segments.len());
         for s in &out.segments {
             println!(
-                "  {} {:<8} base_seq {:>12} base_position {:>14} committed {:>14} length {}",
-                s.file, s.state, s.base_seq, s.base_position, s.committed_position, s.length
+                "  {} {:<8} term {:>6} base_seq {:>12} base_position {:>14} committed {:>14} length {} v{}",
+                s.file,
+                s.state,
+                s.term,
+                s.base_seq,
+                s.base_position,
+                s.committed_position,
+                s.length,
+                s.version
             );
         }
     }
@@ -383,6 +400,8 @@ struct FrameJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     component: Option<ComponentJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    term_start: Option<TermStartJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     payload_hex: Option<&'a str>,
 }
 
@@ -392,6 +411,16 @@ struct ComponentJson {
     stream_id: u32,
     seq: u64,
     timestamp_ns: u64,
+}
+
+/// A term-start frame's record: where the previous term ended.
+#[derive(Serialize)]
+struct TermStartJson {
+    term: u32,
+    previous_term: u32,
+    previous_last_seq: u64,
+    previous_end_position: u64,
+    node_id: u32,
 }
 
 /// The origin of a composite frame and its original payload.
@@ -426,6 +455,13 @@ fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<(
                 seq: o.seq,
                 timestamp_ns: o.timestamp_ns,
             }),
+            term_start: f.term_start().map(|t| TermStartJson {
+                term: t.term,
+                previous_term: t.previous_term,
+                previous_last_seq: t.previous_last_seq,
+                previous_end_position: t.previous_end_position,
+                node_id: t.node_id,
+            }),
             payload_hex: h.as_deref(),
         };
         writeln!(out, "{}", serde_json::to_string(&j)?)?;
@@ -435,14 +471,23 @@ fn print_frame(out: &mut impl Write, f: &Frame<'_>, opts: &DumpOpts) -> Result<(
         } else {
             &payload[..payload.len().min(32)]
         };
-        let kind = match origin {
-            Some((o, _)) => format!(
-                " from stream {} seq {} ts {}",
-                o.stream_id, o.seq, o.timestamp_ns
-            ),
-            None if f.is_heartbeat() => " heartbeat".to_string(),
-            None => String::new(),
-        };
+        let kind =
+            match origin {
+                Some((o, _)) => format!(
+                    " from stream {} seq {} ts {}",
+                    o.stream_id, o.seq, o.timestamp_ns
+                ),
+                None => {
+                    match f.term_start() {
+                        Some(t) => format!(
+                    " term-start: term {} led by node {} (term {} ended at seq {} position {})",
+                    t.term, t.node_id, t.previous_term, t.previous_last_seq, t.previous_end_position
+                ),
+                        None if f.is_heartbeat() => " heartbeat".to_string(),
+                        None => String::new(),
+                    }
+                }
+            };
         writeln!(
             out,
             "seq {:>10} pos {:>12} ts {}{kind} src {}:{} tpl {} len {} {}{}",

@@ -9,7 +9,7 @@ use super::validate::{index_is_sound, Store};
 use super::{finish, rebuild_index, remove_leftovers, Recovered, RecoveryReport};
 use crate::config::StoreConfig;
 use crate::error::Result;
-use crate::format::{SegmentInfo, SegmentState};
+use crate::format::{Activation, SegmentInfo, SegmentState, FORMAT_VERSION};
 use crate::lock::DirLock;
 use crate::scan::{file_offset, ScanEnd};
 use crate::segment::Segment;
@@ -74,7 +74,13 @@ pub(super) fn repair(
         } else {
             cfg.clock.clone().realtime_ns()
         };
-        next.activate(end.end_position, end.next_seq, created);
+        next.activate(&Activation {
+            base_position: end.end_position,
+            base_seq: end.next_seq,
+            created_ns: created,
+            term: info.term,
+            version: FORMAT_VERSION,
+        });
         report.completed_roll = true;
         let end = ScanEnd { fault: None, ..end };
         return finish(dir, cfg, lock, next, None, Some(end), report);
