@@ -42,6 +42,8 @@ pub fn nonce() -> std::io::Result<Nonce> {
 pub struct Transcript {
     /// The stream the replica asked for.
     pub stream_id: u32,
+    /// The term of the replica's last frame (0: none, or a store without terms).
+    pub resume_term: u32,
     /// The position it resumes from.
     pub resume_position: u64,
     /// The replica's nonce, from its hello.
@@ -60,12 +62,13 @@ pub struct SessionKeys {
 }
 
 impl Transcript {
-    fn bytes(&self) -> [u8; 4 + 8 + 2 * NONCE_LEN] {
-        let mut b = [0; 4 + 8 + 2 * NONCE_LEN];
+    fn bytes(&self) -> [u8; 4 + 4 + 8 + 2 * NONCE_LEN] {
+        let mut b = [0; 4 + 4 + 8 + 2 * NONCE_LEN];
         b[..4].copy_from_slice(&self.stream_id.to_le_bytes());
-        b[4..12].copy_from_slice(&self.resume_position.to_le_bytes());
-        b[12..44].copy_from_slice(&self.client_nonce);
-        b[44..].copy_from_slice(&self.server_nonce);
+        b[4..8].copy_from_slice(&self.resume_term.to_le_bytes());
+        b[8..16].copy_from_slice(&self.resume_position.to_le_bytes());
+        b[16..48].copy_from_slice(&self.client_nonce);
+        b[48..].copy_from_slice(&self.server_nonce);
         b
     }
 
@@ -119,6 +122,7 @@ mod tests {
     fn transcript() -> Transcript {
         Transcript {
             stream_id: 3,
+            resume_term: 2,
             resume_position: 4096,
             client_nonce: nonce().unwrap(),
             server_nonce: nonce().unwrap(),
@@ -138,7 +142,7 @@ mod tests {
         let wrong = Keyring::fixed(Key::from_material(b"another key 01234567"));
         assert_eq!(t.check_client_proof(&wrong, 0, &c), None);
         // A recorded proof is worthless in a new connection (a fresh server nonce), and one
-        // for another stream or resume position never verifies.
+        // for another stream, resume position or term never verifies.
         for other in [
             Transcript {
                 server_nonce: nonce().unwrap(),
@@ -147,6 +151,10 @@ mod tests {
             Transcript { stream_id: 4, ..t },
             Transcript {
                 resume_position: 0,
+                ..t
+            },
+            Transcript {
+                resume_term: 1,
                 ..t
             },
         ] {

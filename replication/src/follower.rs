@@ -206,8 +206,9 @@ struct Link {
 
 /// The replica's side of the handshake.
 enum LinkAuth {
-    /// The hello is sent with this nonce, from this position: waiting for the challenge.
-    Challenge { nonce: Nonce, resume: u64 },
+    /// The hello is sent with this nonce, from this position and term: waiting for the
+    /// challenge.
+    Challenge { nonce: Nonce, resume: (u64, u32) },
     /// The replica's proof is sent: waiting for the upstream's.
     Proof(Transcript),
     /// Both proofs verified: every message carries a session tag.
@@ -482,6 +483,7 @@ impl Follower {
             &Msg::Hello {
                 stream_id: self.replica.cfg.store_config.stream_id,
                 resume_position: self.position(),
+                resume_term: self.replica.last_term(),
                 nonce: &nonce,
             },
             &mut scratch,
@@ -500,7 +502,7 @@ impl Follower {
             last_recv_ns: now,
             auth: LinkAuth::Challenge {
                 nonce,
-                resume: self.position(),
+                resume: (self.position(), self.replica.last_term()),
             },
         });
         Ok(State::Handshaking {
@@ -578,6 +580,11 @@ impl Replica {
 
     fn next_seq(&self) -> u64 {
         self.appender.as_ref().map_or(1, |a| a.next_seq())
+    }
+
+    /// The term of the replica's last frame (0 without a store).
+    fn last_term(&self) -> u32 {
+        self.appender.as_ref().map_or(0, |a| a.last_frame_term())
     }
 
     fn publish_position(&self) {

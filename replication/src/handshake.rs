@@ -18,9 +18,15 @@ fn nonce_of(bytes: &[u8]) -> Result<Nonce> {
 
 /// The upstream, on a replica's hello: the transcript, with the fresh server nonce its
 /// challenge carries.
-pub(crate) fn on_hello(stream_id: u32, resume_position: u64, nonce: &[u8]) -> Result<Transcript> {
+pub(crate) fn on_hello(
+    stream_id: u32,
+    resume_position: u64,
+    resume_term: u32,
+    nonce: &[u8],
+) -> Result<Transcript> {
     Ok(Transcript {
         stream_id,
+        resume_term,
         resume_position,
         client_nonce: nonce_of(nonce)?,
         server_nonce: handshake::nonce().map_err(|e| Error::io("getrandom", e))?,
@@ -28,16 +34,18 @@ pub(crate) fn on_hello(stream_id: u32, resume_position: u64, nonce: &[u8]) -> Re
 }
 
 /// The replica, on the upstream's challenge to its hello (`client_nonce`, from
-/// `resume_position`): the transcript and the replica's proof under its signing key.
+/// `resume_position` in `resume_term`): the transcript and the replica's proof under its
+/// signing key.
 pub(crate) fn on_challenge(
     stream_id: u32,
-    resume_position: u64,
+    (resume_position, resume_term): (u64, u32),
     client_nonce: Nonce,
     server_nonce: &[u8],
     keys: &Keyring,
 ) -> Result<(Transcript, Tag)> {
     let t = Transcript {
         stream_id,
+        resume_term,
         resume_position,
         client_nonce,
         server_nonce: nonce_of(server_nonce)?,

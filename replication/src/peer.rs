@@ -38,7 +38,8 @@ impl<S: Read + Write> Peer<S> {
         }
     }
 
-    /// The handshake as a replica of `stream_id` resuming at `resume`: hello, the upstream's
+    /// The handshake as a replica of `stream_id` resuming at `resume` (in term 0: a store
+    /// without terms, or an empty one): hello, the upstream's
     /// challenge, this end's proof, the upstream's proof (refused as [`crate::Lie::Unproven`] when it
     /// does not verify under `keys`).
     pub fn handshake_as_replica(
@@ -51,13 +52,15 @@ impl<S: Read + Write> Peer<S> {
         self.send(&Msg::Hello {
             stream_id,
             resume_position: resume,
+            resume_term: 0,
             nonce: &client_nonce,
         })?;
         let m = self.recv()?;
         let Msg::Challenge { nonce } = protocol::decode(&m)? else {
             return Err(Error::Protocol("expected a challenge".into()));
         };
-        let (t, proof) = handshake::on_challenge(stream_id, resume, client_nonce, nonce, keys)?;
+        let (t, proof) =
+            handshake::on_challenge(stream_id, (resume, 0), client_nonce, nonce, keys)?;
         self.send(&Msg::Proof { proof: &proof })?;
         let m = self.recv()?;
         let Msg::Proof { proof } = protocol::decode(&m)? else {
@@ -76,12 +79,13 @@ impl<S: Read + Write> Peer<S> {
         let Msg::Hello {
             stream_id,
             resume_position,
+            resume_term,
             nonce,
         } = protocol::decode(&m)?
         else {
             return Err(Error::Protocol("expected a hello".into()));
         };
-        let t = handshake::on_hello(stream_id, resume_position, nonce)?;
+        let t = handshake::on_hello(stream_id, resume_position, resume_term, nonce)?;
         self.send(&Msg::Challenge {
             nonce: &t.server_nonce,
         })?;

@@ -28,6 +28,8 @@ pub enum Msg<'a> {
         stream_id: u32,
         /// Position the upstream sends from (the replica's committed position).
         resume_position: u64,
+        /// Term of the replica's last frame (0: none, or a store without terms).
+        resume_term: u32,
         /// The replica's nonce (32 bytes when well formed).
         nonce: &'a [u8],
     },
@@ -94,6 +96,7 @@ pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
         wire::Message::ReplicationHello(m) => Msg::Hello {
             stream_id: m.stream_id(),
             resume_position: m.resume_position(),
+            resume_term: m.resume_term(),
             nonce: m.client_nonce()?,
         },
         wire::Message::ReplicationChallenge(m) => Msg::Challenge {
@@ -144,10 +147,12 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
         Msg::Hello {
             stream_id,
             resume_position,
+            resume_term,
             nonce,
         } => {
             let mut e = wire::ReplicationHelloEncoder::new(buf).expect("sized");
             e.set_stream_id(*stream_id)
+                .set_resume_term(*resume_term)
                 .set_resume_position(*resume_position);
             e.set_client_nonce(nonce).expect("a nonce <= 64 KiB");
             e.encoded_length()
@@ -248,6 +253,7 @@ mod tests {
             Msg::Hello {
                 stream_id: 3,
                 resume_position: 4096,
+                resume_term: 2,
                 nonce: &[1; 32],
             },
             Msg::Challenge { nonce: &[2; 32] },
@@ -272,6 +278,7 @@ mod tests {
         let session = || {
             seqstream_auth::handshake::Transcript {
                 stream_id: 3,
+                resume_term: 2,
                 resume_position: 4096,
                 client_nonce: [1; 32],
                 server_nonce: [2; 32],

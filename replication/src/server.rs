@@ -165,6 +165,9 @@ struct Counters {
     /// no hello in time, a malformed or unexpected message, a resume position that is no
     /// frame start, a connection closed before its hello.
     refused_handshake: Counter,
+    /// Replicas refused because their history is not this store's (counted in
+    /// `refused handshake` too): see `check_history`.
+    refused_diverged: Counter,
     disconnects: Counter,
     consumers: Counter,
 }
@@ -305,6 +308,8 @@ enum Stage {
 /// server's proof, its first message.
 struct Admitted {
     resume: u64,
+    /// The term of the replica's last frame, as it says.
+    resume_term: u32,
     macs: SessionKeys,
     proof: Tag,
 }
@@ -362,6 +367,7 @@ impl Server {
             refused_auth: c("refused auth")?,
             refused_limit: c("refused limit")?,
             refused_handshake: c("refused handshake")?,
+            refused_diverged: c("refused diverged")?,
             disconnects: c("disconnects")?,
             consumers: g("consumers")?,
         };
@@ -476,7 +482,11 @@ impl Server {
         let peer = p.peer;
         // Everything the replica said is checked (its hello, and that its resume position is
         // a frame start or the end of the stream) before it takes a slot.
-        let hello = outcome.and_then(|a| open_at(&self.cfg, a.resume).map(|tailer| (a, tailer)));
+        let hello = outcome.and_then(|a| {
+            let tailer = open_at(&self.cfg, a.resume)?;
+            check_history(&tailer, &a, &self.shared.counters)?;
+            Ok((a, tailer))
+        });
         let (admitted, tailer) = match hello {
             Ok(ok) => ok,
             Err(e) => {
@@ -689,6 +699,7 @@ fn read_handshake(
                     Msg::Hello {
                         stream_id,
                         resume_position,
+                        resume_term,
                         nonce,
                     },
                 ) => {
@@ -699,7 +710,8 @@ fn read_handshake(
                             cfg.stream_id
                         )));
                     }
-                    let transcript = handshake::on_hello(stream_id, resume_position, nonce)?;
+                    let transcript =
+                        handshake::on_hello(stream_id, resume_position, resume_term, nonce)?;
                     let mut challenge = Vec::with_capacity(64);
                     protocol::encode(
                         &Msg::Challenge {
@@ -722,6 +734,7 @@ fn read_handshake(
                         .inspect_err(|_| counters.refused_auth.incr())?;
                     Some(Admitted {
                         resume: t.resume_position,
+                        resume_term: t.resume_term,
                         macs,
                         proof,
                     })
@@ -929,8 +942,9 @@ impl Session {
         }
     }
 
-    /// The sender's first cycle: socket options, the server's proof, then the header of the
-    /// resume segment.
+    /// The sender's first cycle: socket options and the server's proof. A segment's header
+    /// goes with the first frames sent from it, never before: a new leader may set the term
+    /// of a segment that holds no frame yet (`Appender::start_term`).
     fn open(&mut self, peer: SocketAddr) -> Result<()> {
         tracing::info!(%peer, resume = self.sent_position, segment = self.tailer.segment_index(), "replica connected");
         let socket = self.stream.socket();
@@ -953,8 +967,26 @@ impl Session {
         self.outbox
             .send(&mut self.stream, &[&self.scratch])
             .map_err(|e| Error::io("write", e))?;
-        self.announce()
+        Ok(())
     }
+}
+
+/// Refuses a replica whose history is not this store's: the frame it holds last (ending at
+/// its resume position) must be of the term this store's frame there is of. Terms are unique
+/// to one leadership, and a leadership's frames are one sequence, so equal terms there mean
+/// equal histories up to there; a replica of a deposed leader that holds frames its successor
+/// never had states the old term where this store has the new one. Counted as
+/// `refused diverged`.
+fn check_history(tailer: &Tailer, a: &Admitted, counters: &Counters) -> Result<()> {
+    let ours = tailer.term_before(a.resume)?;
+    if ours != a.resume_term {
+        counters.refused_diverged.incr();
+        return Err(Error::Protocol(format!(
+            "the replica diverged: its frames up to position {} are of term {}, this store's              are of term {ours}; it holds frames no leader of this stream released after them              and must cut them before it can follow",
+            a.resume, a.resume_term
+        )));
+    }
+    Ok(())
 }
 
 /// A reader of the store positioned at `resume` (a frame start or the end of the stream).
@@ -970,29 +1002,6 @@ fn open_at(cfg: &ServerConfig, resume: u64) -> Result<Tailer> {
 }
 
 impl Session {
-    /// Sends the header of the tailer's segment if this replica has not had it yet.
-    fn announce(&mut self) -> Result<()> {
-        let index = self.tailer.segment_index();
-        if self.announced == Some(index) {
-            return Ok(());
-        }
-        let header = self.tailer.segment_header();
-        self.scratch.clear();
-        protocol::encode_sealed(
-            &Msg::Segment {
-                index,
-                header: &header,
-            },
-            &mut self.macs.from_upstream,
-            &mut self.scratch,
-        );
-        self.outbox
-            .send(&mut self.stream, &[&self.scratch])
-            .map_err(|e| Error::io("write", e))?;
-        self.announced = Some(index);
-        Ok(())
-    }
-
     /// One duty cycle: read acks, drain the backlog, send new bytes or a heartbeat. Returns
     /// the work done (0 = idle, including while back-pressured: the idle strategy then backs
     /// off instead of spinning on a full socket).

@@ -159,6 +159,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
         Msg::Hello {
             stream_id: STREAM,
             resume_position: 0,
+            resume_term: 0,
             nonce
         } if nonce.len() == 32
     ));
@@ -186,6 +187,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     // The handshake: challenge, the replica's proof, the upstream's.
     let t = Transcript {
         stream_id: STREAM,
+        resume_term: 0,
         resume_position: 0,
         client_nonce: client.try_into().unwrap(),
         server_nonce: nonce().unwrap(),
@@ -224,7 +226,10 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     // before a frame arrives).
     let mut header = [0u8; 64];
     seqstream_store::format::write_prepared_header(&mut header, STREAM, 0, 64 << 10);
-    seqstream_store::format::write_activation(&mut header, 0, 1, 1_700_000_000_000_000_000);
+    seqstream_store::format::write_activation(
+        &mut header,
+        &seqstream_store::format::Activation::at(0, 1, 1_700_000_000_000_000_000),
+    );
     let mut answer = Vec::new();
     protocol::encode_sealed(
         &Msg::Segment {

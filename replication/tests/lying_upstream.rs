@@ -14,6 +14,7 @@ use seqstream_agent::counters;
 use seqstream_auth::{Key, Keyring};
 use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
+use seqstream_store::format::Activation;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 use seqstream_testkit::store_files as live_files;
 use seqstream_testkit::KillOnDrop as Proc;
@@ -43,7 +44,7 @@ fn headers_and_no_data() -> Vec<u8> {
     for index in 0..200 {
         let mut h = [0u8; 64];
         seqstream_store::format::write_prepared_header(&mut h, STREAM, index, 64 << 10);
-        seqstream_store::format::write_activation(&mut h, 0, 1, 1);
+        seqstream_store::format::write_activation(&mut h, &Activation::first(1));
         protocol::encode(&Msg::Segment { index, header: &h }, &mut out);
     }
     out

@@ -545,7 +545,10 @@ fn senders_keep_one_core_each_when_a_replica_reconnects() {
 fn forged_header(index: u64, length: u64, position: u64, seq: u64) -> [u8; 64] {
     let mut h = [0u8; 64];
     seqstream_store::format::write_prepared_header(&mut h, STREAM, index, length);
-    seqstream_store::format::write_activation(&mut h, position, seq, 1_700_000_000_000_000_000);
+    seqstream_store::format::write_activation(
+        &mut h,
+        &seqstream_store::format::Activation::at(position, seq, 1_700_000_000_000_000_000),
+    );
     h
 }
 
@@ -748,7 +751,10 @@ fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_s
                 header: &{
                     let mut h = [0u8; 64];
                     seqstream_store::format::write_prepared_header(&mut h, STREAM + 1, 1, seg_len);
-                    seqstream_store::format::write_activation(&mut h, p, n, 1);
+                    seqstream_store::format::write_activation(
+                        &mut h,
+                        &seqstream_store::format::Activation::at(p, n, 1),
+                    );
                     h
                 },
             }]),
@@ -1149,7 +1155,10 @@ fn an_upstream_that_cannot_prove_the_key_is_refused_before_anything_is_written()
         p.send(&Msg::Proof { proof: &[9; 16] }).unwrap();
         let mut header = [0u8; 64];
         seqstream_store::format::write_prepared_header(&mut header, STREAM, 0, 64 << 10);
-        seqstream_store::format::write_activation(&mut header, 0, 1, 1);
+        seqstream_store::format::write_activation(
+            &mut header,
+            &seqstream_store::format::Activation::at(0, 1, 1),
+        );
         let _ = p.send(&Msg::Segment {
             index: 0,
             header: &header,
@@ -1379,4 +1388,73 @@ fn a_replica_refuses_an_upstream_whose_certificate_it_does_not_trust() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("chmod 600"), "{e}");
+}
+
+/// Appends `n` frames of 32 payload bytes (72 bytes in the stream each, like a term-start
+/// frame), so that stores with different histories share their frame positions.
+fn append_fixed(a: &mut Appender, n: u64) {
+    for _ in 0..n {
+        let seq = a.next_seq();
+        a.append(&[seq as u8; 32]).unwrap();
+    }
+}
+
+#[test]
+fn a_replica_holding_a_deposed_leaders_tail_is_refused_and_one_that_agrees_follows_a_new_term() {
+    let d = Dirs::new();
+    let cfg = store_cfg();
+    // The deposed leader wrote 30 frames in term 1; its successor had the first 20 when it
+    // took over in term 2, and wrote 40 more.
+    let mut old = Appender::open_or_create(d.path("old"), cfg.clone()).unwrap();
+    old.start_term(1, 1).unwrap();
+    append_fixed(&mut old, 30);
+    let mut new = None;
+    seqstream_testkit::replicate_into(&d.path("old"), &d.path("new"), &mut new, &cfg, Some(21));
+    let mut new = new.unwrap();
+    new.start_term(2, 2).unwrap();
+    append_fixed(&mut new, 40);
+    // One replica holds the whole old history (10 frames its new upstream never had, at
+    // positions where the new upstream has frames of term 2); one holds what both share.
+    let mut ahead = None;
+    seqstream_testkit::replicate_into(&d.path("old"), &d.path("ahead"), &mut ahead, &cfg, None);
+    let mut agrees = None;
+    seqstream_testkit::replicate_into(
+        &d.path("old"),
+        &d.path("agrees"),
+        &mut agrees,
+        &cfg,
+        Some(21),
+    );
+    drop((ahead, agrees));
+    let before = live_files(&d.path("ahead"));
+
+    let (addr, _server) = serve(&d.path("new"), &d.path("server.counters"), |_| {});
+    let refused = follow(&d.path("ahead"), &d.path("ahead.counters"), addr, SECRET);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(&d.path("server.counters"), "refused diverged") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the diverged replica was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(refused);
+    assert!(
+        live_files(&d.path("ahead")) == before,
+        "a refused replica is left as it was"
+    );
+    assert_eq!(counter(&d.path("ahead.counters"), "frames received"), 0);
+
+    let _f = follow(&d.path("agrees"), &d.path("agrees.counters"), addr, SECRET);
+    wait_for(
+        &d.path("agrees.counters"),
+        new.position(),
+        Duration::from_secs(20),
+    );
+    drop(_f);
+    drop(_server);
+    drop(new);
+    assert_identical(&d.path("new"), &d.path("agrees"));
+    let v = seqstream_store::verify::verify(&d.path("agrees")).unwrap();
+    assert!(v.is_ok(), "{:?}", v.faults);
 }

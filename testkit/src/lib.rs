@@ -1,7 +1,8 @@
 //! What seqstream's tests share across crates (a dev-dependency only; nothing here runs in a
 //! daemon): [`CountingAllocator`], for tests that prove a duty cycle allocates nothing per
 //! message; [`KillOnDrop`], a child process that never outlives its test; free ports;
-//! waiting on a counter; a process's thread names; key files ([`write_key`]).
+//! waiting on a counter; a process's thread names; key files ([`write_key`]); a real etcd
+//! server ([`etcd::Etcd`]) and a TCP proxy whose link a test can cut ([`proxy::TcpProxy`]).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -10,6 +11,9 @@
 //! let mut allocs = 0;
 //! seqstream_testkit::counted(&mut allocs, || agent.do_work());
 //! ```
+
+pub mod etcd;
+pub mod proxy;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -205,4 +209,47 @@ pub fn write_key(path: &std::path::Path, material: &str) {
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
         .expect("chmod 600 a key file");
     std::fs::rename(&tmp, path).expect("renaming a key file into place");
+}
+
+/// Copies the frames of the store at `primary` that `replica` (a replica store in
+/// `replica_dir`, created on the first frame when `None`) does not hold yet, up to seq
+/// `until` (all when `None`), as a replication client writes them: each segment's header with
+/// its first frame, checked before it is begun, then the frames verbatim. Panics on any
+/// refusal: for tests that build stores with a known history.
+pub fn replicate_into(
+    primary: &std::path::Path,
+    replica_dir: &std::path::Path,
+    replica: &mut Option<seqstream_store::Appender>,
+    cfg: &seqstream_store::StoreConfig,
+    until: Option<u64>,
+) {
+    use seqstream_store::{Appender, Tailer};
+    let mut t = Tailer::open(primary).expect("opening the primary");
+    if let Some(r) = replica.as_ref() {
+        t.seek_seq(r.next_seq()).expect("seeking the primary");
+    }
+    while let Some(f) = t.poll().expect("reading the primary") {
+        if until.is_some_and(|u| f.seq() > u) {
+            break;
+        }
+        let mut bytes = f.as_bytes().to_vec();
+        bytes.resize(seqstream_store::format::align_frame(bytes.len()), 0);
+        let header = t.segment_header();
+        let r = match replica.as_mut() {
+            None => replica.insert(
+                Appender::open_replica(replica_dir, cfg.clone(), &header)
+                    .expect("creating the replica"),
+            ),
+            Some(r) if r.segment_header() != header => {
+                r.check_next_replicated_segment(&header, &bytes)
+                    .expect("the next segment continues the replica");
+                r.begin_replicated_segment(&header)
+                    .expect("beginning the next segment");
+                r
+            }
+            Some(r) => r,
+        };
+        let (frames, _) = r.append_replicated(&bytes).expect("a replicated frame");
+        assert_eq!(frames, 1);
+    }
 }

@@ -1,0 +1,111 @@
+//! A real etcd server for one test: Debian's `etcd` binary (package `etcd-server`, which
+//! `.ci/run` installs), on free loopback ports, with its data in a temporary directory, killed
+//! when dropped. Tuned for tests: 10 ms heartbeats and a 100 ms election timeout, so etcd's
+//! minimum lease TTL is 1 s.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{free_tcp_port, KillOnDrop};
+
+/// A running etcd; see the module docs.
+#[derive(Debug)]
+pub struct Etcd {
+    proc: Option<KillOnDrop>,
+    client_port: u16,
+    _data: tempfile::TempDir,
+}
+
+/// The etcd binary: `$ETCD_BIN`, else `etcd` on `PATH`.
+fn binary() -> PathBuf {
+    std::env::var_os("ETCD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "etcd".into())
+}
+
+impl Etcd {
+    /// Starts etcd and waits (at most 20 s) until it reports itself healthy.
+    ///
+    /// Panics when etcd cannot be started or does not become healthy: the test needs it
+    /// (install `etcd-server`, or set `ETCD_BIN`).
+    pub fn start() -> Etcd {
+        let data = tempfile::tempdir().expect("a temporary directory for etcd");
+        let client_port = free_tcp_port();
+        let peer_port = free_tcp_port();
+        let client = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(binary());
+        cmd.args(["--name", "test", "--data-dir"])
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let proc = KillOnDrop::spawn(&mut cmd).unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} (install Debian's etcd-server, or set ETCD_BIN): {e}",
+                binary().display()
+            )
+        });
+        let etcd = Etcd {
+            proc: Some(proc),
+            client_port,
+            _data: data,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !etcd.healthy() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not become healthy in 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        etcd
+    }
+
+    /// The client URL, `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client address, for a proxy in front of it.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.client_port).into()
+    }
+
+    /// `true` when `GET /health` answers `"health":"true"`.
+    pub fn healthy(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+            return false;
+        }
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body.contains("\"health\":\"true\"")
+    }
+
+    /// Kills etcd (SIGKILL) and reaps it: every client loses it at once.
+    pub fn kill(&mut self) {
+        self.proc = None;
+    }
+}
