@@ -19,6 +19,7 @@
 //! | [`affinity`] | core pinning |
 //! | [`clock`] | realtime and monotonic time as an input; a manual clock for tests |
 //! | [`counters`] | the shared-memory counters file every daemon publishes (`seqstat` reads it) |
+//! | [`gate`] | [`LeaderGate`]: whether a sequencer group's node may act as leader now |
 //! | [`ratelimit`] | rate limits of repeated log lines |
 //! | `daemon` (feature `daemon`) | config files, SIGINT/SIGTERM, logging, counters paths |
 
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod counters;
 #[cfg(feature = "daemon")]
 pub mod daemon;
+pub mod gate;
 pub mod host;
 pub mod idle;
 pub mod invoker;
@@ -35,6 +37,7 @@ pub mod ratelimit;
 pub mod runner;
 
 pub use agent::{Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
+pub use gate::LeaderGate;
 pub use idle::{Idle, IdleState, IdleStrategy};
 pub use invoker::AgentInvoker;
 pub use runner::{AgentRunner, OnError, RunnerConfig, RunnerError};

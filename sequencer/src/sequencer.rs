@@ -25,12 +25,13 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate};
 use seqstream_auth::trailer::{self, TrailerError, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Label, Replay, ReplayWindow};
@@ -222,6 +223,10 @@ struct Counters {
     beyond_gap: Counter,
     naks_sent: Counter,
     heartbeats: Counter,
+    /// Gauge: the store's term (the term this sequencer leads in, once it leads).
+    term: Counter,
+    /// Gauge: 1 while this sequencer may sequence (always, without a gate).
+    leading: Counter,
 }
 
 /// Why a datagram is dropped whole, before anything about its source changes. Formatted
@@ -425,6 +430,9 @@ pub struct Sequencer {
     /// time keys are judged valid at.
     batch_ns: u64,
     key_watch: KeyWatch,
+    /// The sequencer group's permission, when this sequencer is one member of a group
+    /// ([`Sequencer::fenced_by`]).
+    gate: Option<Arc<dyn LeaderGate>>,
 }
 
 impl Sequencer {
@@ -503,7 +511,11 @@ impl Sequencer {
             beyond_gap: c("messages beyond a gap dropped")?,
             naks_sent: c("naks sent")?,
             heartbeats: c("heartbeats appended")?,
+            term: counters.gauge("term")?,
+            leading: counters.gauge("leading")?,
         };
+        counters_.term.set(u64::from(appender.term()));
+        counters_.leading.set(1);
         let refusals = Refusals::new(counters)?;
         for (id, s) in &sources {
             tracing::info!(
@@ -538,7 +550,55 @@ impl Sequencer {
             clock,
             role,
             key_watch: KeyWatch::new(counters)?,
+            gate: None,
         })
+    }
+
+    /// Makes this sequencer one member of a sequencer group (`DESIGN.md`, "Sequencer
+    /// failover"): from now on a duty cycle sequences (reads datagrams, appends, NAKs, writes
+    /// heartbeats) only while `gate` says this node leads, and the first duty cycle of each
+    /// term it leads starts that term in the store ([`Appender::start_term`]: a new segment
+    /// whose first frame is a term-start frame). While it does not lead, datagrams wait in the
+    /// socket's buffer, or are dropped by the kernel when it is full; their sources resend
+    /// them, and the dedup makes that exactly once.
+    ///
+    /// A duty cycle's work is bounded (two `recvmmsg` batches), far within the gate's margin,
+    /// so nothing is appended after the gate's permission lapses.
+    pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Self {
+        self.gate = Some(gate);
+        self.counters.leading.set(0);
+        self
+    }
+
+    /// Checks the gate, if any: `false` when this node may not sequence now. Starts the term
+    /// in the store on the first cycle of a leadership.
+    ///
+    /// Errors: `Store(StaleTerm)` when the gate names a term older than the store's (this
+    /// node must not write); the errors of `Appender::start_term`.
+    #[inline]
+    fn may_sequence(&mut self) -> Result<bool, Error> {
+        let Some(gate) = &self.gate else {
+            return Ok(true);
+        };
+        let Some(term) = gate.term_if_leading() else {
+            if self.counters.leading.get() == 1 {
+                self.counters.leading.set(0);
+                tracing::warn!(role = %self.role, term = self.appender.term(), "not leading: sequencing stopped");
+            }
+            return Ok(false);
+        };
+        if term != self.appender.term() {
+            let node_id = gate.node_id();
+            let (seq, position) = self.appender.start_term(term, node_id)?;
+            self.last_append_ns = self.clock.monotonic_ns();
+            self.counters.term.set(u64::from(term));
+            tracing::info!(role = %self.role, term, node_id, seq, position, "term started");
+        }
+        if self.counters.leading.get() == 0 {
+            self.counters.leading.set(1);
+            tracing::info!(role = %self.role, term, "leading: sequencing");
+        }
+        Ok(true)
     }
 
     /// The bound address.
@@ -556,6 +616,9 @@ impl Sequencer {
     /// One duty cycle: sequence up to 64 datagrams (two `recvmmsg` batches); append a
     /// heartbeat when idle past the interval. Returns the work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
+        if !self.may_sequence()? {
+            return Ok(0);
+        }
         let mut work = 0;
         // The buffers leave `self` while their datagrams are handled, so `handle` can borrow
         // the datagram and `&mut self` at once; they are put back before returning.

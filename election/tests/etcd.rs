@@ -1,0 +1,160 @@
+//! Elections against a real etcd (Debian's `etcd-server`, started per test on free loopback
+//! ports): terms only grow, a leader cut off from etcd stops before another can start, etcd's
+//! loss ends a leadership within its lease, and a resignation hands over at once.
+
+use std::time::{Duration, Instant};
+
+use seqstream_election::{Election, ElectionConfig, Fence, LeaderRecord, Role};
+use seqstream_testkit::etcd::Etcd;
+use seqstream_testkit::proxy::TcpProxy;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn member(endpoint: String, node_id: u32) -> Election {
+    Election::start(ElectionConfig::new(vec![endpoint], "/seqstream/test", node_id).lease_ttl(TTL))
+        .unwrap()
+}
+
+/// Waits (at most 15 s) until `done`, failing with `what`.
+fn wait(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn leads(f: &Fence) -> bool {
+    f.term_if_leading().is_some()
+}
+
+#[test]
+fn a_lone_member_leads_and_every_new_leadership_raises_the_term() {
+    let etcd = Etcd::start();
+    for term in 1..=3 {
+        let a = member(etcd.endpoint(), 1);
+        let f = a.fence();
+        wait("the member leads", || leads(&f));
+        assert_eq!(f.term_if_leading(), Some(term));
+        assert_eq!(f.leader(), Some(LeaderRecord { node_id: 1, term }));
+        assert_eq!(f.role(), Role::Leader);
+        drop(a); // resigns: its lease is revoked
+        assert!(!leads(&f));
+        assert_eq!(f.stats().resignations, 1);
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_stops_leading_before_another_can_start() {
+    let etcd = Etcd::start();
+    let link = TcpProxy::start(etcd.addr());
+    let a = member(link.url(), 1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    let b = member(etcd.endpoint(), 2);
+    let fb = b.fence();
+    wait("node 2 follows node 1", || {
+        fb.role() == Role::Follower
+            && fb.leader()
+                == Some(LeaderRecord {
+                    node_id: 1,
+                    term: 1,
+                })
+    });
+
+    link.cut();
+    let mut a_last_deadline = fa.deadline().expect("node 1 leads");
+    let mut samples = 0u64;
+    wait("node 2 leads", || {
+        // Never two leaders at one instant, as each sees itself.
+        let (ta, tb) = (fa.term_if_leading(), fb.term_if_leading());
+        assert!(
+            ta.is_none() || tb.is_none(),
+            "two leaders: {ta:?} and {tb:?}"
+        );
+        if let Some(d) = fa.deadline() {
+            a_last_deadline = a_last_deadline.max(d);
+        }
+        samples += 1;
+        tb.is_some()
+    });
+    assert!(samples > 10);
+    assert_eq!(fb.term_if_leading(), Some(2));
+    let won = fb.won_at().expect("node 2 leads");
+    assert!(
+        a_last_deadline <= won,
+        "node 1's fence ran until {a_last_deadline:?}, after node 2 won at {won:?}"
+    );
+    assert!(!leads(&fa));
+    let sa = fa.stats();
+    assert_eq!(sa.lapses, 1, "{sa:?}");
+    assert!(sa.keepalive_failures >= 1, "{sa:?}");
+
+    // Back on the network, node 1 follows the new term.
+    link.heal();
+    wait("node 1 follows node 2", || {
+        fa.role() == Role::Follower
+            && fa.leader()
+                == Some(LeaderRecord {
+                    node_id: 2,
+                    term: 2,
+                })
+    });
+    assert!(!leads(&fa));
+}
+
+#[test]
+fn losing_etcd_ends_a_leadership_within_its_lease() {
+    let mut etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    let f = a.fence();
+    wait("the member leads", || leads(&f));
+    let killed = Instant::now();
+    etcd.kill();
+    let deadline = f.deadline().expect("still leading just after the kill");
+    assert!(
+        deadline <= killed + TTL,
+        "a fence past the lease: {deadline:?} > {:?}",
+        killed + TTL
+    );
+    wait("the leadership ends", || !leads(&f));
+    assert!(Instant::now() >= deadline);
+    wait("the lapse is counted", || f.stats().lapses == 1);
+    let s = f.stats();
+    assert!(s.keepalive_failures + s.etcd_errors >= 1, "{s:?}");
+}
+
+#[test]
+fn a_resignation_hands_over_and_an_ineligible_member_never_campaigns() {
+    let etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    let b = member(etcd.endpoint(), 2);
+    b.set_eligible(false);
+    let fb = b.fence();
+    wait("node 2 follows", || fb.role() == Role::Follower);
+
+    a.resign();
+    wait("node 1 stops leading", || !leads(&fa));
+    // Neither campaigns: node 1 resigned, node 2 is not eligible. Three lease lengths pass
+    // without a leader.
+    let until = Instant::now() + 3 * TTL;
+    while Instant::now() < until {
+        assert!(!leads(&fa) && !leads(&fb));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fb.stats().campaigns, 0);
+
+    b.set_eligible(true);
+    wait("node 2 leads", || leads(&fb));
+    assert_eq!(fb.term_if_leading(), Some(2));
+    wait("node 1 follows node 2", || {
+        fa.leader()
+            == Some(LeaderRecord {
+                node_id: 2,
+                term: 2,
+            })
+    });
+    assert_eq!(fa.stats().resignations, 1);
+}
