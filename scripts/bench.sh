@@ -5,20 +5,24 @@
 #   OUT_DIR/hgrm/           each latency distribution and its floor, HdrHistogram text format
 #   OUT_DIR/plots/          one SVG per distribution: latency by percentile, figure and floor
 #
-# Usage: scripts/bench.sh [--quick] [OUT_DIR]
+# Usage: scripts/bench.sh [--quick] [--aeron] [OUT_DIR]
 #   --quick   the short form of every bench (seconds, for smoke runs and shared machines)
+#   --aeron   also Aeron's UDP ping-pong against its raw UDP floor (scripts/aeron.sh --no-e2e,
+#             into OUT_DIR/aeron; builds Aeron's C source, and apt-installs what that needs)
 #   OUT_DIR   default target/bench-report (in the repository); a relative path is taken from
 #             the current directory
 # Builds `bench` in release into ${CARGO_TARGET_DIR:-target}. Works from any directory.
 set -euo pipefail
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 
 quick=()
+aeron=0
 out=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
+    --aeron) aeron=1 ;;
     -h | --help) usage; exit 0 ;;
     -*) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
     *)
@@ -50,6 +54,11 @@ for b in store sbe replication composite inbound e2e feeds; do
   echo "== bench $b ${quick[*]}" >&2
   "$bench" "$b" "${quick[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
 done
+if [ "$aeron" -eq 1 ]; then
+  echo "== aeron ${quick[*]}" >&2
+  "$root/scripts/aeron.sh" "${quick[@]}" --no-e2e "$out/aeron" >/dev/null
+  cat "$out/aeron/aeron.jsonl" >>"$out/figures.jsonl"
+fi
 
 echo "== plots" >&2
 "$bench" plot --hgrm-dir "$out/hgrm" --out "$out/plots" >/dev/null
