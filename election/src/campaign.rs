@@ -20,6 +20,7 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, PutOptions, Txn, TxnOp, WatchOptions,
 };
+use seqstream_agent::daemon::LimitedWarn;
 use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout};
 
@@ -106,19 +107,26 @@ impl Drop for Election {
 enum Next {
     /// No leader key: campaign if eligible.
     Vacant,
-    /// This member won: lead with this lease.
-    Won {
-        lease: i64,
-        term: u32,
-        ttl: Duration,
-    },
+    /// This member won: lead.
+    Won(Won),
     /// Stop the thread.
     Stop,
 }
 
-/// The thread's body: connect, then follow, campaign and lead until stopped.
+/// A won leadership: its lease, its term and the TTL the fence counts with.
+struct Won {
+    lease: i64,
+    term: u32,
+    ttl: Duration,
+}
+
+/// The thread's body: connect, then follow, campaign and lead until stopped. Failures repeat
+/// every `retry_every` while etcd is away: their log lines are rate-limited (the counters
+/// keep the exact numbers).
 async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
     let mut client: Option<Client> = None;
+    let mut warn_etcd = LimitedWarn::new("etcd");
+    let mut warn_keepalive = LimitedWarn::new("keep-alive");
     loop {
         let c = match client.as_mut() {
             Some(c) => c,
@@ -126,7 +134,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                 Ok(c) => client.insert(c),
                 Err(e) => {
                     shared.count(Count::EtcdError);
-                    tracing::warn!(node = cfg.node_id, error = %e, "cannot reach etcd");
+                    warn_etcd.warn(format_args!("node {}: cannot reach etcd: {e}", cfg.node_id));
                     shared.set_role(Role::Unknown);
                     if pause(&cfg, &mut cmds).await == Some(Cmd::Stop) {
                         return;
@@ -149,8 +157,10 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             other => other,
         };
         match next {
-            Ok(Next::Won { lease, term, ttl }) => {
-                if lead(&cfg, &shared, c, &mut cmds, lease, term, ttl).await == Some(Cmd::Stop) {
+            Ok(Next::Won(won)) => {
+                if lead(&cfg, &shared, c, &mut cmds, won, &mut warn_keepalive).await
+                    == Some(Cmd::Stop)
+                {
                     return;
                 }
             }
@@ -158,7 +168,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             Ok(Next::Stop) => return,
             Err(e) => {
                 shared.count(Count::EtcdError);
-                tracing::warn!(node = cfg.node_id, error = %e, "etcd call failed");
+                warn_etcd.warn(format_args!("node {}: etcd call failed: {e}", cfg.node_id));
                 client = None;
                 if pause(&cfg, &mut cmds).await == Some(Cmd::Stop) {
                     return;
@@ -318,11 +328,11 @@ async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Resu
         lease_ttl_s = ttl.as_secs(),
         "won the election: leading"
     );
-    Ok(Next::Won {
+    Ok(Next::Won(Won {
         lease: lease.id(),
         term: next,
         ttl,
-    })
+    }))
 }
 
 /// Lead phase: keeps the lease alive until the fence lapses, etcd says the lease is gone, or
@@ -332,9 +342,8 @@ async fn lead(
     shared: &Shared,
     c: &mut Client,
     cmds: &mut mpsc::UnboundedReceiver<Cmd>,
-    lease: i64,
-    term: u32,
-    ttl: Duration,
+    Won { lease, term, ttl }: Won,
+    warn: &mut LimitedWarn,
 ) -> Option<Cmd> {
     let valid_for = ttl.saturating_sub(cfg.fence_margin);
     let mut stream = None;
@@ -363,7 +372,8 @@ async fn lead(
                     }
                     Err(e) => {
                         shared.count(Count::KeepAliveFailure);
-                        tracing::warn!(node = cfg.node_id, term, error = %e, "keep-alive failed");
+                        let node = cfg.node_id;
+                        warn.warn(format_args!("node {node} term {term}: keep-alive failed: {e}"));
                         stream = None;
                         next_renew = tokio::time::Instant::now() + cfg.retry_every;
                     }
