@@ -4,11 +4,12 @@
 //! size, first-time registrations); after them, a second run of as many messages allocates
 //! nothing. Stores are large enough not to roll within a test, and are not pretouched.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::CountersWriter;
-use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{pattern, Appender, FrameFields, StoreConfig};
@@ -27,28 +28,6 @@ fn store_config(stream: u32) -> StoreConfig {
     StoreConfig::new(stream)
         .segment_size(32 << 20)
         .pretouch(false)
-}
-
-/// A datagram of source 1 carrying pattern payloads for `seqs`.
-fn datagram(seqs: std::ops::Range<u64>) -> Vec<u8> {
-    let mut buf = vec![0u8; 65_000];
-    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
-    e.set_protocol_version(DATAGRAM_PROTOCOL_VERSION)
-        .set_stream_id(STREAM)
-        .set_source_id(1)
-        .set_session_epoch(1)
-        .set_first_source_seq(seqs.start);
-    {
-        let mut g = e.messages().unwrap();
-        for s in seqs {
-            let mut p = vec![0u8; pattern::payload_len(s, 1, 200)];
-            pattern::fill(s, &mut p);
-            g.next_entry().unwrap().set_payload(&p).unwrap();
-        }
-    }
-    let n = e.encoded_length();
-    buf.truncate(n);
-    buf
 }
 
 #[test]
@@ -77,7 +56,7 @@ fn the_sequencer_allocates_nothing_per_datagram_in_steady_state() {
     let mut run = |seq: &mut Sequencer| {
         let mut allocs = 0;
         for _ in 0..N {
-            let dg = datagram(next..next + PER_DATAGRAM);
+            let dg = common::pattern_datagram(STREAM, 1, next..next + PER_DATAGRAM);
             client.send_to(&dg, to).unwrap();
             next += PER_DATAGRAM;
             let deadline = Instant::now() + Duration::from_secs(10);

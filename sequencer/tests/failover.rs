@@ -4,6 +4,8 @@
 //! with a term-start frame, and the source's resends of everything unconfirmed are sequenced
 //! exactly once, in order, after what the old leader sequenced.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::CountersWriter;
 use seqstream_election::{Election, ElectionConfig, Fence};
-use seqstream_schemas::wire;
-use seqstream_schemas::DATAGRAM_PROTOCOL_VERSION;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 use seqstream_testkit::etcd::Etcd;
@@ -47,28 +47,6 @@ fn sequencer(dir: &Path, store: &Path, fence: Fence) -> Sequencer {
     };
     let w = CountersWriter::create(&dir.join(format!("{}.counters", fence.node_id())), 64).unwrap();
     Sequencer::open(cfg, &w).unwrap().fenced_by(Arc::new(fence))
-}
-
-/// One datagram carrying the pattern payloads of `seqs`.
-fn datagram(seqs: std::ops::Range<u64>) -> Vec<u8> {
-    let mut buf = vec![0u8; 65_000];
-    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
-    e.set_protocol_version(DATAGRAM_PROTOCOL_VERSION)
-        .set_stream_id(STREAM)
-        .set_source_id(SOURCE)
-        .set_session_epoch(1)
-        .set_first_source_seq(seqs.start);
-    {
-        let mut g = e.messages().unwrap();
-        for s in seqs {
-            let mut p = vec![0u8; pattern::payload_len(s, 1, 200)];
-            pattern::fill(s, &mut p);
-            g.next_entry().unwrap().set_payload(&p).unwrap();
-        }
-    }
-    let n = e.encoded_length();
-    buf.truncate(n);
-    buf
 }
 
 /// Runs duty cycles until `done`, at most 15 s.
@@ -118,7 +96,12 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
 
     // Node 1 leads term 1: its first cycle writes the term-start frame, then it sequences.
     wait("node 1 leads", || e1.fence().term_if_leading().is_some());
-    source.send_to(&datagram(1..41), a.local_addr()).unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 1..41),
+            a.local_addr(),
+        )
+        .unwrap();
     pump("node 1 sequences 40", &mut a, |s| {
         s.appender().next_seq() == 42
     });
@@ -131,12 +114,22 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
 
     // Node 1 is cut off from etcd. Until its fence lapses it may sequence; after, nothing.
     link.cut();
-    source.send_to(&datagram(41..51), a.local_addr()).unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 41..51),
+            a.local_addr(),
+        )
+        .unwrap();
     pump("node 1's fence lapses", &mut a, |_| {
         e1.fence().term_if_leading().is_none()
     });
     let a_end = a.appender().next_seq();
-    source.send_to(&datagram(51..61), a.local_addr()).unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 51..61),
+            a.local_addr(),
+        )
+        .unwrap();
     for _ in 0..1000 {
         assert_eq!(a.do_work().unwrap(), 0, "a fenced sequencer does nothing");
     }
@@ -154,8 +147,18 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     drop(replica);
     let mut b = sequencer(dir.path(), &store_b, e2.fence());
     // The source resends everything it has not seen confirmed, and goes on.
-    source.send_to(&datagram(1..61), b.local_addr()).unwrap();
-    source.send_to(&datagram(61..71), b.local_addr()).unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 1..61),
+            b.local_addr(),
+        )
+        .unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 61..71),
+            b.local_addr(),
+        )
+        .unwrap();
     pump("node 2 sequences up to 70", &mut b, |s| {
         s.appender().next_seq() == 70 + 2 + 1
     });
