@@ -40,6 +40,22 @@ use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
 
+/// What a fenced sequencer's duty cycle may do ([`Sequencer::fenced_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gated {
+    /// Sequence: the gate says this node leads, and nothing in the cycle can wait.
+    Sequence,
+    /// A term was started: the cycle ends there.
+    Started,
+    /// Not now: not leading, or the next segment is not prepared yet.
+    Wait,
+}
+
+/// Bytes from a segment's end within which a fenced sequencer sequences only while the next
+/// segment is prepared: 64 MiB, more than one duty cycle's frames (64 datagrams of at most
+/// 64 KiB, each message a frame with a 40-byte header).
+pub const ROLL_HEADROOM: u64 = 64 << 20;
+
 /// The largest datagram read (UDP's limit).
 const MAX_DATAGRAM: usize = 65_536;
 /// Datagrams received per `recvmmsg` call.
@@ -562,43 +578,56 @@ impl Sequencer {
     /// socket's buffer, or are dropped by the kernel when it is full; their sources resend
     /// them, and the dedup makes that exactly once.
     ///
-    /// A duty cycle's work is bounded (two `recvmmsg` batches), far within the gate's margin,
-    /// so nothing is appended after the gate's permission lapses.
+    /// Nothing is appended after the gate's permission lapses, as long as a duty cycle ends
+    /// within the gate's margin: a cycle's datagrams are bounded (two `recvmmsg` batches),
+    /// and a fenced sequencer never starts work that may wait on the store — it starts a term
+    /// in a cycle of its own and only once the next segment is prepared, and near the end of
+    /// a segment ([`ROLL_HEADROOM`] bytes) it sequences only while the next one is ready
+    /// (`Appender::roll_would_wait`). What is left is a flush policy's `msync` at a roll:
+    /// with one set, the margin must cover it. The store must prepare segments ahead (the
+    /// default): without, a fenced sequencer stops sequencing near each segment's end.
     pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Self {
         self.gate = Some(gate);
         self.counters.leading.set(0);
         self
     }
 
-    /// Checks the gate, if any: `false` when this node may not sequence now. Starts the term
-    /// in the store on the first cycle of a leadership.
+    /// Checks the gate, if any, and says what this cycle may do. Starts the term in the
+    /// store on the first cycle of a leadership (then ends the cycle, so the gate is asked
+    /// again before any datagram is sequenced in it).
     ///
     /// Errors: `Store(StaleTerm)` when the gate names a term older than the store's (this
     /// node must not write); the errors of `Appender::start_term`.
     #[inline]
-    fn may_sequence(&mut self) -> Result<bool, Error> {
+    fn may_sequence(&mut self) -> Result<Gated, Error> {
         let Some(gate) = &self.gate else {
-            return Ok(true);
+            return Ok(Gated::Sequence);
         };
         let Some(term) = gate.term_if_leading() else {
             if self.counters.leading.get() == 1 {
                 self.counters.leading.set(0);
                 tracing::warn!(role = %self.role, term = self.appender.term(), "not leading: sequencing stopped");
             }
-            return Ok(false);
+            return Ok(Gated::Wait);
         };
-        if term != self.appender.term() {
+        let starts_term = term != self.appender.term() || self.appender.term_start_pending();
+        let near_end = self.appender.room() < ROLL_HEADROOM;
+        if (starts_term || near_end) && self.appender.roll_would_wait() {
+            return Ok(Gated::Wait); // the next segment is being prepared
+        }
+        if starts_term {
             let node_id = gate.node_id();
             let (seq, position) = self.appender.start_term(term, node_id)?;
             self.last_append_ns = self.clock.monotonic_ns();
             self.counters.term.set(u64::from(term));
             tracing::info!(role = %self.role, term, node_id, seq, position, "term started");
+            return Ok(Gated::Started);
         }
         if self.counters.leading.get() == 0 {
             self.counters.leading.set(1);
             tracing::info!(role = %self.role, term, "leading: sequencing");
         }
-        Ok(true)
+        Ok(Gated::Sequence)
     }
 
     /// The bound address.
@@ -616,8 +645,10 @@ impl Sequencer {
     /// One duty cycle: sequence up to 64 datagrams (two `recvmmsg` batches); append a
     /// heartbeat when idle past the interval. Returns the work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
-        if !self.may_sequence()? {
-            return Ok(0);
+        match self.may_sequence()? {
+            Gated::Sequence => {}
+            Gated::Started => return Ok(1),
+            Gated::Wait => return Ok(0),
         }
         let mut work = 0;
         // The buffers leave `self` while their datagrams are handled, so `handle` can borrow

@@ -89,8 +89,8 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     let etcd = Etcd::start();
     let link = TcpProxy::start(etcd.addr());
     let e1 = member(link.url(), 1);
+    e1.set_eligible(true); // node 1 leads first
     let e2 = member(etcd.endpoint(), 2);
-    e2.set_eligible(false); // node 1 leads first
     let mut a = sequencer(dir.path(), &store_a, e1.fence());
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
 
@@ -174,4 +174,63 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     assert_eq!(messages, (1..=70).collect::<Vec<u64>>());
     let v = seqstream_store::verify::verify(&store_b).unwrap();
     assert!(v.is_ok(), "{:?}", v.faults);
+}
+
+/// A gate that says "leading, term 1" to its first `yes` questions, then never again.
+#[derive(Debug)]
+struct CountedGate {
+    yes: std::sync::atomic::AtomicU32,
+}
+
+impl seqstream_agent::LeaderGate for CountedGate {
+    fn term_if_leading(&self) -> Option<u32> {
+        let left = self.yes.load(std::sync::atomic::Ordering::Relaxed);
+        if left == 0 {
+            return None;
+        }
+        self.yes
+            .store(left - 1, std::sync::atomic::Ordering::Relaxed);
+        Some(1)
+    }
+
+    fn node_id(&self) -> u32 {
+        1
+    }
+}
+
+#[test]
+fn every_cycle_asks_the_gate_again_after_starting_a_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let cfg = SequencerConfig {
+        store: store.clone(),
+        store_config: store_config(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sources: vec![format!("{SOURCE}@127.0.0.1").parse().unwrap()],
+        recv_buffer: Some(1 << 20),
+        heartbeat: None,
+        nak_interval: Duration::from_millis(1),
+        keys: Default::default(),
+    };
+    let w = CountersWriter::create(&dir.path().join("seq.counters"), 64).unwrap();
+    let gate = Arc::new(CountedGate {
+        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
+    });
+    let mut seq = Sequencer::open(cfg, &w).unwrap().fenced_by(gate.clone());
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    source
+        .send_to(
+            &common::pattern_datagram(STREAM, SOURCE, 1..11),
+            seq.local_addr(),
+        )
+        .unwrap();
+    // Until the term is started the gate may be asked many times (the next segment may still
+    // be in preparation); the cycle that starts it ends there.
+    pump("term 1 starts", &mut seq, |s| s.appender().term() == 1);
+    // The gate says no from now on: the datagram waiting in the socket is never sequenced.
+    gate.yes.store(0, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..1000 {
+        assert_eq!(seq.do_work().unwrap(), 0);
+    }
+    assert_eq!(frames(&store), vec![(1, 1, 0)]);
 }

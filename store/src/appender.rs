@@ -272,21 +272,31 @@ impl Appender {
     /// first frame. Every frame appended afterwards belongs to the new term. Returns the
     /// term-start frame's `(seq, position)`.
     ///
+    /// The same term again while its term-start frame is pending (a previous call failed
+    /// after the header took the term: [`term_start_pending`](Self::term_start_pending))
+    /// writes that frame.
+    ///
+    /// A roll waits for the next segment's preparation when it is not ready
+    /// ([`roll_would_wait`](Self::roll_would_wait)); a writer that must not stall checks
+    /// first.
+    ///
     /// Errors: `StaleTerm` when `term` is not above the store's term (nothing changes); the
     /// errors of a roll (e.g. disk full preparing the next segment: the store is unchanged)
     /// and of an append.
     pub fn start_term(&mut self, term: u32, node_id: u32) -> Result<(u64, u64)> {
-        if term <= self.info.term {
+        let resume_pending = term == self.info.term && self.term_start_pending();
+        if term <= self.info.term && !resume_pending {
             return Err(StoreError::StaleTerm {
                 dir: self.dir.clone(),
                 term,
                 current: self.info.term,
             });
         }
-        if self.position == self.info.base_position {
+        // With the term-start frame pending, the header has the term already.
+        if !resume_pending && self.position == self.info.base_position {
             self.segment.set_term(term);
             self.info = self.segment.checked_info()?;
-        } else {
+        } else if !resume_pending {
             let created = if self.cfg.explicit_clock {
                 self.stamp.last()
             } else {
@@ -309,6 +319,32 @@ impl Appender {
             self.append_at(self.stamp.last(), &fields, &start.encode())
         } else {
             self.append_with(&fields, &start.encode())
+        }
+    }
+
+    /// `true` while the active segment starts a term whose term-start frame is not written
+    /// yet: a term-start frame must come before any other frame there.
+    pub fn term_start_pending(&self) -> bool {
+        self.position == self.info.base_position && self.info.term > self.prior_term
+    }
+
+    /// Bytes left for frames in the active segment (a frame of `n` payload bytes needs
+    /// `format::frame_span(n)`).
+    pub fn room(&self) -> u64 {
+        self.limit - self.position
+    }
+
+    /// `true` when a roll now would wait for the next segment to be prepared (its background
+    /// preparation has not finished, or preparing ahead is off): a writer that must finish
+    /// its work within a deadline (a fenced sequencer) does not start work that may roll
+    /// until this is `false`.
+    pub fn roll_would_wait(&self) -> bool {
+        if self.prepared.is_some() {
+            return false;
+        }
+        match &self.preparing {
+            Some(h) => !h.is_finished(),
+            None => true,
         }
     }
 

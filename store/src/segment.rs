@@ -16,6 +16,10 @@ use crate::format::{
 };
 use crate::mapped::MappedFile;
 
+/// How long [`Segment::checked_info`] reads a mismatching header of an active segment again
+/// before it reports it: 50 ms.
+pub const HEADER_REREAD: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Suffix of a live segment file; the stem is the 0-based index, zero-padded to 12 digits, so
 /// names sort in stream order.
 pub const SEGMENT_SUFFIX: &str = "seg";
@@ -197,16 +201,19 @@ impl Segment {
 
     /// The info of an active or sealed segment, or a `CorruptHeader` error naming the file.
     ///
-    /// A mismatch is read again a few times: [`set_term`](Self::set_term) rewrites the term
-    /// and checksum of an active segment with one 8-byte store, which a reader copying the
-    /// header byte-wise may see half done.
+    /// A mismatch of an active segment is read again for up to [`HEADER_REREAD`] (yielding
+    /// between reads) before it is an error: [`set_term`](Self::set_term) rewrites the term,
+    /// checksum and (in a version-1 header) version of an active segment, which a reader may
+    /// see half done, for as long as the appender's thread is descheduled between its stores.
     pub fn checked_info(&self) -> Result<SegmentInfo> {
         let (mut info, mut ok) = self.info();
-        for _ in 0..3 {
-            if ok {
+        let mut since = None;
+        while !ok && self.state() == Some(SegmentState::Active) {
+            let start = *since.get_or_insert_with(std::time::Instant::now);
+            if start.elapsed() >= HEADER_REREAD {
                 break;
             }
-            std::hint::spin_loop();
+            std::thread::yield_now();
             (info, ok) = self.info();
         }
         if !ok {
@@ -273,7 +280,8 @@ impl Segment {
     /// version 2. Appender only: a new leader whose active segment is empty starts its term
     /// there instead of sealing a segment empty. Replicas copy a segment's header only with
     /// its first frame, so none holds the old term; a tailer that reads the header while it
-    /// changes reads it again ([`checked_info`](Self::checked_info)).
+    /// changes reads it again ([`checked_info`](Self::checked_info)). In a version-2 header
+    /// the change is the one store; a version-1 header's version word changes first.
     pub fn set_term(&self, term: u32) {
         assert!(self.file.is_writable(), "segment is mapped read-only");
         debug_assert_eq!(self.state(), Some(SegmentState::Active));
