@@ -80,8 +80,11 @@ impl Election {
         Fence(self.shared.clone())
     }
 
-    /// Whether this member may campaign when no leader key exists (default `true`). A
-    /// standby that is not in sync sets `false`. It does not end a leadership.
+    /// Whether this member may campaign when no leader key exists. Default `false`: a member
+    /// must lead only with a store that holds every frame released so far (a deposed leader
+    /// that comes back, or a standby behind, would otherwise start a term on a history that
+    /// lacks the last term's frames), and only its owner can know that: a standby sets `true`
+    /// while it is in sync. It does not end a leadership.
     pub fn set_eligible(&self, eligible: bool) {
         self.shared.eligible.store(eligible, Ordering::Relaxed);
     }
@@ -125,6 +128,7 @@ struct Won {
 /// keep the exact numbers).
 async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
     let mut client: Option<Client> = None;
+    let mut last_lease = None;
     let mut warn_etcd = LimitedWarn::new("etcd");
     let mut warn_keepalive = LimitedWarn::new("keep-alive");
     loop {
@@ -143,7 +147,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                 }
             },
         };
-        let next = match follow(&cfg, &shared, c, &mut cmds).await {
+        let next = match follow(&cfg, &shared, c, &mut cmds, &mut last_lease).await {
             Ok(Next::Vacant) if shared.eligible.load(Ordering::Relaxed) => {
                 campaign(&cfg, &shared, c).await
             }
@@ -168,6 +172,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             Ok(Next::Stop) => return,
             Err(e) => {
                 shared.count(Count::EtcdError);
+                shared.set_role(Role::Unknown);
                 warn_etcd.warn(format_args!("node {}: etcd call failed: {e}", cfg.node_id));
                 client = None;
                 if pause(&cfg, &mut cmds).await == Some(Cmd::Stop) {
@@ -187,9 +192,13 @@ async fn pause(cfg: &ElectionConfig, cmds: &mut mpsc::UnboundedReceiver<Cmd>) ->
 }
 
 async fn connect(cfg: &ElectionConfig) -> Result<Client, Error> {
+    // HTTP/2 pings, idle or not: a connection that stops carrying bytes without closing (a
+    // firewall dropping the flow) fails within a ping's timeout instead of never.
     let opts = ConnectOptions::new()
         .with_connect_timeout(cfg.call_timeout)
-        .with_timeout(cfg.call_timeout);
+        .with_timeout(cfg.call_timeout)
+        .with_keep_alive(cfg.renew_every, cfg.call_timeout)
+        .with_keep_alive_while_idle(true);
     timeout(
         cfg.call_timeout,
         Client::connect(&cfg.endpoints, Some(opts)),
@@ -219,20 +228,39 @@ fn parse_leader(cfg: &ElectionConfig, value: &[u8]) -> Result<LeaderRecord, Erro
     })
 }
 
-/// Follow phase: returns `Vacant` once there is no leader key, `Stop` on request.
+/// Follow phase: returns `Vacant` once there is no leader key and the lease of the last
+/// leader seen (`last_lease`) is gone, `Stop` on request. A leader key deleted while its
+/// lease lives (by hand) does not make the post vacant: that leader's fence may still be
+/// open until the lease expires. The watch is bounded by the lease TTL: the key is read
+/// again then, so a connection that went silent is found by that call's time limit.
 async fn follow(
     cfg: &ElectionConfig,
     shared: &Shared,
     c: &mut Client,
     cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    last_lease: &mut Option<i64>,
 ) -> Result<Next, Error> {
     let key = cfg.leader_key();
     loop {
         let resp = call(cfg, "get leader", c.get(key.as_str(), None)).await?;
         let Some(kv) = resp.kvs().first() else {
             shared.set_leader(None);
+            if let Some(lease) = *last_lease {
+                // etcd answers -1 for a lease that expired or was revoked, and whole seconds
+                // left (rounded down: 0 in the last second) for a live one.
+                let alive = call(cfg, "lease ttl", c.lease_time_to_live(lease, None)).await?;
+                if alive.ttl() >= 0 {
+                    shared.set_role(Role::Follower);
+                    if pause(cfg, cmds).await == Some(Cmd::Stop) {
+                        return Ok(Next::Stop);
+                    }
+                    continue;
+                }
+                *last_lease = None;
+            }
             return Ok(Next::Vacant);
         };
+        *last_lease = Some(kv.lease());
         let leader = parse_leader(cfg, kv.value())?;
         if shared.fence_leader_changed(leader) {
             tracing::info!(
@@ -246,12 +274,15 @@ async fn follow(
         let revision = resp.header().map_or(0, |h| h.revision());
         let opts = WatchOptions::new().with_start_revision(revision + 1);
         let mut watch = call(cfg, "watch leader", c.watch(key.as_str(), Some(opts))).await?;
+        let reread = sleep(cfg.lease_ttl);
+        tokio::pin!(reread);
         loop {
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
                     Some(Cmd::Resign) => {}
                     _ => return Ok(Next::Stop),
                 },
+                _ = &mut reread => break,
                 msg = watch.message() => {
                     let msg = msg.map_err(|e| Error::Etcd(format!("watch leader: {e}")))?;
                     let Some(msg) = msg else { break };
@@ -361,11 +392,24 @@ async fn lead(
             _ = tokio::time::sleep_until(next_renew) => {
                 let t_send = shared.now_ns();
                 match keep_alive(cfg, c, &mut stream, lease).await {
-                    Ok(Some(granted)) => {
-                        shared.count(Count::KeepAlive);
-                        shared.extend(t_send, valid_for.min(granted.saturating_sub(cfg.fence_margin)));
-                        next_renew = tokio::time::Instant::now() + cfg.renew_every;
-                    }
+                    Ok(Some(granted)) => match still_ours(cfg, c, lease).await {
+                        Ok(true) => {
+                            shared.count(Count::KeepAlive);
+                            let valid = valid_for.min(granted.saturating_sub(cfg.fence_margin));
+                            shared.extend(t_send, valid);
+                            next_renew = tokio::time::Instant::now() + cfg.renew_every;
+                        }
+                        Ok(false) => {
+                            tracing::warn!(node = cfg.node_id, term, "the leader key is no longer bound to this leader's lease (deleted by hand?): stopping");
+                            break None;
+                        }
+                        Err(e) => {
+                            shared.count(Count::KeepAliveFailure);
+                            let node = cfg.node_id;
+                            warn.warn(format_args!("node {node} term {term}: {e}"));
+                            next_renew = tokio::time::Instant::now() + cfg.retry_every;
+                        }
+                    },
                     Ok(None) => {
                         tracing::warn!(node = cfg.node_id, term, "etcd says the lease is gone");
                         break None;
@@ -391,6 +435,15 @@ async fn lead(
     // Best effort: a revoked lease frees the key at once instead of after its TTL.
     let _ = call(cfg, "revoke lease", c.lease_revoke(lease)).await;
     ended
+}
+
+/// Whether the leader key exists and is bound to `lease`: checked after each acknowledged
+/// keep-alive and before the fence moves, so a leader whose key was deleted by hand (its
+/// lease alive) stops instead of leading beside a new leader. Errors: the call failed (the
+/// fence is then not moved).
+async fn still_ours(cfg: &ElectionConfig, c: &mut Client, lease: i64) -> Result<bool, Error> {
+    let r = call(cfg, "get leader", c.get(cfg.leader_key(), None)).await?;
+    Ok(r.kvs().first().is_some_and(|kv| kv.lease() == lease))
 }
 
 /// One keep-alive on `stream` (opened if `None`): `Some(ttl)` granted, `None` when etcd

@@ -80,10 +80,10 @@ impl ElectionConfig {
         if self.fence_margin >= self.lease_ttl {
             return bad("the fence margin must be shorter than the lease TTL".into());
         }
-        if self.renew_every + self.call_timeout >= self.lease_ttl - self.fence_margin {
+        if self.renew_every + 2 * self.call_timeout >= self.lease_ttl - self.fence_margin {
             return bad(format!(
-                "renew_every {:?} + call_timeout {:?} leave no keep-alive before the fence \
-                 lapses ({:?} − {:?})",
+                "renew_every {:?} + 2 × call_timeout {:?} (a keep-alive and the check of the \
+                 leader key) leave no renewal before the fence lapses ({:?} − {:?})",
                 self.renew_every, self.call_timeout, self.lease_ttl, self.fence_margin
             ));
         }

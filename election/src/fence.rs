@@ -102,7 +102,7 @@ impl Shared {
             leader_node: AtomicU32::new(0),
             leader_term: AtomicU32::new(0),
             role: AtomicU8::new(0),
-            eligible: AtomicBool::new(true),
+            eligible: AtomicBool::new(false),
             stats: Stats::default(),
         })
     }

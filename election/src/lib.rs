@@ -30,6 +30,7 @@
 //! let cfg = ElectionConfig::new(vec!["http://127.0.0.1:2379".into()], "/seqstream/orders", 1)
 //!     .lease_ttl(Duration::from_secs(2));
 //! let election = Election::start(cfg)?;
+//! election.set_eligible(true); // this member's store holds every released frame
 //! let fence = election.fence();
 //! // On the sequencer's duty cycle:
 //! if let Some(term) = fence.term_if_leading() {

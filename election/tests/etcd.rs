@@ -10,9 +10,14 @@ use seqstream_testkit::proxy::TcpProxy;
 
 const TTL: Duration = Duration::from_secs(1);
 
+/// An eligible member.
 fn member(endpoint: String, node_id: u32) -> Election {
-    Election::start(ElectionConfig::new(vec![endpoint], "/seqstream/test", node_id).lease_ttl(TTL))
-        .unwrap()
+    let e = Election::start(
+        ElectionConfig::new(vec![endpoint], "/seqstream/test", node_id).lease_ttl(TTL),
+    )
+    .unwrap();
+    e.set_eligible(true);
+    e
 }
 
 /// Waits (at most 15 s) until `done`, failing with `what`.
@@ -157,4 +162,42 @@ fn a_resignation_hands_over_and_an_ineligible_member_never_campaigns() {
             })
     });
     assert_eq!(fa.stats().resignations, 1);
+}
+
+/// Deletes `key` from the etcd at `endpoint`, as an operator's `etcdctl del` would.
+fn delete_by_hand(endpoint: &str, key: &str) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut c = etcd_client::Client::connect([endpoint], None)
+                .await
+                .unwrap();
+            c.delete(key, None).await.unwrap();
+        });
+}
+
+#[test]
+fn a_leader_key_deleted_by_hand_never_makes_two_leaders() {
+    let etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    let b = member(etcd.endpoint(), 2);
+    let fb = b.fence();
+    wait("node 2 follows", || fb.role() == Role::Follower);
+
+    // Node 1 finds its key gone at its next renewal and stops; either node may then win
+    // term 2, never while the other leads.
+    delete_by_hand(&etcd.endpoint(), "/seqstream/test/leader");
+    wait("a leader of term 2", || {
+        let (ta, tb) = (fa.term_if_leading(), fb.term_if_leading());
+        assert!(
+            ta.is_none() || tb.is_none(),
+            "two leaders: {ta:?} and {tb:?}"
+        );
+        ta == Some(2) || tb == Some(2)
+    });
+    assert_eq!(fa.stats().lapses, 1);
 }

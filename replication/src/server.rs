@@ -982,7 +982,9 @@ fn check_history(tailer: &Tailer, a: &Admitted, counters: &Counters) -> Result<(
     if ours != a.resume_term {
         counters.refused_diverged.incr();
         return Err(Error::Protocol(format!(
-            "the replica diverged: its frames up to position {} are of term {}, this store's              are of term {ours}; it holds frames no leader of this stream released after them              and must cut them before it can follow",
+            "the replica diverged: its frames up to position {} are of term {}, this store's \
+             are of term {ours}; it holds frames no leader of this stream released after them \
+             and must cut them before it can follow",
             a.resume, a.resume_term
         )));
     }
