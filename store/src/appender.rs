@@ -293,24 +293,20 @@ impl Appender {
             });
         }
         // With the term-start frame pending, the header has the term already.
-        if !resume_pending && self.position == self.info.base_position {
-            self.segment.set_term(term);
-            self.info = self.segment.checked_info()?;
-        } else if !resume_pending {
-            let created = if self.cfg.explicit_clock {
-                self.stamp.last()
+        if !resume_pending {
+            if self.position == self.info.base_position {
+                self.segment.set_term(term);
+                self.info = self.segment.checked_info()?;
             } else {
-                self.stamp.clock().realtime_ns()
-            };
-            self.roll_at(created, term, FORMAT_VERSION)?;
+                let created = if self.cfg.explicit_clock {
+                    self.stamp.last()
+                } else {
+                    self.stamp.clock().realtime_ns()
+                };
+                self.roll_at(created, term, FORMAT_VERSION)?;
+            }
         }
-        let start = TermStart {
-            term,
-            previous_term: self.prior_term,
-            previous_last_seq: self.next_seq - 1,
-            previous_end_position: self.position,
-            node_id,
-        };
+        let start = TermStart::at(term, self.prior_term, self.next_seq, self.position, node_id);
         let fields = FrameFields {
             flags: format::flags::TERM_START | format::flags::HEARTBEAT,
             ..FrameFields::default()

@@ -118,6 +118,18 @@ impl TermStart {
     /// Encoded length in bytes.
     pub const LEN: usize = 32;
 
+    /// The term-start frame of `term`, led by `node_id`, after `previous_term`, as the frame
+    /// at `seq` and stream `position`: the previous term ended just before it.
+    pub fn at(term: u32, previous_term: u32, seq: u64, position: u64, node_id: u32) -> Self {
+        TermStart {
+            term,
+            previous_term,
+            previous_last_seq: seq - 1,
+            previous_end_position: position,
+            node_id,
+        }
+    }
+
     /// The frame payload.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];

@@ -252,10 +252,7 @@ fn term_fault(
                 h.length as usize - FRAME_HEADER_LEN,
             );
             let want = |t: &TermStart| {
-                t.term == info.term
-                    && t.previous_term == previous_term
-                    && t.previous_last_seq == h.seq - 1
-                    && t.previous_end_position == pos
+                *t == TermStart::at(info.term, previous_term, h.seq, pos, t.node_id)
             };
             match TermStart::decode(payload) {
                 Some(t) if want(&t) && h.fields.flags & format::flags::HEARTBEAT != 0 => None,

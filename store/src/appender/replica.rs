@@ -223,15 +223,15 @@ impl Appender {
     /// The term-start frame the next replicated frame must be: at the start of an active
     /// segment that starts a term; `None` elsewhere.
     fn expected_term_start(&self) -> Option<TermStart> {
-        (self.position == self.info.base_position && self.info.term > self.prior_term).then_some(
-            TermStart {
-                term: self.info.term,
-                previous_term: self.prior_term,
-                previous_last_seq: self.next_seq - 1,
-                previous_end_position: self.position,
-                node_id: 0,
-            },
-        )
+        self.term_start_pending().then(|| {
+            TermStart::at(
+                self.info.term,
+                self.prior_term,
+                self.next_seq,
+                self.position,
+                0,
+            )
+        })
     }
 
     /// The header checks of [`begin_replicated_segment`](Self::begin_replicated_segment).
@@ -304,12 +304,14 @@ impl FramesAt {
             last_timestamp_ns: last_ts,
             room: info.limit_position() - info.base_position,
             max_len: format::max_payload(info.length as usize) + FRAME_HEADER_LEN,
-            term_start: (info.term > previous_term).then_some(TermStart {
-                term: info.term,
-                previous_term,
-                previous_last_seq: info.base_seq - 1,
-                previous_end_position: info.base_position,
-                node_id: 0,
+            term_start: (info.term > previous_term).then(|| {
+                TermStart::at(
+                    info.term,
+                    previous_term,
+                    info.base_seq,
+                    info.base_position,
+                    0,
+                )
             }),
         }
     }
