@@ -391,34 +391,25 @@ async fn lead(
             _ = tokio::time::sleep_until(lapse_at) => break None,
             _ = tokio::time::sleep_until(next_renew) => {
                 let t_send = shared.now_ns();
-                match keep_alive(cfg, c, &mut stream, lease).await {
-                    Ok(Some(granted)) => match still_ours(cfg, c, lease).await {
-                        Ok(true) => {
-                            shared.count(Count::KeepAlive);
-                            let valid = valid_for.min(granted.saturating_sub(cfg.fence_margin));
-                            shared.extend(t_send, valid);
-                            next_renew = tokio::time::Instant::now() + cfg.renew_every;
-                        }
-                        Ok(false) => {
-                            tracing::warn!(node = cfg.node_id, term, "the leader key is no longer bound to this leader's lease (deleted by hand?): stopping");
-                            break None;
-                        }
-                        Err(e) => {
-                            shared.count(Count::KeepAliveFailure);
-                            let node = cfg.node_id;
-                            warn.warn(format_args!("node {node} term {term}: {e}"));
-                            next_renew = tokio::time::Instant::now() + cfg.retry_every;
-                        }
-                    },
-                    Ok(None) => {
+                match renew(cfg, c, &mut stream, lease).await {
+                    Ok(Renewal::Granted(granted)) => {
+                        shared.count(Count::KeepAlive);
+                        let valid = valid_for.min(granted.saturating_sub(cfg.fence_margin));
+                        shared.extend(t_send, valid);
+                        next_renew = tokio::time::Instant::now() + cfg.renew_every;
+                    }
+                    Ok(Renewal::KeyNotOurs) => {
+                        tracing::warn!(node = cfg.node_id, term, "the leader key is no longer bound to this leader's lease (deleted by hand?): stopping");
+                        break None;
+                    }
+                    Ok(Renewal::LeaseGone) => {
                         tracing::warn!(node = cfg.node_id, term, "etcd says the lease is gone");
                         break None;
                     }
                     Err(e) => {
                         shared.count(Count::KeepAliveFailure);
                         let node = cfg.node_id;
-                        warn.warn(format_args!("node {node} term {term}: keep-alive failed: {e}"));
-                        stream = None;
+                        warn.warn(format_args!("node {node} term {term}: renewal failed: {e}"));
                         next_renew = tokio::time::Instant::now() + cfg.retry_every;
                     }
                 }
@@ -437,17 +428,40 @@ async fn lead(
     ended
 }
 
-/// Whether the leader key exists and is bound to `lease`: checked after each acknowledged
-/// keep-alive and before the fence moves, so a leader whose key was deleted by hand (its
-/// lease alive) stops instead of leading beside a new leader. Errors: the call failed (the
-/// fence is then not moved).
-async fn still_ours(cfg: &ElectionConfig, c: &mut Client, lease: i64) -> Result<bool, Error> {
+/// What one renewal found.
+enum Renewal {
+    /// etcd kept the lease alive for this TTL, and the leader key is still bound to it.
+    Granted(Duration),
+    /// etcd answered that the lease no longer exists.
+    LeaseGone,
+    /// The lease lives but the leader key is gone or bound to another lease.
+    KeyNotOurs,
+}
+
+/// One renewal: a keep-alive on `stream` (opened if `None`), then whether the leader key is
+/// still bound to `lease`, checked before the fence moves, so a leader whose key was deleted
+/// by hand (its lease alive) stops instead of leading beside a new leader.
+///
+/// Errors: a call failed (the fence is then not moved).
+async fn renew(
+    cfg: &ElectionConfig,
+    c: &mut Client,
+    stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+    lease: i64,
+) -> Result<Renewal, Error> {
+    let Some(granted) = keep_alive(cfg, c, stream, lease).await? else {
+        return Ok(Renewal::LeaseGone);
+    };
     let r = call(cfg, "get leader", c.get(cfg.leader_key(), None)).await?;
-    Ok(r.kvs().first().is_some_and(|kv| kv.lease() == lease))
+    Ok(match r.kvs().first() {
+        Some(kv) if kv.lease() == lease => Renewal::Granted(granted),
+        _ => Renewal::KeyNotOurs,
+    })
 }
 
 /// One keep-alive on `stream` (opened if `None`): `Some(ttl)` granted, `None` when etcd
-/// answers that the lease no longer exists.
+/// answers that the lease no longer exists. A failed keep-alive drops the stream (a late
+/// answer on it would be taken for the next request's).
 async fn keep_alive(
     cfg: &ElectionConfig,
     c: &mut Client,
@@ -463,11 +477,13 @@ async fn keep_alive(
         responses.message().await
     })
     .await;
-    match answer {
-        Ok(Ok(Some(r))) if r.ttl() > 0 => Ok(Some(Duration::from_secs(r.ttl() as u64))),
-        Ok(Ok(Some(_))) => Ok(None),
-        Ok(Ok(None)) => Err(Error::Etcd("keep-alive stream closed".into())),
-        Ok(Err(e)) => Err(Error::Etcd(format!("keep-alive: {e}"))),
-        Err(_) => Err(Error::Etcd("keep-alive timed out".into())),
-    }
+    let failed = match answer {
+        Ok(Ok(Some(r))) if r.ttl() > 0 => return Ok(Some(Duration::from_secs(r.ttl() as u64))),
+        Ok(Ok(Some(_))) => return Ok(None),
+        Ok(Ok(None)) => Error::Etcd("keep-alive stream closed".into()),
+        Ok(Err(e)) => Error::Etcd(format!("keep-alive: {e}")),
+        Err(_) => Error::Etcd("keep-alive timed out".into()),
+    };
+    *stream = None;
+    Err(failed)
 }
