@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::CountersWriter;
-use seqstream_election::{Election, ElectionConfig, Fence};
+use seqstream_agent::LeaderGate;
+use seqstream_election::{Election, ElectionConfig};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 use seqstream_testkit::etcd::Etcd;
@@ -33,8 +34,8 @@ fn member(endpoint: String, node_id: u32) -> Election {
     Election::start(cfg).unwrap()
 }
 
-/// A sequencer on `store`, fenced by `fence`, counters in `dir`.
-fn sequencer(dir: &Path, store: &Path, fence: Fence) -> Sequencer {
+/// A sequencer on `store`, fenced by `gate`, counters in `dir`.
+fn sequencer(dir: &Path, store: &Path, gate: Arc<dyn LeaderGate>) -> Sequencer {
     let cfg = SequencerConfig {
         store: store.to_path_buf(),
         store_config: store_config(),
@@ -45,8 +46,8 @@ fn sequencer(dir: &Path, store: &Path, fence: Fence) -> Sequencer {
         nak_interval: Duration::from_millis(1),
         keys: Default::default(),
     };
-    let w = CountersWriter::create(&dir.join(format!("{}.counters", fence.node_id())), 64).unwrap();
-    Sequencer::open(cfg, &w).unwrap().fenced_by(Arc::new(fence))
+    let w = CountersWriter::create(&dir.join(format!("{}.counters", gate.node_id())), 64).unwrap();
+    Sequencer::open(cfg, &w).unwrap().fenced_by(gate)
 }
 
 /// Runs duty cycles until `done`, at most 15 s.
@@ -91,7 +92,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     let e1 = member(link.url(), 1);
     e1.set_eligible(true); // node 1 leads first
     let e2 = member(etcd.endpoint(), 2);
-    let mut a = sequencer(dir.path(), &store_a, e1.fence());
+    let mut a = sequencer(dir.path(), &store_a, Arc::new(e1.fence()));
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
 
     // Node 1 leads term 1: its first cycle writes the term-start frame, then it sequences.
@@ -145,7 +146,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     wait("node 2 leads", || e2.fence().term_if_leading() == Some(2));
     seqstream_testkit::replicate_into(&store_a, &store_b, &mut replica, &store_config(), None);
     drop(replica);
-    let mut b = sequencer(dir.path(), &store_b, e2.fence());
+    let mut b = sequencer(dir.path(), &store_b, Arc::new(e2.fence()));
     // The source resends everything it has not seen confirmed, and goes on.
     source
         .send_to(
@@ -182,7 +183,7 @@ struct CountedGate {
     yes: std::sync::atomic::AtomicU32,
 }
 
-impl seqstream_agent::LeaderGate for CountedGate {
+impl LeaderGate for CountedGate {
     fn term_if_leading(&self) -> Option<u32> {
         let left = self.yes.load(std::sync::atomic::Ordering::Relaxed);
         if left == 0 {
@@ -202,21 +203,10 @@ impl seqstream_agent::LeaderGate for CountedGate {
 fn every_cycle_asks_the_gate_again_after_starting_a_term() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let cfg = SequencerConfig {
-        store: store.clone(),
-        store_config: store_config(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        sources: vec![format!("{SOURCE}@127.0.0.1").parse().unwrap()],
-        recv_buffer: Some(1 << 20),
-        heartbeat: None,
-        nak_interval: Duration::from_millis(1),
-        keys: Default::default(),
-    };
-    let w = CountersWriter::create(&dir.path().join("seq.counters"), 64).unwrap();
     let gate = Arc::new(CountedGate {
         yes: std::sync::atomic::AtomicU32::new(u32::MAX),
     });
-    let mut seq = Sequencer::open(cfg, &w).unwrap().fenced_by(gate.clone());
+    let mut seq = sequencer(dir.path(), &store, gate.clone());
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
     source
         .send_to(
