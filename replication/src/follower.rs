@@ -69,6 +69,10 @@ pub struct FollowerConfig {
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
+    /// The local address to connect from (`None`, the default: the kernel picks). A standby
+    /// of a sequencer group connects from the address its leader knows it by
+    /// ([`Release`](crate::release::Release)).
+    pub bind: Option<std::net::IpAddr>,
     /// TLS to the upstream (`tls::client_config`) and the name its certificate must carry
     /// (`tls::server_name`), the replication handshake inside it; `None` (the default):
     /// plain TCP.
@@ -107,6 +111,7 @@ impl FollowerConfig {
             store,
             store_config: StoreConfig::new(stream_id),
             upstream,
+            bind: None,
             tls: None,
             keys,
             connect_timeout: Duration::from_secs(2),
@@ -445,6 +450,11 @@ impl Follower {
         socket
             .set_nodelay(true)
             .map_err(|e| Error::io("set_nodelay", e))?;
+        if let Some(ip) = self.replica.cfg.bind {
+            socket
+                .bind(&SocketAddr::new(ip, 0).into())
+                .map_err(|e| Error::io("bind", e))?;
+        }
         match socket.connect(&upstream.into()) {
             Ok(()) => Ok((self.connected(socket.into(), now)?, 1)),
             Err(e)

@@ -26,6 +26,7 @@ pub mod framing;
 mod handshake;
 pub mod peer;
 pub mod protocol;
+pub mod release;
 pub mod server;
 pub mod tls;
 

@@ -48,6 +48,11 @@
 //! same daemon, are done), for [`DRAIN_TIMEOUT`] at most, so a daemon stopped on SIGTERM
 //! leaves its replicas whole.
 //!
+//! Under the `standby-ack` release policy ([`ServerConfig::release`], module
+//! [`release`](crate::release)) a replica connecting from a standby's address is sent every
+//! committed frame and its acks move the released position; every other replica is sent
+//! frames up to the released position only.
+//!
 //! A sender whose session fails (a fault of its replica, or of its socket) logs it
 //! (`replica dropped`, rate-limited), counts it (`disconnects`), gives its slot back and ends
 //! its runner: the server carries on.
@@ -75,6 +80,7 @@ use seqstream_store::{Tailer, TailerOptions};
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::handshake;
 use crate::protocol::{self, Msg};
+use crate::release::Release;
 use crate::tls::Transport;
 use crate::{Error, Result};
 
@@ -126,6 +132,13 @@ pub struct ServerConfig {
     /// Its monotonic reading times the handshake deadline, heartbeats and the peer timeout;
     /// its realtime reading stamps heartbeats. The system's clocks by default.
     pub clock: Clock,
+    /// The `standby-ack` release policy ([`Release`]): replicas connecting from a standby's
+    /// address are sent everything and their acks move the released position; every other
+    /// replica is sent frames up to the released position only (heartbeats say the released
+    /// position, not the committed one). `None` (the default, the `immediate` policy): every
+    /// replica is sent every committed frame. The standbys' addresses must be in
+    /// [`allow`](Self::allow).
+    pub release: Option<Arc<Release>>,
 }
 
 impl ServerConfig {
@@ -150,6 +163,7 @@ impl ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             poll_interval: Duration::from_millis(1),
             clock: Clock::system(),
+            release: None,
         }
     }
 }
@@ -531,12 +545,20 @@ impl Server {
         lease: Lease,
     ) {
         let index = lease.index;
+        let gate = match &self.cfg.release {
+            None => Gate::Open,
+            Some(r) => match r.standby(peer.ip()) {
+                Some(i) => Gate::Standby(r.clone(), i),
+                None => Gate::Released(r.clone()),
+            },
+        };
         let session = Session::new(
             self.cfg.clone(),
             stream,
             admitted,
             tailer,
             lease.counters().clone(),
+            gate,
         );
         let sender = Sender {
             role: format!("repl-send[{index}]"),
@@ -886,6 +908,27 @@ impl Agent for Sender {
     }
 }
 
+/// What a session may send, under the server's release policy.
+enum Gate {
+    /// Every committed frame (`immediate`, or no policy).
+    Open,
+    /// Every committed frame, to standby `.1`, whose acks move the released position.
+    Standby(Arc<Release>, usize),
+    /// Frames up to the released position only: a consumer under `standby-ack`.
+    Released(Arc<Release>),
+}
+
+impl Gate {
+    /// The position the session may send up to.
+    #[inline]
+    fn limit(&self) -> u64 {
+        match self {
+            Gate::Released(r) => r.released(),
+            Gate::Open | Gate::Standby(..) => u64::MAX,
+        }
+    }
+}
+
 /// One replica's session: what its sender's duty cycle reads and writes.
 struct Session {
     cfg: Arc<ServerConfig>,
@@ -908,6 +951,7 @@ struct Session {
     macs: SessionKeys,
     /// The server's handshake proof: the session's first message.
     proof: Tag,
+    gate: Gate,
 }
 
 impl Session {
@@ -917,8 +961,12 @@ impl Session {
         admitted: Admitted,
         tailer: Tailer,
         slot: SlotCounters,
+        gate: Gate,
     ) -> Session {
         let resume = admitted.resume;
+        if let Gate::Standby(release, i) = &gate {
+            release.ack(*i, resume); // a replica holds what it resumes from
+        }
         let mut clock = cfg.clock.clone();
         let start_ns = clock.monotonic_ns();
         Session {
@@ -939,6 +987,7 @@ impl Session {
             slot,
             macs: admitted.macs,
             proof: admitted.proof,
+            gate,
         }
     }
 
@@ -1022,7 +1071,10 @@ impl Session {
         {
             return Ok(work); // back-pressure: send nothing new until the backlog drains
         }
-        if let Some(range) = self.tailer.poll_range(self.cfg.max_batch)? {
+        if let Some(range) = self
+            .tailer
+            .poll_range_to(self.cfg.max_batch, self.gate.limit())?
+        {
             self.scratch.clear();
             if self.announced != Some(range.segment_index) {
                 let header = range.segment_header();
@@ -1060,7 +1112,7 @@ impl Session {
             self.scratch.clear();
             protocol::encode_sealed(
                 &Msg::Heartbeat {
-                    committed_position: self.tailer.committed_position(),
+                    committed_position: self.tailer.committed_position().min(self.gate.limit()),
                     timestamp_ns: self.clock.realtime_ns(),
                 },
                 &mut self.macs.from_upstream,
@@ -1108,6 +1160,10 @@ impl Session {
                 match protocol::open(&mut self.macs.from_replica, m)? {
                     Msg::Ack { position, next_seq } => {
                         self.check_ack(position, next_seq)?;
+                        if let Gate::Standby(release, i) = &self.gate {
+                            release.ack(*i, position);
+                            release.observe_committed(self.tailer.committed_position());
+                        }
                         self.acked_position = position;
                         self.acked_seq = next_seq;
                         self.slot.position_acked.set(position);

@@ -16,6 +16,7 @@ use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::framing::{put_sofh, Inbox};
 use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
+use seqstream_replication::release::Release;
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_replication::Error;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
@@ -1456,4 +1457,74 @@ fn a_replica_holding_a_deposed_leaders_tail_is_refused_and_one_that_agrees_follo
     assert_identical(&d.path("new"), &d.path("agrees"));
     let v = seqstream_store::verify::verify(&d.path("agrees")).unwrap();
     assert!(v.is_ok(), "{:?}", v.faults);
+}
+
+/// `standby-ack`: a consumer is sent only what the standby holds. While the standby is down
+/// the consumer receives nothing new (and its upstream's heartbeats say so), and once the
+/// standby is back both catch up, byte-identical.
+#[test]
+fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
+    let d = Dirs::new();
+    let (primary, standby, consumer) = (d.path("primary"), d.path("standby"), d.path("consumer"));
+    let mut a = Appender::open_or_create(&primary, store_cfg()).unwrap();
+    append_pattern(&mut a, 200);
+    let first_end = a.position();
+
+    let standby_ip: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let release_counters = d.path("release.counters");
+    let w = CountersWriter::create(&release_counters, 16).unwrap();
+    let release = Arc::new(Release::new(&[standby_ip], &w).unwrap());
+    let (addr, _server) = serve(&primary, &d.path("server.counters"), |c| {
+        c.allow.push(standby_ip);
+        c.release = Some(release.clone());
+    });
+    let consumer_counters = d.path("consumer.counters");
+    let _consumer = follow(&consumer, &consumer_counters, addr, SECRET);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(counter(&consumer_counters, "replica position"), 0);
+    assert_eq!(release.released(), 0);
+
+    let standby_counters = d.path("standby.counters");
+    let follow_standby = || {
+        follow_with(&standby, &standby_counters, addr, SECRET, |c| {
+            c.bind = Some(standby_ip)
+        })
+    };
+    let s = follow_standby();
+    wait_for(&standby_counters, first_end, Duration::from_secs(10));
+    wait_for(&consumer_counters, first_end, Duration::from_secs(10));
+    assert_eq!(counter(&release_counters, "released position"), first_end);
+    drop(s);
+
+    append_pattern(&mut a, 100);
+    let second_end = a.position();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(counter(&consumer_counters, "replica position"), first_end);
+    assert_eq!(
+        counter(&consumer_counters, "upstream committed position"),
+        first_end,
+        "a consumer's heartbeats say the released position"
+    );
+    assert_eq!(release.released(), first_end);
+
+    let _s = follow_standby();
+    wait_for(&standby_counters, second_end, Duration::from_secs(10));
+    wait_for(&consumer_counters, second_end, Duration::from_secs(10));
+    assert_eq!(
+        counter(&release_counters, "standby[0] position acked"),
+        second_end
+    );
+    for replica in [&standby, &consumer] {
+        assert_identical(&primary, replica);
+        assert_complete(replica, 300);
+    }
+}
+
+#[test]
+fn a_release_refuses_no_standby_and_an_address_named_twice() {
+    let d = Dirs::new();
+    let w = CountersWriter::create(&d.path("c"), 16).unwrap();
+    let ip: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    assert!(matches!(Release::new(&[], &w), Err(Error::Config(_))));
+    assert!(matches!(Release::new(&[ip, ip], &w), Err(Error::Config(_))));
 }

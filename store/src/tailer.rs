@@ -445,6 +445,21 @@ impl Tailer {
     /// [`segment_index`](Self::segment_index) / [`segment_header`](Self::segment_header)
     /// describe the segment the range came from.
     pub fn poll_range(&mut self, max_bytes: usize) -> Result<Option<FrameRange<'_>>> {
+        self.poll_range_to(max_bytes, u64::MAX)
+    }
+
+    /// [`poll_range`](Self::poll_range), ending at `limit` (a position) at the latest: a
+    /// replication server releasing only what standbys hold (`standby-ack`) reads up to its
+    /// released position. `limit` must be a frame boundary (a position some replica
+    /// committed); `None` while the tailer's position is at or past it.
+    pub fn poll_range_to(
+        &mut self,
+        max_bytes: usize,
+        limit: u64,
+    ) -> Result<Option<FrameRange<'_>>> {
+        if limit <= self.position {
+            return Ok(None);
+        }
         let Some(committed) = self.ready()? else {
             return Ok(None);
         };
@@ -452,6 +467,7 @@ impl Tailer {
         let first_seq = self.next_seq;
         let off = file_offset(&self.info, start);
         let avail = (committed - start) as usize;
+        let allowed = limit - start;
         let mut used = 0usize;
         let mut frames = 0u64;
         while used < avail {
@@ -470,13 +486,16 @@ impl Tailer {
                 Err(_) => break,
             };
             let span = format::align_frame(h.length as usize);
-            if frames > 0 && used + span > max_bytes {
+            if (frames > 0 && used + span > max_bytes) || (used + span) as u64 > allowed {
                 break;
             }
             used += span;
             frames += 1;
             self.position += span as u64;
             self.next_seq += 1;
+        }
+        if frames == 0 {
+            return Ok(None); // the next frame ends past `limit`
         }
         if let Err(e) = self.segment.check_intact() {
             self.position = start;

@@ -257,6 +257,39 @@ fn flush_policies_msync_as_configured() {
 }
 
 #[test]
+fn poll_range_to_never_passes_its_limit_and_never_splits_a_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+    let mut ends = Vec::new();
+    for seq in 1..=300u64 {
+        let mut b = vec![0; pattern::payload_len(seq, 0, 300)];
+        pattern::fill(seq, &mut b);
+        a.append(&b).unwrap();
+        ends.push(a.position());
+    }
+    let mut t = Tailer::open(dir.path()).unwrap();
+    assert!(t.poll_range_to(1 << 20, 0).unwrap().is_none());
+    // Limits that are frame ends, and limits inside a frame (a lying acker): the tailer
+    // stops at the last whole frame before the limit and never reports a fault for it.
+    let mut pos = 0u64;
+    for (i, &end) in ends.iter().enumerate().step_by(7) {
+        for limit in [end - 8, end] {
+            while let Some(r) = t.poll_range_to(1 << 20, limit).unwrap() {
+                assert_eq!(r.position, pos);
+                pos += r.bytes.len() as u64;
+                assert!(pos <= limit, "range to {pos} past the limit {limit}");
+            }
+        }
+        assert_eq!(pos, end, "frame {} not reached", i + 1);
+        assert_eq!(t.next_seq(), i as u64 + 2);
+    }
+    while let Some(r) = t.poll_range_to(1 << 20, u64::MAX).unwrap() {
+        pos += r.bytes.len() as u64;
+    }
+    assert_eq!(pos, a.position());
+}
+
+#[test]
 fn poll_range_returns_whole_frames_and_seek_position_finds_boundaries() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
