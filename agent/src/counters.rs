@@ -140,7 +140,8 @@ impl Mapping {
 pub struct CountersWriter {
     file: Arc<Mapping>,
     capacity: usize,
-    next: Arc<std::sync::Mutex<usize>>,
+    /// The slots allocated so far: each one's label and kind, in slot order.
+    allocated: Arc<std::sync::Mutex<Vec<(String, CounterKind)>>>,
     /// Prepended to every label this writer allocates ([`scoped`](Self::scoped)).
     prefix: Arc<str>,
 }
@@ -240,7 +241,7 @@ impl CountersWriter {
         Ok(CountersWriter {
             file: Arc::new(file),
             capacity,
-            next: Arc::new(std::sync::Mutex::new(0)),
+            allocated: Arc::new(std::sync::Mutex::new(Vec::new())),
             prefix: Arc::from(""),
         })
     }
@@ -262,7 +263,9 @@ impl CountersWriter {
 
     /// Allocates a [`CounterKind::Count`] named `label` (after the writer's
     /// [scope](Self::scoped); truncated to [`MAX_LABEL`] bytes at a character boundary),
-    /// starting at 0. `Full` when every slot is taken.
+    /// starting at 0. `Full` when every slot is taken. A label this file already holds with
+    /// the same kind is that slot again, value kept: a role that reopens one of its parts (a
+    /// sequencer group member passing between standby and leader) keeps its counters.
     pub fn counter(&self, label: &str) -> Result<Counter, CountersError> {
         self.typed(CounterKind::Count, label)
     }
@@ -285,23 +288,30 @@ impl CountersWriter {
             scoped = format!("{}{label}", self.prefix);
             &scoped
         };
-        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        if *next >= self.capacity {
+        let mut end = label.len().min(MAX_LABEL);
+        while !label.is_char_boundary(end) {
+            end -= 1;
+        }
+        let label = &label[..end];
+        let mut allocated = self.allocated.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = allocated.iter().position(|(l, k)| l == label && *k == kind) {
+            return Ok(Counter {
+                file: self.file.clone(),
+                offset: HEADER + i * SLOT,
+            });
+        }
+        if allocated.len() >= self.capacity {
             return Err(CountersError::Full {
                 path: self.path().into(),
                 capacity: self.capacity,
             });
         }
-        let offset = HEADER + *next * SLOT;
-        *next += 1;
-        let mut end = label.len().min(MAX_LABEL);
-        while !label.is_char_boundary(end) {
-            end -= 1;
-        }
+        let offset = HEADER + allocated.len() * SLOT;
+        allocated.push((label.to_string(), kind));
         // The type and label first, then the length: a reader skips the slot until the length
         // is set.
         self.file.write(offset + 9, &[kind as u8]);
-        self.file.write(offset + 10, &label.as_bytes()[..end]);
+        self.file.write(offset + 10, label.as_bytes());
         self.file.write(offset + 8, &[end as u8]);
         Ok(Counter {
             file: self.file.clone(),
@@ -407,6 +417,29 @@ mod tests {
         assert!(w.counter("e").is_err());
         std::fs::write(&path, b"garbage").unwrap();
         assert!(read(&path).is_err());
+    }
+
+    #[test]
+    fn a_label_allocated_again_with_its_kind_is_the_same_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.counters");
+        let w = CountersWriter::create(&path, 3).unwrap();
+        w.scoped("seq ").counter("frames").unwrap().add(7);
+        let again = w.scoped("seq ").counter("frames").unwrap();
+        again.incr();
+        let gauge = w.scoped("seq ").gauge("frames").unwrap();
+        gauge.set(2);
+        let s = read(&path).unwrap();
+        assert_eq!(
+            s.counters,
+            [("seq frames".to_string(), 8), ("seq frames".to_string(), 2)]
+        );
+        w.counter("other").unwrap();
+        assert!(w.counter("one too many").is_err());
+        assert!(
+            w.scoped("seq ").counter("frames").is_ok(),
+            "a full file still finds a label"
+        );
     }
 
     #[test]
