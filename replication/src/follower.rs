@@ -235,6 +235,8 @@ struct Replica {
     counters: Counters,
     /// The replication key (rotated from its file).
     keys: Keyring,
+    /// The committed position the upstream's last heartbeat of this session stated.
+    upstream_committed: Option<u64>,
 }
 
 /// A replica of one stream, kept up to date from an upstream: the replication client agent.
@@ -292,6 +294,7 @@ impl Follower {
             appender,
             counters,
             keys: cfg.keys.clone(),
+            upstream_committed: None,
             cfg,
         };
         replica.publish_position();
@@ -317,6 +320,18 @@ impl Follower {
     /// The seq the local replica expects next.
     pub fn next_seq(&self) -> u64 {
         self.replica.next_seq()
+    }
+
+    /// Whether the replica holds everything its upstream had committed when it last said so:
+    /// streaming, and at or past the committed position of the upstream's last heartbeat in
+    /// this session (an upstream heartbeats only when it has sent everything). A sequencer
+    /// group's standby becomes eligible to lead only once this is true.
+    pub fn caught_up(&self) -> bool {
+        matches!(self.state, State::Streaming { .. })
+            && self
+                .replica
+                .upstream_committed
+                .is_some_and(|c| self.position() >= c)
     }
 
     /// Where the connection is.
@@ -486,6 +501,7 @@ impl Follower {
             ),
         };
         self.replica.counters.connects.incr();
+        self.replica.upstream_committed = None;
         let mut outbox = Outbox::default();
         let mut scratch = Vec::with_capacity(256);
         let nonce = nonce().map_err(|e| Error::io("getrandom", e))?;
@@ -793,6 +809,7 @@ impl Replica {
             Msg::Heartbeat {
                 committed_position, ..
             } => {
+                self.upstream_committed = Some(committed_position);
                 self.counters.upstream_committed.set(committed_position);
                 self.counters
                     .lag_bytes

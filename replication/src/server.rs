@@ -119,7 +119,7 @@ pub struct ServerConfig {
     pub send_buffer: Option<usize>,
     /// Largest data message, in bytes (at least one frame is always sent whole).
     pub max_batch: usize,
-    /// Heartbeat after this long without sending.
+    /// Heartbeat interval (sent whether or not data flowed).
     pub heartbeat: Duration,
     /// Disconnect a replica silent for this long.
     pub peer_timeout: Duration,
@@ -938,8 +938,8 @@ struct Session {
     outbox: Outbox,
     scratch: Vec<u8>,
     announced: Option<u64>,
-    /// When (monotonic ns) the last message went out, and the last one came in.
-    last_send_ns: u64,
+    /// When (monotonic ns) the last heartbeat went out, and the last message came in.
+    last_heartbeat_ns: u64,
     last_recv_ns: u64,
     clock: Clock,
     sent_position: u64,
@@ -976,7 +976,7 @@ impl Session {
             outbox: Outbox::default(),
             scratch: Vec::with_capacity(256),
             announced: None,
-            last_send_ns: start_ns,
+            last_heartbeat_ns: start_ns,
             last_recv_ns: start_ns,
             clock,
             sent_position: resume,
@@ -1009,7 +1009,7 @@ impl Session {
                 .map_err(|e| Error::io("SO_SNDBUF", e))?;
         }
         let now = self.clock.monotonic_ns();
-        self.last_send_ns = now;
+        self.last_heartbeat_ns = now;
         self.last_recv_ns = now;
         self.scratch.clear();
         protocol::encode(&Msg::Proof { proof: &self.proof }, &mut self.scratch);
@@ -1106,9 +1106,11 @@ impl Session {
             self.sent_position = range.position + range.bytes.len() as u64;
             self.sent_seq = range.first_seq + range.frames;
             self.slot.position_sent.set(self.sent_position);
-            self.last_send_ns = now;
             work += 1;
-        } else if now.saturating_sub(self.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
+        }
+        // Every heartbeat interval, streaming or idle: a replica learns the committed position
+        // it must reach to be caught up (`Follower::caught_up`) even under steady load.
+        if now.saturating_sub(self.last_heartbeat_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
             self.scratch.clear();
             protocol::encode_sealed(
                 &Msg::Heartbeat {
@@ -1121,7 +1123,7 @@ impl Session {
             self.outbox
                 .send(&mut self.stream, &[&self.scratch])
                 .map_err(|e| Error::io("write", e))?;
-            self.last_send_ns = now;
+            self.last_heartbeat_ns = now;
             work += 1;
         }
         Ok(work)
