@@ -16,6 +16,7 @@
 //! | `[[serve]]` | [`ServeArgs`] | `replicator serve` |
 //! | `[[follow]]` | [`FollowArgs`] | `replicator follow` |
 //! | `[[forward]]` | [`ForwardArgs`] | `iodaemon` (its forwarding flags) |
+//! | `[[sequencer_group]]` | [`GroupArgs`] | none: a member of a sequencer group ([`group`]) |
 //!
 //! `docs/seqstreamd.md` explains the file with a full example.
 
@@ -33,6 +34,10 @@ use seqstream_iodaemon::cli::{check_routes, ForwardArgs};
 use seqstream_replication::cli::{FollowArgs, ServeArgs};
 use seqstream_sequencer::cli::{CompositorArgs, SequencerArgs};
 use serde::Deserialize;
+
+pub mod group;
+
+pub use group::GroupArgs;
 
 /// Longest role or thread name, so that counter labels (`<name> <label>`, at most 55 bytes)
 /// keep their meaning.
@@ -62,6 +67,8 @@ struct RawFile {
     follow: Vec<toml::Table>,
     #[serde(default)]
     forward: Vec<toml::Table>,
+    #[serde(default)]
+    sequencer_group: Vec<toml::Table>,
 }
 
 /// A `[shared]` or `[[thread]]` table.
@@ -89,6 +96,8 @@ pub enum RoleSpec {
     Follow(FollowArgs),
     /// A `[[forward]]`.
     Forward(ForwardArgs),
+    /// A `[[sequencer_group]]`.
+    Group(Box<GroupArgs>),
 }
 
 impl RoleSpec {
@@ -100,6 +109,7 @@ impl RoleSpec {
             RoleSpec::Serve(_) => ServeArgs::KIND,
             RoleSpec::Follow(_) => FollowArgs::KIND,
             RoleSpec::Forward(_) => ForwardArgs::KIND,
+            RoleSpec::Group(_) => GroupArgs::KIND,
         }
     }
 
@@ -110,6 +120,7 @@ impl RoleSpec {
             RoleSpec::Sequencer(s) => Some((s.stream_id, &s.store)),
             RoleSpec::Compositor(c) => Some((c.stream_id, &c.output)),
             RoleSpec::Follow(f) => Some((f.common.stream_id, &f.common.store)),
+            RoleSpec::Group(g) => Some((g.sequencer.stream_id, &g.sequencer.store)),
             RoleSpec::Serve(_) | RoleSpec::Forward(_) => None,
         }
     }
@@ -121,6 +132,7 @@ impl RoleSpec {
             RoleSpec::Serve(r) => r.build(ctx),
             RoleSpec::Follow(r) => r.build(ctx),
             RoleSpec::Forward(r) => r.build(ctx),
+            RoleSpec::Group(r) => r.build(ctx),
         }
     }
 }
@@ -350,12 +362,18 @@ impl HostFile {
             ForwardArgs::PLACEMENT_KEYS,
             &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
         )?;
+        parse(
+            GroupArgs::KIND,
+            &raw.sequencer_group,
+            GroupArgs::PLACEMENT_KEYS,
+            &|f| One::<GroupArgs>::try_parse_from(f).map(|o| RoleSpec::Group(Box::new(o.role))),
+        )?;
         if roles.is_empty() {
-            bail!("no role: add a [[sequencer]], [[compositor]], [[serve]], [[follow]] or [[forward]] table");
+            bail!("no role: add a [[sequencer]], [[compositor]], [[serve]], [[follow]], [[forward]] or [[sequencer_group]] table");
         }
         for role in &grouped_senders {
             if let Some((_, spec)) = roles.iter().find(|(n, _)| n == role) {
-                if !matches!(spec, RoleSpec::Serve(_)) {
+                if !matches!(spec, RoleSpec::Serve(_) | RoleSpec::Group(_)) {
                     bail!(
                         "[[thread]] roles: {role}{SENDERS_SUFFIX}: {role} is a [[{}]], not a [[serve]]: it has no senders",
                         spec.kind()
@@ -431,12 +449,20 @@ impl HostFile {
             match r {
                 RoleSpec::Sequencer(s) if s.listen.port() != 0 => {
                     if let Some((other, _)) = listens.iter().find(|(_, l)| *l == s.listen) {
-                        bail!(
-                            "[[sequencer]] {name} and {other} both listen on {}",
-                            s.listen
-                        );
+                        bail!("{name} and {other} both listen on {}", s.listen);
                     }
                     listens.push((name.as_str(), s.listen));
+                }
+                RoleSpec::Group(g) => {
+                    g.split_members()
+                        .with_context(|| format!("[[sequencer_group]] {name}"))?;
+                    let listen = g.sequencer.listen;
+                    if listen.port() != 0 {
+                        if let Some((other, _)) = listens.iter().find(|(_, l)| *l == listen) {
+                            bail!("{name} and {other} both listen on {listen}");
+                        }
+                        listens.push((name.as_str(), listen));
+                    }
                 }
                 RoleSpec::Compositor(c) if c.components.contains(&c.output) => {
                     bail!(
@@ -527,7 +553,7 @@ impl Host {
                 counters: writer.scoped(&format!("{name} ")),
                 // Only a server hands out agents (its senders).
                 sender_host: match role {
-                    RoleSpec::Serve(_) => layout.handed_agents_host(name),
+                    RoleSpec::Serve(_) | RoleSpec::Group(_) => layout.handed_agents_host(name),
                     _ => None,
                 },
             };
@@ -697,6 +723,51 @@ source = ["1@127.0.0.1"]
             "{SEQ}\n[[forward]]\noutbox = [\"/o\"]\nroute = [\"2=127.0.0.1:9=/tmp/x/md\"]\n"
         ));
         assert!(e.contains("one store holds one stream"), "{e}");
+    }
+
+    const GROUP: &str = r#"
+[[sequencer_group]]
+name = "md"
+store = "/tmp/x/md"
+stream_id = 1
+listen = "10.0.0.1:7001"
+source = ["1@10.0.0.9"]
+node_id = 1
+member = ["1=10.0.0.1:7101", "2=10.0.0.2:7101"]
+etcd = ["http://10.0.0.5:2379"]
+secret_file = "/s"
+allow = ["10.0.0.9"]
+"#;
+
+    #[test]
+    fn a_sequencer_group_member_parses_and_checks_its_members() {
+        let f = HostFile::parse(GROUP).unwrap();
+        let RoleSpec::Group(g) = &f.roles[0].1 else {
+            panic!("{:?}", f.roles)
+        };
+        assert_eq!((g.node_id, g.members.len(), g.lease_ttl_s), (1, 2, 2));
+        assert_eq!(g.sequencer.stream_id, 1);
+        let e = err(&GROUP.replace("\"1=10.0.0.1:7101\", ", ""));
+        assert!(
+            e.contains("at least two members") || e.contains("not one of"),
+            "{e}"
+        );
+        let e = err(&GROUP.replace("2=10.0.0.2", "x=10.0.0.2"));
+        assert!(
+            e.contains("NODE=REPLICATION_ADDRESS") || e.contains("node id"),
+            "{e}"
+        );
+        let e = err(&GROUP.replace("node_id = 1", "node_id = 1\nrelease = \"immediate\""));
+        assert!(e.contains("standby-ack"), "{e}");
+        let e = err(&format!(
+            "{SEQ}{}",
+            GROUP
+                .replace("/tmp/x/md", "/tmp/x/md2")
+                .replace("10.0.0.1:7001", "127.0.0.1:7001")
+                .replace("name = \"md\"", "name = \"grp\"")
+        )
+        .replace("127.0.0.1:0", "127.0.0.1:7001"));
+        assert!(e.contains("both listen on 127.0.0.1:7001"), "{e}");
     }
 
     #[test]

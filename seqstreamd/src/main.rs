@@ -50,6 +50,9 @@ The file (TOML) has top-level keys, thread tables and one table per role:
   [[serve]]      a replication server   keys = `replicator serve` flags
   [[follow]]     a replication client   keys = `replicator follow` flags
   [[forward]]    the forwarder          keys = `iodaemon` forwarding flags
+  [[sequencer_group]]  a member of a sequencer group (leader or standby, etcd
+                 elects): `sequencer` flags plus node_id, member, etcd,
+                 lease_ttl_s, release, bootstrap, secret_file, allow
 
 Each role table takes `name` (default <kind>-<n>; its counters are labelled
 \"<name> ...\") and the long flags of its one-role daemon without the dashes,

@@ -54,12 +54,10 @@ pub struct SequencerArgs {
     pub placement: PlacementArgs,
 }
 
-impl Role for SequencerArgs {
-    const KIND: &'static str = "sequencer";
-    const PLACEMENT_KEYS: &'static [&'static str] = PlacementArgs::KEYS;
-
-    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
-        let cfg = SequencerConfig {
+impl SequencerArgs {
+    /// The sequencer's configuration (the sources' key files read now).
+    pub fn config(&self) -> Result<SequencerConfig> {
+        Ok(SequencerConfig {
             store: self.store.clone(),
             store_config: StoreConfig::new(self.stream_id)
                 .segment_size(self.segment_size)
@@ -70,8 +68,16 @@ impl Role for SequencerArgs {
             heartbeat: (!self.no_heartbeat).then(|| Duration::from_millis(self.heartbeat_ms)),
             nak_interval: Duration::from_millis(1),
             keys: self.keys.open().context("reading the sources' key files")?,
-        };
-        let sequencer = Sequencer::open(cfg, &ctx.counters).with_context(|| {
+        })
+    }
+}
+
+impl Role for SequencerArgs {
+    const KIND: &'static str = "sequencer";
+    const PLACEMENT_KEYS: &'static [&'static str] = PlacementArgs::KEYS;
+
+    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
+        let sequencer = Sequencer::open(self.config()?, &ctx.counters).with_context(|| {
             format!(
                 "opening the store {} and binding {}",
                 self.store.display(),

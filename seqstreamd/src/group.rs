@@ -1,0 +1,493 @@
+//! The sequencer group member role, `[[sequencer_group]]` ([`GroupArgs`]): this host's member
+//! of a stream's sequencer group (`DESIGN.md`, "Sequencer failover"). Who leads is decided by
+//! etcd ([`seqstream_election`]); this module owns what a member does about it, on one agent
+//! ([`Member`]) and the group's replication server:
+//!
+//! ```text
+//!            fence opens (this member won a term)
+//!   Idle ──────────────────────────────────────────────▶ Leading: Sequencer::open on the
+//!    │ another member leads                          ▲   store, fenced by the election; it
+//!    ▼                                               │   starts its term in the store
+//!   Standby: a replication Follower of the leader ───┘
+//!    ▲       (from this member's address), eligible     │ another member leads
+//!    └───────── once caught up ◀────────────────────────┘ (this one was deposed)
+//! ```
+//!
+//! The **replication server** runs in every state on the member's replication address and
+//! the same store, under the `standby-ack` release policy
+//! ([`seqstream_replication::release`]): the other members are its standbys (told apart by
+//! the address they connect from, their member address), every other allowed address a
+//! consumer that receives only what every standby holds. So every member's store holds every
+//! frame any consumer ever received, whichever member leads next.
+//!
+//! **Eligibility** (whether the member may campaign, [`Election::set_eligible`]): a member
+//! whose store held frames when it started is eligible (under `standby-ack` an intact store
+//! holds every released frame), and so is one that has caught up with a leader
+//! ([`Follower::caught_up`]); a member that starts with an empty store is not, unless it is
+//! the `bootstrap` member of a new group. A member catching up into a store it began empty
+//! keeps a marker file (`<store>.catching-up`) until it has caught up, so a restart half way
+//! does not make a partial store eligible.
+//!
+//! What this module never does: link etcd into the data path (the sequencer reads the
+//! election's [`Fence`] through `LeaderGate`: atomics and a clock read), write the store
+//! itself, or merge a history: a deposed leader holding an unreleased tail is refused by its
+//! new upstream as diverged (counted there) and stays a standby that cannot follow until its
+//! tail is cut (not built yet: `DESIGN.md`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use seqstream_agent::counters::{Counter, CountersWriter};
+use seqstream_agent::daemon::{LimitedWarn, Role, RoleContext};
+use seqstream_agent::host::{Hosted, Placement};
+use seqstream_agent::{Agent, AgentError, DutyCycle, Idle};
+use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence};
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::release::Release;
+use seqstream_replication::server::{Server, ServerConfig};
+use seqstream_sequencer::cli::SequencerArgs;
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+
+/// How often (ns, by the duty cycle's clock) a member looks at its election and its state.
+const STEER_EVERY_NS: u64 = 1_000_000;
+
+/// One member of the group, as every member's file lists it: `NODE=REPLICATION_ADDRESS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberSpec {
+    /// Its node id (unique in the group, not 0).
+    pub node_id: u32,
+    /// Its replication server's address: where standbys and consumers connect while it leads.
+    /// Its IP address is also the one it connects from as a standby.
+    pub replication: SocketAddr,
+}
+
+impl FromStr for MemberSpec {
+    type Err = String;
+
+    /// Parses `NODE=ADDRESS`, e.g. `2=10.0.0.2:7101`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, addr) = s
+            .split_once('=')
+            .ok_or_else(|| format!("member {s:?}: use NODE=REPLICATION_ADDRESS"))?;
+        let node_id: u32 = id
+            .parse()
+            .ok()
+            .filter(|&n| n != 0)
+            .ok_or_else(|| format!("member {s:?}: the node id is a number from 1"))?;
+        Ok(MemberSpec {
+            node_id,
+            replication: addr
+                .parse()
+                .map_err(|_| format!("member {s:?}: bad address"))?,
+        })
+    }
+}
+
+/// What a consumer of the group receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReleasePolicy {
+    /// A frame goes to consumers once every standby holds it. The only policy with automatic
+    /// failover (`immediate`, faster but able to lose what only the leader held, needs a
+    /// manual promotion, which is not built yet).
+    StandbyAck,
+}
+
+/// The `[[sequencer_group]]` role: this host's member of a stream's sequencer group. Its
+/// sequencer keys are a `[[sequencer]]`'s (`listen` is this member's datagram address).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GroupArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub sequencer: SequencerArgs,
+    /// This member's node id: one of `member`.
+    #[arg(long)]
+    pub node_id: u32,
+    /// Every member of the group, this one included: NODE=REPLICATION_ADDRESS (repeat, or
+    /// comma-separate). The same list on every member.
+    #[arg(long = "member", value_delimiter = ',', required = true)]
+    pub members: Vec<MemberSpec>,
+    /// etcd client URLs (http://host:port; repeat, or comma-separate).
+    #[arg(long = "etcd", value_delimiter = ',', required = true)]
+    pub etcd: Vec<String>,
+    /// The group's key prefix in etcd (default /seqstream/stream-<stream_id>).
+    #[arg(long)]
+    pub etcd_prefix: Option<String>,
+    /// Lease TTL of the leader key, whole seconds (at least 1): a dead leader is replaced
+    /// after about this long.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub lease_ttl_s: u64,
+    /// Release policy: standby-ack (consumers receive what every standby holds).
+    #[arg(long, value_enum, default_value = "standby-ack")]
+    pub release: ReleasePolicy,
+    /// This member may lead with an empty store: set it on one member for a new group's
+    /// first start, never on a member rebuilt after a loss.
+    #[arg(long)]
+    pub bootstrap: bool,
+    /// Key file of the replication key (as `replicator`'s `--secret-file`); after it
+    /// changes, the previous key stays valid for `key_overlap_ms`, as the sources' keys do.
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// Addresses consumers (replicas on other hosts) may connect from (repeat, or
+    /// comma-separate); the other members' addresses are allowed as standbys.
+    #[arg(long = "allow", value_delimiter = ',')]
+    pub allow: Vec<IpAddr>,
+    /// Most replicas (standbys and consumers) served at once (1 to 100).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub max_consumers: u16,
+}
+
+impl GroupArgs {
+    /// This member's entry in `members`, and the others'. Errors: a node listed twice, this
+    /// node not listed, no other member.
+    pub(crate) fn split_members(&self) -> Result<(MemberSpec, Vec<MemberSpec>)> {
+        for (i, m) in self.members.iter().enumerate() {
+            if self.members[..i].iter().any(|o| o.node_id == m.node_id) {
+                bail!("member {} is listed twice", m.node_id);
+            }
+        }
+        let me = self
+            .members
+            .iter()
+            .find(|m| m.node_id == self.node_id)
+            .copied()
+            .with_context(|| format!("node_id {} is not one of the members", self.node_id))?;
+        let others: Vec<MemberSpec> = self
+            .members
+            .iter()
+            .filter(|m| m.node_id != self.node_id)
+            .copied()
+            .collect();
+        if others.is_empty() {
+            bail!("a group needs at least two members");
+        }
+        Ok((me, others))
+    }
+
+    /// The group's etcd key prefix.
+    fn prefix(&self) -> String {
+        self.etcd_prefix
+            .clone()
+            .unwrap_or_else(|| format!("/seqstream/stream-{}", self.sequencer.stream_id))
+    }
+}
+
+impl Role for GroupArgs {
+    const KIND: &'static str = "sequencer_group";
+    const PLACEMENT_KEYS: &'static [&'static str] = SequencerArgs::PLACEMENT_KEYS;
+
+    /// The member (sequencer or standby, on the sequencer's placement) and its replication
+    /// server's acceptor (the slow path); the senders go to the context's sender host.
+    fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
+        let (me, others) = self.split_members()?;
+        let s = &self.sequencer;
+        let keys = seqstream_auth::Keyring::open(
+            &self.secret_file,
+            Duration::from_millis(s.keys.key_overlap_ms),
+        )
+        .context("reading the replication key")?;
+        let standbys: Vec<IpAddr> = others.iter().map(|m| m.replication.ip()).collect();
+        let release = Arc::new(
+            Release::new(&standbys, &ctx.counters)
+                .context("the members' addresses (standbys are told apart by address)")?,
+        );
+        let mut serve =
+            ServerConfig::new(s.store.clone(), s.stream_id, me.replication, keys.clone());
+        serve.allow = self.allow.iter().chain(&standbys).copied().collect();
+        serve.sender_host = ctx.sender_host.clone();
+        serve.max_consumers = self.max_consumers as usize;
+        serve.release = Some(release.clone());
+        let server = Server::bind(serve, &ctx.counters.scoped("serve "))
+            .with_context(|| format!("serving {} on {}", s.store.display(), me.replication))?;
+
+        let mut follow = FollowerConfig::new(s.store.clone(), s.stream_id, me.replication, keys);
+        follow.bind = Some(me.replication.ip());
+        follow.store_config = follow.store_config.flush(s.flush);
+        follow.max_segment_size = s.segment_size;
+
+        let election = Election::start(
+            ElectionConfig::new(self.etcd.clone(), self.prefix(), self.node_id)
+                .lease_ttl(Duration::from_secs(self.lease_ttl_s)),
+        )
+        .context("starting the election")?;
+        let marker = catching_up_marker(&s.store);
+        let holds_frames = store_holds_frames(&s.store)?;
+        let eligible = (holds_frames && !marker.exists()) || (!holds_frames && self.bootstrap);
+        if !eligible {
+            std::fs::write(
+                &marker,
+                b"this member's store is catching up with its leader\n",
+            )
+            .with_context(|| format!("writing {}", marker.display()))?;
+        }
+        election.set_eligible(eligible);
+        tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), "sequencer group member starting");
+        let member = Member {
+            role: format!("group stream {}", s.stream_id),
+            node_id: self.node_id,
+            fence: election.fence(),
+            election,
+            sequencer: s.config()?,
+            follow,
+            others,
+            release,
+            counters: ctx.counters.clone(),
+            stats: MemberCounters::new(&ctx.counters.scoped("member "))?,
+            state: State::Idle,
+            eligible,
+            marker,
+            next_steer_ns: 0,
+            unknown_leader: LimitedWarn::new("the leader is not a member of this group"),
+        };
+        Ok(vec![
+            Hosted {
+                agent: Box::new(member),
+                placement: s.placement.placement(),
+            },
+            Hosted {
+                agent: Box::new(server),
+                placement: Placement {
+                    core: None,
+                    idle: Idle::Sleep(Duration::from_millis(1)),
+                    on_error: s.placement.on_error,
+                },
+            },
+        ])
+    }
+}
+
+/// The marker a member keeps beside its store while it catches up into a store it began
+/// empty: `<store>.catching-up`.
+fn catching_up_marker(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".catching-up");
+    PathBuf::from(name)
+}
+
+/// Whether the store at `dir` exists and holds at least one frame.
+fn store_holds_frames(dir: &Path) -> Result<bool> {
+    match seqstream_store::Tailer::open(dir) {
+        Ok(t) => Ok(t.committed_position() > 0),
+        Err(seqstream_store::StoreError::NoStore { .. }) => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("opening {}", dir.display())),
+    }
+}
+
+/// What the member is doing.
+enum State {
+    /// No leader known yet, and not leading.
+    Idle,
+    /// Following `leader`'s store.
+    Standby {
+        leader: u32,
+        follower: Box<Follower>,
+    },
+    /// Sequencing, fenced by the election.
+    Leading(Box<Sequencer>),
+}
+
+impl State {
+    fn gauge(&self) -> u64 {
+        match self {
+            State::Idle => 0,
+            State::Standby { .. } => 1,
+            State::Leading(_) => 2,
+        }
+    }
+}
+
+/// The member's counters (`<role> member …`), mirrored from its state and its election.
+struct MemberCounters {
+    state: Counter,
+    eligible: Counter,
+    term: Counter,
+    leader: Counter,
+    promotions: Counter,
+    demotions: Counter,
+    campaigns: Counter,
+    terms_won: Counter,
+    keepalive_failures: Counter,
+    lapses: Counter,
+    etcd_errors: Counter,
+}
+
+impl MemberCounters {
+    fn new(w: &CountersWriter) -> Result<MemberCounters> {
+        Ok(MemberCounters {
+            state: w.gauge("state (0 idle 1 standby 2 leader)")?,
+            eligible: w.gauge("eligible")?,
+            term: w.gauge("leader term")?,
+            leader: w.gauge("leader node")?,
+            promotions: w.counter("promotions")?,
+            demotions: w.counter("demotions")?,
+            campaigns: w.counter("campaigns")?,
+            terms_won: w.counter("terms won")?,
+            keepalive_failures: w.counter("keepalive failures")?,
+            lapses: w.counter("lapses")?,
+            etcd_errors: w.counter("etcd errors")?,
+        })
+    }
+
+    fn mirror(&self, fence: &Fence, stats: ElectionStats) {
+        let leader = fence.leader();
+        self.term.set(leader.map_or(0, |l| l.term as u64));
+        self.leader.set(leader.map_or(0, |l| l.node_id as u64));
+        self.campaigns.set(stats.campaigns);
+        self.terms_won.set(stats.terms_won);
+        self.keepalive_failures.set(stats.keepalive_failures);
+        self.lapses.set(stats.lapses);
+        self.etcd_errors.set(stats.etcd_errors);
+    }
+}
+
+/// One member of a sequencer group: leads, follows the leader, or waits for one.
+pub struct Member {
+    role: String,
+    node_id: u32,
+    election: Election,
+    fence: Fence,
+    /// The sequencer this member opens when it wins a term.
+    sequencer: SequencerConfig,
+    /// The follower it runs as a standby (its upstream set to the leader's address).
+    follow: FollowerConfig,
+    others: Vec<MemberSpec>,
+    release: Arc<Release>,
+    counters: CountersWriter,
+    stats: MemberCounters,
+    state: State,
+    eligible: bool,
+    marker: PathBuf,
+    next_steer_ns: u64,
+    unknown_leader: LimitedWarn,
+}
+
+impl Member {
+    /// Looks at the election and acts on it: promotes, follows a new leader, steps down, or
+    /// becomes eligible. Returns the work done.
+    fn steer(&mut self) -> Result<usize, AgentError> {
+        self.stats.mirror(&self.fence, self.fence.stats());
+        self.stats.state.set(self.state.gauge());
+        let leading = self.fence.term_if_leading();
+        let other_leader = self
+            .fence
+            .leader()
+            .map(|l| l.node_id)
+            .filter(|&n| n != self.node_id);
+        match &mut self.state {
+            State::Leading(sequencer) => {
+                self.release
+                    .observe_committed(sequencer.appender().position());
+                if let Some(leader) = other_leader {
+                    tracing::warn!(role = %self.role, leader, "another member leads: stepping down to standby");
+                    self.stats.demotions.incr();
+                    self.close_state()?;
+                    self.follow(leader)?;
+                    return Ok(1);
+                }
+            }
+            State::Standby { leader, follower } => {
+                if leading.is_none() {
+                    if !self.eligible && follower.caught_up() {
+                        self.eligible = true;
+                        self.election.set_eligible(true);
+                        self.stats.eligible.set(1);
+                        std::fs::remove_file(&self.marker).map_err(|e| {
+                            AgentError::from(format!("removing {}: {e}", self.marker.display()))
+                        })?;
+                        tracing::info!(role = %self.role, position = follower.position(), "caught up with the leader: eligible");
+                    }
+                    match other_leader {
+                        Some(l) if l != *leader => {
+                            self.close_state()?;
+                            self.follow(l)?;
+                            return Ok(1);
+                        }
+                        _ => return Ok(0),
+                    }
+                }
+            }
+            State::Idle => {
+                if leading.is_none() {
+                    if let Some(l) = other_leader {
+                        self.follow(l)?;
+                        return Ok(1);
+                    }
+                    return Ok(0);
+                }
+            }
+        }
+        if let (Some(term), false) = (leading, matches!(self.state, State::Leading(_))) {
+            self.promote(term)?;
+            return Ok(1);
+        }
+        Ok(0)
+    }
+
+    /// Ends the current state's agent (its store closed, its socket shut).
+    fn close_state(&mut self) -> Result<(), AgentError> {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Idle => Ok(()),
+            State::Standby { mut follower, .. } => follower.on_close(),
+            State::Leading(mut sequencer) => sequencer.on_close(),
+        }
+    }
+
+    /// Becomes a standby of `leader`.
+    fn follow(&mut self, leader: u32) -> Result<(), AgentError> {
+        let Some(m) = self.others.iter().find(|m| m.node_id == leader) else {
+            self.unknown_leader
+                .warn(format_args!("{}: node {leader} leads", self.role));
+            return Ok(());
+        };
+        let mut cfg = self.follow.clone();
+        cfg.upstream = m.replication;
+        let follower = Follower::new(cfg, &self.counters)?;
+        tracing::info!(role = %self.role, leader, upstream = %m.replication, position = follower.position(), "following the leader as a standby");
+        self.state = State::Standby {
+            leader,
+            follower: Box::new(follower),
+        };
+        Ok(())
+    }
+
+    /// This member won `term`: ends its replica where it is, opens its sequencer on the same
+    /// store (each source's position recovered from it), which starts the term.
+    fn promote(&mut self, term: u32) -> Result<(), AgentError> {
+        self.close_state()?;
+        let sequencer = Sequencer::open(self.sequencer.clone(), &self.counters)?
+            .fenced_by(Arc::new(self.fence.clone()));
+        self.stats.promotions.incr();
+        tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), "leading");
+        self.state = State::Leading(Box::new(sequencer));
+        Ok(())
+    }
+}
+
+impl Agent for Member {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        let mut work = match &mut self.state {
+            State::Idle => 0,
+            State::Standby { follower, .. } => follower.do_work(cycle)?,
+            State::Leading(sequencer) => sequencer.do_work(cycle)?,
+        };
+        if cycle.now_ns >= self.next_steer_ns {
+            self.next_steer_ns = cycle.now_ns + STEER_EVERY_NS;
+            self.unknown_leader.tick();
+            work += self.steer()?;
+        }
+        Ok(work)
+    }
+
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        self.close_state()?;
+        self.election.resign();
+        Ok(())
+    }
+}

@@ -1,0 +1,359 @@
+//! A sequencer group of two `seqstreamd` members over a real etcd, on loopback: member 1
+//! (127.0.0.3, the bootstrap member) leads, member 2 (127.0.0.2) follows it as a standby; a
+//! consumer (127.0.0.1) receives only what the standby holds (`standby-ack`). The leader is
+//! killed with SIGKILL under load; the standby takes over in term 2, and releases nothing
+//! until a standby holds it again (member 1 rebuilt with an empty store, as after a lost
+//! disk). The source resends everything it has not seen in the consumer's replica; at the end
+//! every message is in every store exactly once, in order, and the stores are byte-identical.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::{AgentRunner, RunnerConfig};
+use seqstream_auth::{Key, Keyring};
+use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_schemas::wire;
+use seqstream_store::Tailer;
+use seqstream_testkit::etcd::Etcd;
+use seqstream_testkit::{
+    counter, free_tcp_port, free_udp_port, wait_counter, write_key, KillOnDrop,
+};
+
+const STREAM: u32 = 4;
+const KEY: &str = "the replication key of the group tests";
+const LONG: Duration = Duration::from_secs(30);
+
+/// One member: its node id, address, ports and files.
+struct Member {
+    node: u32,
+    ip: &'static str,
+    datagram: u16,
+    replication: u16,
+}
+
+struct Group {
+    dir: tempfile::TempDir,
+    etcd: Etcd,
+    members: [Member; 2],
+}
+
+impl Group {
+    fn new() -> Group {
+        let dir = tempfile::tempdir().unwrap();
+        write_key(&dir.path().join("secret"), KEY);
+        let member = |node, ip| Member {
+            node,
+            ip,
+            datagram: free_udp_port(),
+            replication: free_tcp_port(),
+        };
+        Group {
+            dir,
+            etcd: Etcd::start(),
+            members: [member(1, "127.0.0.3"), member(2, "127.0.0.2")],
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn member(&self, node: u32) -> &Member {
+        &self.members[node as usize - 1]
+    }
+
+    fn store(&self, node: u32) -> PathBuf {
+        self.path(&format!("store-{node}"))
+    }
+
+    fn counters(&self, node: u32) -> PathBuf {
+        self.path(&format!("member-{node}.counters"))
+    }
+
+    fn datagram_addr(&self, node: u32) -> SocketAddr {
+        let m = self.member(node);
+        format!("{}:{}", m.ip, m.datagram).parse().unwrap()
+    }
+
+    fn replication_addr(&self, node: u32) -> SocketAddr {
+        let m = self.member(node);
+        format!("{}:{}", m.ip, m.replication).parse().unwrap()
+    }
+
+    /// Starts member `node`'s seqstreamd.
+    fn start(&self, node: u32, bootstrap: bool) -> KillOnDrop {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("\"{}={}:{}\"", m.node, m.ip, m.replication))
+            .collect();
+        let text = format!(
+            r#"
+[[sequencer_group]]
+name = "md"
+store = "{store}"
+stream_id = {STREAM}
+listen = "{listen}"
+source = ["1@127.0.0.1"]
+segment_size = 1048576
+heartbeat_ms = 20
+node_id = {node}
+member = [{members}]
+etcd = ["{etcd}"]
+etcd_prefix = "/seqstream/group-test"
+lease_ttl_s = 1
+bootstrap = {bootstrap}
+secret_file = "{secret}"
+allow = ["127.0.0.1"]
+"#,
+            store = self.store(node).display(),
+            listen = self.datagram_addr(node),
+            members = members.join(", "),
+            etcd = self.etcd.endpoint(),
+            secret = self.path("secret").display(),
+        );
+        let file = self.path(&format!("member-{node}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("member-{node}.log")))
+            .unwrap();
+        KillOnDrop::spawn(
+            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+                .arg("--config")
+                .arg(&file)
+                .arg("--counters")
+                .arg(self.counters(node))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .unwrap()
+    }
+
+    fn logs(&self) -> String {
+        (1..=2)
+            .map(|n| {
+                std::fs::read_to_string(self.path(&format!("member-{n}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+
+    fn wait_state(&self, node: u32, state: u64) {
+        wait_counter(
+            &self.counters(node),
+            "md member state (0 idle 1 standby 2 leader)",
+            LONG,
+            |v| v == state,
+        );
+    }
+}
+
+/// A consumer's replica (a replication client in this process, from 127.0.0.1), following
+/// `upstream`; stopped on drop.
+struct Consumer {
+    stop: Arc<AtomicBool>,
+    runner: Option<AgentRunner>,
+}
+
+impl Consumer {
+    fn follow(store: &Path, counters: &Path, upstream: SocketAddr) -> Consumer {
+        let keys = Keyring::fixed(Key::from_material(KEY.as_bytes()));
+        let mut cfg = FollowerConfig::new(store.to_path_buf(), STREAM, upstream, keys);
+        cfg.reconnect_max = Duration::from_millis(100);
+        let _ = std::fs::remove_file(counters);
+        let f = Follower::new(cfg, &CountersWriter::create(counters, 64).unwrap()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let runner = AgentRunner::start(f, RunnerConfig::default(), stop.clone()).unwrap();
+        Consumer {
+            stop,
+            runner: Some(runner),
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(r) = self.runner.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// A datagram of source 1 carrying source seqs `first..first + n`, 32 bytes each.
+fn datagram(first: u64, n: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; 64 + n as usize * 48];
+    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
+    e.set_protocol_version(seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)
+        .set_stream_id(STREAM)
+        .set_source_id(1)
+        .set_session_epoch(1)
+        .set_first_source_seq(first);
+    {
+        let mut g = e.messages().unwrap();
+        for s in first..first + n {
+            let mut payload = [(s % 251) as u8; 32];
+            payload[..8].copy_from_slice(&s.to_le_bytes());
+            g.next_entry().unwrap().set_payload(&payload).unwrap();
+        }
+    }
+    let len = e.encoded_length();
+    buf.truncate(len);
+    buf
+}
+
+/// The source seqs of the store's messages, in stream order, each payload checked; and the
+/// store's end position.
+fn messages(dir: &Path) -> (Vec<u64>, u64) {
+    let Ok(mut t) = Tailer::open(dir) else {
+        return (Vec::new(), 0);
+    };
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        if f.is_heartbeat() {
+            continue;
+        }
+        let s = f.source_seq();
+        let p = f.payload();
+        assert_eq!(p[..8], s.to_le_bytes(), "payload of source seq {s}");
+        assert!(p[8..].iter().all(|&b| b == (s % 251) as u8));
+        out.push(s);
+    }
+    (out, t.position())
+}
+
+/// Every frame of the store: its position and bytes.
+fn frames(dir: &Path) -> Vec<(u64, Vec<u8>)> {
+    let mut t = Tailer::open(dir).unwrap();
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        out.push((f.position(), f.as_bytes().to_vec()));
+    }
+    out
+}
+
+/// Sends `first..=last` to `to` in datagrams of 10.
+fn send(source: &UdpSocket, to: SocketAddr, first: u64, last: u64) {
+    let mut s = first;
+    while s <= last {
+        let n = 10.min(last + 1 - s);
+        source.send_to(&datagram(s, n), to).unwrap();
+        s += n;
+    }
+}
+
+#[test]
+fn a_killed_leaders_standby_takes_over_and_consumers_lose_and_repeat_nothing() {
+    let g = Group::new();
+    let mut one = g.start(1, true);
+    let _two = g.start(2, false);
+    g.wait_state(1, 2);
+    g.wait_state(2, 1);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+
+    let consumer_store = g.path("consumer");
+    let consumer_counters = g.path("consumer.counters");
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+
+    // Load on member 1; the consumer sees what member 2 holds.
+    for first in (1..=400).step_by(50) {
+        send(&source, g.datagram_addr(1), first, first + 49);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let deadline = Instant::now() + LONG;
+    while messages(&consumer_store).0.len() < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "the consumer saw too little:\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // SIGKILL the leader in the middle of more load.
+    send(&source, g.datagram_addr(1), 401, 450);
+    one.0.kill().unwrap();
+    one.0.wait().unwrap();
+    let killed = Instant::now();
+    drop(consumer);
+    let confirmed = messages(&consumer_store).0;
+    assert_eq!(confirmed, (1..=confirmed.len() as u64).collect::<Vec<_>>());
+
+    // Member 2 wins term 2 and sequences; with no standby it releases nothing.
+    g.wait_state(2, 2);
+    let took_over = killed.elapsed();
+    wait_counter(&g.counters(2), "md member leader term", LONG, |v| v == 2);
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(2));
+    send(&source, g.datagram_addr(2), 1, 500);
+    let deadline = Instant::now() + LONG;
+    while messages(&g.store(2)).0.len() < 500 {
+        assert!(
+            Instant::now() < deadline,
+            "member 2 sequenced too little:\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let consumer_end = messages(&consumer_store).1;
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        messages(&consumer_store).1,
+        consumer_end,
+        "released with no standby holding it"
+    );
+    assert_eq!(
+        counter(&g.counters(2), "md release lag bytes").map(|v| v > 0),
+        Some(true)
+    );
+
+    // Member 1 comes back with an empty store: a standby that catches up, then eligible;
+    // release resumes and the consumer receives everything, once.
+    std::fs::remove_dir_all(g.store(1)).unwrap();
+    let _one = g.start(1, false);
+    g.wait_state(1, 1);
+    wait_counter(&g.counters(1), "md member eligible", LONG, |v| v == 1);
+    let deadline = Instant::now() + LONG;
+    loop {
+        let (got, _) = messages(&consumer_store);
+        if got.len() >= 500 {
+            assert_eq!(
+                got,
+                (1..=500).collect::<Vec<_>>(),
+                "lost, repeated or reordered"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the consumer has {} of 500:\n{}",
+            got.len(),
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(consumer);
+    // Every store holds the leader's frames, byte for byte at the same positions (the consumer
+    // and the rebuilt member a prefix of the leader's store), and passes `verify`.
+    let leader = frames(&g.store(2));
+    for other in [consumer_store, g.store(1)] {
+        let theirs = frames(&other);
+        assert!(theirs.len() > 500);
+        assert!(
+            theirs[..] == leader[..theirs.len()],
+            "{} is not a prefix of the leader's store",
+            other.display()
+        );
+        let v = seqstream_store::verify::verify(&other).unwrap();
+        assert!(v.is_ok(), "{}: {:?}", other.display(), v.faults);
+    }
+    eprintln!("failover (SIGKILL → the standby leads): {took_over:?}");
+}
