@@ -45,6 +45,7 @@
 pub mod appender;
 pub mod composite;
 pub mod config;
+pub mod cut;
 pub mod digest;
 pub mod error;
 pub mod format;

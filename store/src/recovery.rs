@@ -2,7 +2,8 @@
 //! valid prefix after a crash at any instant (mid-frame, mid-roll, mid-preallocation).
 //!
 //! Order of work, so that bad input never modifies anything:
-//! 1. take the appender lock (`Locked` if held);
+//! 1. take the appender lock (`Locked` if held), and complete a cut a crash interrupted
+//!    ([`crate::cut`]: its intent file says where);
 //! 2. `validate`: list and open every segment read-only and check magic, version, stream id,
 //!    index, header checksum, length and the position and seq chain, scan every frame of every
 //!    sealed segment (length, CRC32C, seq) and the active segment frame by frame: any fault is
@@ -81,6 +82,7 @@ pub(crate) fn open_for_append(
         return Err(StoreError::NoStore { path: dir.into() });
     }
     let lock = DirLock::acquire(dir)?;
+    crate::cut::complete_interrupted(dir)?;
     let listing = crate::layout::list(dir)?;
     let mut report = RecoveryReport::default();
     if listing.segments.is_empty() {
