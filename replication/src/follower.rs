@@ -73,6 +73,14 @@ pub struct FollowerConfig {
     /// of a sequencer group connects from the address its leader knows it by
     /// ([`Release`](crate::release::Release)).
     pub bind: Option<std::net::IpAddr>,
+    /// Whether this replica is a member of a sequencer group, which rejoins a new leader:
+    /// when the upstream says it diverged (`Diverged`: it holds frames the upstream's history
+    /// does not), it asks to resume where the histories agree
+    /// ([`seqstream_store::cut::rejoin_point`]) and, once the upstream accepts that position,
+    /// cuts its tail there ([`seqstream_store::cut::cut_to`]; counted as `frames cut`). Under
+    /// `standby-ack` release such a tail was never released. `false` (the default) for a
+    /// consumer: a diverged consumer is refused, loudly, and never cut.
+    pub rejoin: bool,
     /// TLS to the upstream (`tls::client_config`) and the name its certificate must carry
     /// (`tls::server_name`), the replication handshake inside it; `None` (the default):
     /// plain TCP.
@@ -112,6 +120,7 @@ impl FollowerConfig {
             store_config: StoreConfig::new(stream_id),
             upstream,
             bind: None,
+            rejoin: false,
             tls: None,
             keys,
             connect_timeout: Duration::from_secs(2),
@@ -136,6 +145,8 @@ struct Counters {
     rejected: Counter,
     errors: Counter,
     upstream_committed: Counter,
+    diverged: Counter,
+    frames_cut: Counter,
     lag_bytes: Counter,
 }
 
@@ -237,6 +248,9 @@ struct Replica {
     keys: Keyring,
     /// The committed position the upstream's last heartbeat of this session stated.
     upstream_committed: Option<u64>,
+    /// Where to ask to resume instead of the replica's end, and the term there, after the
+    /// upstream said the replica diverged (`FollowerConfig::rejoin`).
+    probe: Option<(u64, u32)>,
 }
 
 /// A replica of one stream, kept up to date from an upstream: the replication client agent.
@@ -279,6 +293,8 @@ impl Follower {
             rejected: c("rejected data (peer lied)")?,
             errors: c("session errors")?,
             upstream_committed: pos("upstream committed position")?,
+            diverged: c("refused as diverged")?,
+            frames_cut: c("frames cut")?,
             lag_bytes: g("lag bytes")?,
         };
         // New segments of a replica take the upstream's size: that of its active segment.
@@ -295,6 +311,7 @@ impl Follower {
             counters,
             keys: cfg.keys.clone(),
             upstream_committed: None,
+            probe: None,
             cfg,
         };
         replica.publish_position();
@@ -505,11 +522,12 @@ impl Follower {
         let mut outbox = Outbox::default();
         let mut scratch = Vec::with_capacity(256);
         let nonce = nonce().map_err(|e| Error::io("getrandom", e))?;
+        let resume = self.replica.resume();
         protocol::encode(
             &Msg::Hello {
                 stream_id: self.replica.cfg.store_config.stream_id,
-                resume_position: self.position(),
-                resume_term: self.replica.last_term(),
+                resume_position: resume.0,
+                resume_term: resume.1,
                 nonce: &nonce,
             },
             &mut scratch,
@@ -517,7 +535,7 @@ impl Follower {
         outbox
             .send(&mut stream, &[&scratch])
             .map_err(|e| Error::io("write", e))?;
-        tracing::info!(upstream = %self.replica.cfg.upstream, resume = self.position(), "connected");
+        tracing::info!(upstream = %self.replica.cfg.upstream, resume = resume.0, "connected");
         let link = Box::new(Link {
             stream,
             inbox: Inbox::new(1 << 20, crate::framing::MAX_MESSAGE),
@@ -526,10 +544,7 @@ impl Follower {
             unwritten: Unwritten::default(),
             last_send_ns: now,
             last_recv_ns: now,
-            auth: LinkAuth::Challenge {
-                nonce,
-                resume: (self.position(), self.replica.last_term()),
-            },
+            auth: LinkAuth::Challenge { nonce, resume },
         });
         Ok(State::Handshaking {
             link,
@@ -611,6 +626,56 @@ impl Replica {
     /// The term of the replica's last frame (0 without a store).
     fn last_term(&self) -> u32 {
         self.appender.as_ref().map_or(0, |a| a.last_frame_term())
+    }
+
+    /// Where the next hello asks to resume, and the term there: the replica's end, or where
+    /// a rejoin probes ([`FollowerConfig::rejoin`]).
+    fn resume(&self) -> (u64, u32) {
+        self.probe
+            .unwrap_or_else(|| (self.position(), self.last_term()))
+    }
+
+    /// The upstream said the replica diverged at its resume position; its frames of the
+    /// replica's last term end at `hint`. A rejoining replica asks next where the histories
+    /// may agree; any other is refused. Either way the session ends.
+    fn diverged(&mut self, hint: u64) -> Result<bool> {
+        self.counters.diverged.incr();
+        let (resume, term) = self.resume();
+        if !self.cfg.rejoin {
+            return Err(Error::Refused(format!(
+                "diverged: this replica's frames up to {resume} (term {term}) are not the \
+                 upstream's, whose frames of term {term} and before end at {hint}; a consumer \
+                 is never cut: rebuild it, or follow an upstream whose history it holds"
+            )));
+        }
+        let next = seqstream_store::cut::rejoin_point(&self.cfg.store, resume, hint)?;
+        self.probe = Some(next);
+        Err(Error::Refused(format!(
+            "diverged at {resume} (term {term}): the upstream's history agrees up to {hint} at \
+             most; asking to resume at {} (term {}) to rejoin",
+            next.0, next.1
+        )))
+    }
+
+    /// The upstream accepted a rejoin probe (it sends the session's first message rather
+    /// than `Diverged`): cuts the replica's tail back to the probed position, which the
+    /// upstream's history holds too, before anything of the session is written.
+    fn end_probe(&mut self) -> Result<()> {
+        let Some((position, term)) = self.probe.take() else {
+            return Ok(());
+        };
+        if position >= self.position() {
+            return Ok(());
+        }
+        let cfg = self.cfg.store_config.clone();
+        self.appender = None;
+        let cut = seqstream_store::cut::cut_to(&self.cfg.store, &cfg, position);
+        self.appender = Some(Appender::reopen_replica(&self.cfg.store, cfg)?);
+        let cut = cut?;
+        self.counters.frames_cut.add(cut.frames);
+        self.publish_position();
+        tracing::warn!(store = %self.cfg.store.display(), from = cut.from, to = cut.to, frames = cut.frames, segments = cut.segments, term, "rejoined the upstream: cut this replica's tail, which its history does not hold (never released)");
+        Ok(())
     }
 
     fn publish_position(&self) {
@@ -739,6 +804,9 @@ impl Replica {
     /// Applies one message; returns whether it wrote to the store. Everything a message says
     /// is checked before anything changes: a lie ends the session with the replica as it was.
     fn handle(&mut self, msg: Msg<'_>, u: &mut Unwritten) -> Result<bool> {
+        if !matches!(msg, Msg::Diverged { .. }) {
+            self.end_probe()?;
+        }
         match msg {
             Msg::Segment { index, header } => {
                 let info = seqstream_store::ReplicatedHeader::read(header);
@@ -821,6 +889,7 @@ impl Replica {
                 Err(Error::Protocol("a handshake message in the session".into()))
             }
             Msg::Ack { .. } => Err(Lie::Unexpected("ack").into()),
+            Msg::Diverged { position } => self.diverged(position),
         }
     }
 

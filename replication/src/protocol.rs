@@ -71,6 +71,13 @@ pub enum Msg<'a> {
         /// Seq of the next frame the replica expects.
         next_seq: u64,
     },
+    /// Upstream → replica, after its proof, then the connection closes: the replica's history
+    /// is not the upstream's at its resume position.
+    Diverged {
+        /// Where the upstream's frames of terms up to the replica's resume term end: where
+        /// the replica may ask to resume instead.
+        position: u64,
+    },
 }
 
 /// A message that is not valid replication protocol.
@@ -123,6 +130,9 @@ pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
         wire::Message::ReplicationAck(m) => Msg::Ack {
             position: m.durable_position(),
             next_seq: m.next_seq(),
+        },
+        wire::Message::ReplicationDiverged(m) => Msg::Diverged {
+            position: m.position(),
         },
         other => return Err(ProtocolError::Unexpected(other.template_id())),
     })
@@ -191,6 +201,11 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
         Msg::Ack { position, next_seq } => {
             let mut e = wire::ReplicationAckEncoder::new(buf).expect("sized");
             e.set_durable_position(*position).set_next_seq(*next_seq);
+            e.encoded_length()
+        }
+        Msg::Diverged { position } => {
+            let mut e = wire::ReplicationDivergedEncoder::new(buf).expect("sized");
+            e.set_position(*position);
             e.encoded_length()
         }
     };
@@ -274,6 +289,7 @@ mod tests {
                 position: 77,
                 next_seq: 5,
             },
+            Msg::Diverged { position: 4032 },
         ];
         let session = || {
             seqstream_auth::handshake::Transcript {

@@ -496,11 +496,20 @@ impl Server {
         let peer = p.peer;
         // Everything the replica said is checked (its hello, and that its resume position is
         // a frame start or the end of the stream) before it takes a slot.
-        let hello = outcome.and_then(|a| {
-            let tailer = open_at(&self.cfg, a.resume)?;
-            check_history(&tailer, &a, &self.shared.counters)?;
-            Ok((a, tailer))
-        });
+        let hello =
+            outcome.and_then(|a| {
+                let counters = &self.shared.counters;
+                match open_at(&self.cfg, a.resume) {
+                    Ok(tailer) => match check_history(&tailer, &a) {
+                        Ok(()) => Ok((a, tailer)),
+                        Err(e) => Err(refuse_diverged(&self.cfg, &mut p.stream, a, true, counters)
+                            .unwrap_or(e)),
+                    },
+                    Err(e) => Err(
+                        refuse_diverged(&self.cfg, &mut p.stream, a, false, counters).unwrap_or(e),
+                    ),
+                }
+            });
         let (admitted, tailer) = match hello {
             Ok(ok) => ok,
             Err(e) => {
@@ -1024,12 +1033,11 @@ impl Session {
 /// its resume position) must be of the term this store's frame there is of. Terms are unique
 /// to one leadership, and a leadership's frames are one sequence, so equal terms there mean
 /// equal histories up to there; a replica of a deposed leader that holds frames its successor
-/// never had states the old term where this store has the new one. Counted as
-/// `refused diverged`.
-fn check_history(tailer: &Tailer, a: &Admitted, counters: &Counters) -> Result<()> {
+/// never had states the old term where this store has the new one ([`refuse_diverged`]
+/// tells it so).
+fn check_history(tailer: &Tailer, a: &Admitted) -> Result<()> {
     let ours = tailer.term_before(a.resume)?;
     if ours != a.resume_term {
-        counters.refused_diverged.incr();
         return Err(Error::Protocol(format!(
             "the replica diverged: its frames up to position {} are of term {}, this store's \
              are of term {ours}; it holds frames no leader of this stream released after them \
@@ -1038,6 +1046,44 @@ fn check_history(tailer: &Tailer, a: &Admitted, counters: &Counters) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// A replica refused at its resume position whose frame there is of another term
+/// (`mismatch`: [`check_history`]), or whose history reaches past the end of this store's
+/// frames of its last term ([`seqstream_store::cut::agreed_end`]: a resume position past this
+/// store's end, or no frame start here), diverged: it holds frames no leader of this stream
+/// released after them. It is told so, authenticated (the server's proof, then
+/// a sealed `Diverged` with that end, where it may ask to resume instead: a sequencer group
+/// member then cuts its tail there), and counted as `refused diverged`. `None` when the
+/// refusal is not a divergence (the caller's error stands); otherwise the error to log.
+fn refuse_diverged(
+    cfg: &ServerConfig,
+    stream: &mut Transport<MioStream>,
+    mut a: Admitted,
+    mismatch: bool,
+    counters: &Counters,
+) -> Option<Error> {
+    let agreed = seqstream_store::cut::agreed_end(&cfg.store, a.resume_term).ok()?;
+    if agreed >= a.resume && !mismatch {
+        return None;
+    }
+    counters.refused_diverged.incr();
+    let mut out = Vec::with_capacity(128);
+    protocol::encode(&Msg::Proof { proof: &a.proof }, &mut out);
+    protocol::encode_sealed(
+        &Msg::Diverged { position: agreed },
+        &mut a.macs.from_upstream,
+        &mut out,
+    );
+    // A new connection's socket buffer is empty; a refusal that does not fit is only a
+    // closed connection to the replica.
+    let _ = std::io::Write::write(stream, &out).and_then(|_| std::io::Write::flush(stream));
+    Some(Error::Protocol(format!(
+        "the replica diverged: its frames up to position {} end with term {}, this store's \
+         frames of terms up to {} end at {agreed}; it holds frames no leader of this stream \
+         released after them, and was told to resume at or before {agreed}",
+        a.resume, a.resume_term, a.resume_term
+    )))
 }
 
 /// A reader of the store positioned at `resume` (a frame start or the end of the stream).

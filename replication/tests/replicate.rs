@@ -1401,7 +1401,7 @@ fn append_fixed(a: &mut Appender, n: u64) {
 }
 
 #[test]
-fn a_replica_holding_a_deposed_leaders_tail_is_refused_and_one_that_agrees_follows_a_new_term() {
+fn a_replica_holding_a_deposed_leaders_tail_is_refused_unless_it_rejoins_by_cutting_it() {
     let d = Dirs::new();
     let cfg = store_cfg();
     // The deposed leader wrote 30 frames in term 1; its successor had the first 20 when it
@@ -1444,6 +1444,8 @@ fn a_replica_holding_a_deposed_leaders_tail_is_refused_and_one_that_agrees_follo
         "a refused replica is left as it was"
     );
     assert_eq!(counter(&d.path("ahead.counters"), "frames received"), 0);
+    assert!(counter(&d.path("ahead.counters"), "refused as diverged") >= 1);
+    assert_eq!(counter(&d.path("ahead.counters"), "frames cut"), 0);
 
     let _f = follow(&d.path("agrees"), &d.path("agrees.counters"), addr, SECRET);
     wait_for(
@@ -1452,11 +1454,29 @@ fn a_replica_holding_a_deposed_leaders_tail_is_refused_and_one_that_agrees_follo
         Duration::from_secs(20),
     );
     drop(_f);
+    // A member of the sequencer group rejoins: told where the histories agree, it asks to
+    // resume there and, accepted, cuts the 10 frames the new leader never had.
+    let _r = follow_with(
+        &d.path("ahead"),
+        &d.path("rejoin.counters"),
+        addr,
+        SECRET,
+        |c| c.rejoin = true,
+    );
+    wait_for(
+        &d.path("rejoin.counters"),
+        new.position(),
+        Duration::from_secs(20),
+    );
+    drop(_r);
+    assert_eq!(counter(&d.path("rejoin.counters"), "frames cut"), 10);
     drop(_server);
     drop(new);
-    assert_identical(&d.path("new"), &d.path("agrees"));
-    let v = seqstream_store::verify::verify(&d.path("agrees")).unwrap();
-    assert!(v.is_ok(), "{:?}", v.faults);
+    for replica in ["agrees", "ahead"] {
+        assert_identical(&d.path("new"), &d.path(replica));
+        let v = seqstream_store::verify::verify(&d.path(replica)).unwrap();
+        assert!(v.is_ok(), "{replica}: {:?}", v.faults);
+    }
 }
 
 /// `standby-ack`: a consumer is sent only what the standby holds. While the standby is down

@@ -28,11 +28,14 @@
 //! keeps a marker file (`<store>.catching-up`) until it has caught up, so a restart half way
 //! does not make a partial store eligible.
 //!
+//! **Rejoin**: a deposed leader that comes back holding frames its successor never had (an
+//! unreleased tail) is refused by the new leader as diverged and told where the histories
+//! agree; its follower ([`FollowerConfig::rejoin`]) cuts the tail there once the leader
+//! accepts that position, and follows.
+//!
 //! What this module never does: link etcd into the data path (the sequencer reads the
 //! election's [`Fence`] through `LeaderGate`: atomics and a clock read), write the store
-//! itself, or merge a history: a deposed leader holding an unreleased tail is refused by its
-//! new upstream as diverged (counted there) and stays a standby that cannot follow until its
-//! tail is cut (not built yet: `DESIGN.md`).
+//! itself (its sequencer and follower do), or merge two histories.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -205,6 +208,7 @@ impl Role for GroupArgs {
 
         let mut follow = FollowerConfig::new(s.store.clone(), s.stream_id, me.replication, keys);
         follow.bind = Some(me.replication.ip());
+        follow.rejoin = true;
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
 
@@ -225,6 +229,8 @@ impl Role for GroupArgs {
         }
         election.set_eligible(eligible);
         tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), "sequencer group member starting");
+        let stats = MemberCounters::new(&ctx.counters.scoped("member "))?;
+        stats.eligible.set(eligible as u64);
         let member = Member {
             role: format!("group stream {}", s.stream_id),
             node_id: self.node_id,
@@ -235,7 +241,7 @@ impl Role for GroupArgs {
             others,
             release,
             counters: ctx.counters.clone(),
-            stats: MemberCounters::new(&ctx.counters.scoped("member "))?,
+            stats,
             state: State::Idle,
             eligible,
             marker,

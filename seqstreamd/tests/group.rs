@@ -357,3 +357,88 @@ fn a_killed_leaders_standby_takes_over_and_consumers_lose_and_repeat_nothing() {
     }
     eprintln!("failover (SIGKILL → the standby leads): {took_over:?}");
 }
+
+/// Every message of `dir` is `1..=n` once, in order; its frames are a byte-identical prefix of
+/// the leader's store at `leader`, and it passes `verify`.
+fn assert_prefix_of(dir: &Path, leader: &Path, n: u64) {
+    assert_eq!(
+        messages(dir).0,
+        (1..=n).collect::<Vec<_>>(),
+        "{}",
+        dir.display()
+    );
+    let (ours, theirs) = (frames(dir), frames(leader));
+    assert!(
+        ours[..] == theirs[..ours.len()],
+        "{} is not a prefix of the leader's store",
+        dir.display()
+    );
+    let v = seqstream_store::verify::verify(dir).unwrap();
+    assert!(v.is_ok(), "{}: {:?}", dir.display(), v.faults);
+}
+
+/// Waits until the store in `dir` holds `n` messages.
+fn wait_messages(g: &Group, dir: &Path, n: usize) {
+    let deadline = Instant::now() + LONG;
+    while messages(dir).0.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{} holds {} of {n} messages:\n{}",
+            dir.display(),
+            messages(dir).0.len(),
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_old_leader_that_returns_cuts_its_unreleased_tail_and_rejoins_as_a_standby() {
+    let g = Group::new();
+    let mut one = g.start(1, true);
+    let mut two = g.start(2, false);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let consumer_store = g.path("consumer");
+    let consumer_counters = g.path("consumer.counters");
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 200);
+    wait_messages(&g, &consumer_store, 200);
+
+    // The standby dies; the leader sequences 100 more that no standby holds: none released.
+    two.0.kill().unwrap();
+    two.0.wait().unwrap();
+    send(&source, g.datagram_addr(1), 201, 300);
+    wait_messages(&g, &g.store(1), 300);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        messages(&consumer_store).0.len(),
+        200,
+        "released what no standby held"
+    );
+    drop(consumer);
+
+    // The leader dies too; member 2 comes back (its store held frames: eligible), leads
+    // term 2 without the old leader's tail.
+    one.0.kill().unwrap();
+    one.0.wait().unwrap();
+    let _two = g.start(2, false);
+    g.wait_state(2, 2);
+    wait_counter(&g.counters(2), "md member leader term", LONG, |v| v == 2);
+
+    // The old leader returns with its store: refused as diverged, it cuts its unreleased
+    // tail and follows term 2 as a standby; release resumes.
+    let _one = g.start(1, false);
+    g.wait_state(1, 1);
+    wait_counter(&g.counters(1), "md frames cut", LONG, |v| v > 0);
+    wait_counter(&g.counters(1), "md member eligible", LONG, |v| v == 1);
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(2));
+    send(&source, g.datagram_addr(2), 1, 300);
+    wait_messages(&g, &consumer_store, 300);
+    wait_messages(&g, &g.store(1), 300);
+    drop(consumer);
+    for dir in [consumer_store, g.store(1)] {
+        assert_prefix_of(&dir, &g.store(2), 300);
+    }
+}
