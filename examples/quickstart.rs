@@ -140,7 +140,7 @@ impl Infrastructure {
                 outboxes: vec![PathBuf::from(outbox)],
                 routes: vec![Route {
                     stream_id: STREAM,
-                    sequencer: sequencer.local_addr(),
+                    sequencers: vec![sequencer.local_addr()],
                     local_store: store.to_path_buf(),
                 }],
                 bind: listen,

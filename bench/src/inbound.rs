@@ -111,7 +111,7 @@ fn start(
             outboxes: vec![outbox.clone()],
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencer: sequencer.local_addr(),
+                sequencers: vec![sequencer.local_addr()],
                 local_store: store.clone(),
             }],
             bind: "127.0.0.1:0".parse()?,

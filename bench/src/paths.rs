@@ -89,7 +89,7 @@ pub fn forwarder_config(
         outboxes: vec![outbox],
         routes: vec![Route {
             stream_id: STREAM,
-            sequencer,
+            sequencers: vec![sequencer],
             local_store,
         }],
         bind: "127.0.0.1:0".parse()?,

@@ -21,7 +21,7 @@ pub struct ForwardArgs {
     /// An outbox file to drain (repeat, or comma-separate).
     #[arg(long = "outbox", value_delimiter = ',', required = true)]
     pub outboxes: Vec<PathBuf>,
-    /// A route, STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR (repeat): where the stream's
+    /// A route, STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR (repeat): where the stream's
     /// messages go, and the local copy in which they are confirmed.
     #[arg(long = "route", required = true, value_parser = parse_route)]
     pub routes: Vec<Route>,
@@ -46,16 +46,22 @@ pub struct ForwardArgs {
     pub placement: PlacementArgs,
 }
 
-/// Parses `STREAM_ID=ADDR=DIR`, the shape of a route (and of the iodaemon's `--follow`).
+/// Parses `STREAM_ID=ADDR[,ADDR...]=DIR`, the shape of a route (and of the iodaemon's
+/// `--follow`): the addresses of a sequencer group's members, or of one sequencer.
 pub fn parse_route(s: &str) -> Result<Route, String> {
     let mut parts = s.splitn(3, '=');
-    let bad = || format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR=LOCAL_STORE_DIR");
+    let bad = || format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR");
     let stream_id = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let sequencer = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let sequencers = parts
+        .next()
+        .ok_or_else(bad)?
+        .split(',')
+        .map(|a| a.parse().map_err(|_| bad()))
+        .collect::<Result<Vec<_>, _>>()?;
     let local_store = PathBuf::from(parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?);
     Ok(Route {
         stream_id,
-        sequencer,
+        sequencers,
         local_store,
     })
 }

@@ -5,6 +5,11 @@
 //! from the `source_seq` a NAK names. UDP loss therefore costs latency, never data: a message
 //! leaves the outbox only once it is in the sequenced stream.
 //!
+//! A route may name several sequencers, the members of a sequencer group: datagrams go to one
+//! at a time, and to the next in turn once nothing sent was confirmed for a resend timeout (a
+//! NAK names the one that leads at once); the resends make a failover cost latency, never
+//! data (`sequencer switches` counts the changes).
+//!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
 //! a counter that never repeats, and a keyed BLAKE3 tag), and a NAK for it is acted on only
@@ -32,8 +37,11 @@ use crate::outbox::{OutboxError, OutboxReader, Record};
 pub struct Route {
     /// The stream.
     pub stream_id: u32,
-    /// Its sequencer's UDP address.
-    pub sequencer: SocketAddr,
+    /// Its sequencer's UDP address, or the datagram addresses of every member of its
+    /// sequencer group: datagrams go to one at a time, and to the next in turn when nothing
+    /// sent was confirmed for a resend timeout (a NAK names the one that leads at once). At
+    /// least one.
+    pub sequencers: Vec<SocketAddr>,
     /// This host's copy of the stream (the sequencer's store, or a replica of it).
     pub local_store: PathBuf,
 }
@@ -135,6 +143,11 @@ impl Batched {
 struct RouteState {
     route: Route,
     tailer: Option<Tailer>,
+    /// The sequencer datagrams go to: an index into `route.sequencers`.
+    current: usize,
+    /// When (monotonic ns) `current` last changed, or the route's messages were last
+    /// confirmed: it changes again only a resend timeout after either.
+    settled_ns: u64,
 }
 
 struct Counters {
@@ -146,6 +159,7 @@ struct Counters {
     in_flight: Counter,
     bad_naks: Counter,
     stale_naks: Counter,
+    switches: Counter,
 }
 
 /// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
@@ -187,6 +201,12 @@ impl Forwarder {
     ) -> Result<Forwarder, Error> {
         if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > 65_507 {
             return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
+        }
+        if let Some(r) = cfg.routes.iter().find(|r| r.sequencers.is_empty()) {
+            return Err(Error::Config(format!(
+                "the route of stream {} names no sequencer",
+                r.stream_id
+            )));
         }
         let mut links = Vec::new();
         for path in &cfg.outboxes {
@@ -246,6 +266,7 @@ impl Forwarder {
             in_flight: counters.gauge("in flight").map_err(Error::Counters)?,
             bad_naks: c("bad naks")?,
             stale_naks: c("stale naks")?,
+            switches: c("sequencer switches")?,
         };
         let routes = cfg
             .routes
@@ -253,6 +274,8 @@ impl Forwarder {
             .map(|r| RouteState {
                 route: r.clone(),
                 tailer: None,
+                current: 0,
+                settled_ns: clock.monotonic_ns(),
             })
             .collect();
         Ok(Forwarder {
@@ -297,6 +320,7 @@ impl Forwarder {
             let l = &self.links[i];
             if l.sent > l.confirmed && now.saturating_sub(l.last_sent_ns) >= timeout {
                 let from = l.confirmed + 1;
+                self.next_sequencer(l.route, now);
                 work += self.resend(i, from)?;
             }
         }
@@ -307,6 +331,20 @@ impl Forwarder {
             .sum();
         self.counters.in_flight.set(in_flight);
         Ok(work)
+    }
+
+    /// Nothing of route `r` was confirmed for a resend timeout: its datagrams go to the next of
+    /// its sequencers (a group's next member), unless it changed within the last timeout.
+    fn next_sequencer(&mut self, r: usize, now: u64) {
+        let timeout = self.cfg.resend_timeout.as_nanos() as u64;
+        let route = &mut self.routes[r];
+        let n = route.route.sequencers.len();
+        if n > 1 && now.saturating_sub(route.settled_ns) >= timeout {
+            route.current = (route.current + 1) % n;
+            route.settled_ns = now;
+            self.counters.switches.incr();
+            tracing::info!(stream_id = route.route.stream_id, sequencer = %route.route.sequencers[route.current], "nothing confirmed for a resend timeout: sending to the next sequencer of the group");
+        }
     }
 
     /// Looks at the sources' key files (each at most once a second; see [`KeyWatch`]).
@@ -324,6 +362,7 @@ impl Forwarder {
     /// Reads the local copies of the streams for our own messages.
     fn confirm(&mut self) -> Result<usize, Error> {
         let mut work = 0;
+        let now = self.clock.monotonic_ns();
         for (ri, r) in self.routes.iter_mut().enumerate() {
             if r.tailer.is_none() {
                 match Tailer::open_with(&r.route.local_store, TailerOptions::default()) {
@@ -353,7 +392,10 @@ impl Forwarder {
                     .iter_mut()
                     .find(|l| l.route == ri && l.reader.source_id() == source)
                 {
-                    l.confirmed = l.confirmed.max(seq);
+                    if seq > l.confirmed {
+                        l.confirmed = seq;
+                        r.settled_ns = now; // its sequencer sequences what we send
+                    }
                 }
             }
         }
@@ -415,7 +457,10 @@ impl Forwarder {
     /// Sends `self.batch` (consecutive source seqs) in datagrams of at most `mtu` bytes.
     fn flush_batch(&mut self, i: usize) -> Result<(), Error> {
         let route = &self.routes[self.links[i].route].route;
-        let (stream_id, to) = (route.stream_id, route.sequencer);
+        let (stream_id, to) = (
+            route.stream_id,
+            route.sequencers[self.routes[self.links[i].route].current],
+        );
         let source_id = self.links[i].reader.source_id();
         let signed = self.links[i].auth.is_some();
         let overhead = DATAGRAM_OVERHEAD + if signed { TRAILER_LEN } else { 0 };
@@ -534,15 +579,13 @@ impl Forwarder {
                 l.reader.source_id() == source && self.routes[l.route].route.stream_id == stream
             })
             .ok_or_else(|| format!("no link of source {source} on stream {stream}"))?;
-        let (link, sequencer) = (
-            &self.links[i],
-            self.routes[self.links[i].route].route.sequencer,
-        );
-        if from != sequencer {
+        let (link, route) = (&self.links[i], &self.routes[self.links[i].route]);
+        let Some(sequencer) = route.route.sequencers.iter().position(|&s| s == from) else {
             return Err(format!(
-                "source {source} stream {stream}: its sequencer is {sequencer}"
+                "source {source} stream {stream}: not one of its sequencers {:?}",
+                route.route.sequencers
             ));
-        }
+        };
         if epoch != self.cfg.epoch {
             return Err(format!(
                 "source {source}: epoch {epoch}, this session is {}",
@@ -574,6 +617,13 @@ impl Forwarder {
         };
         if let (Some((_, window)), Some(counter)) = (&mut self.links[i].auth, accepted) {
             window.accept(epoch, counter);
+        }
+        // A NAK comes from the sequencer that leads: send there.
+        let r = self.links[i].route;
+        if self.routes[r].current != sequencer {
+            self.routes[r].current = sequencer;
+            self.routes[r].settled_ns = now;
+            self.counters.switches.incr();
         }
         let link = &self.links[i];
         Ok((from_seq > link.confirmed).then_some((i, from_seq)))

@@ -68,7 +68,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
             outboxes: vec![outbox_path],
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencer: seq.local_addr(),
+                sequencers: vec![seq.local_addr()],
                 local_store: store,
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -159,7 +159,7 @@ impl Site {
                 outboxes: vec![p("app.outbox")],
                 routes: vec![Route {
                     stream_id: STREAM,
-                    sequencer: socket.local_addr().unwrap(),
+                    sequencers: vec![socket.local_addr().unwrap()],
                     local_store: p("store"),
                 }],
                 bind: "127.0.0.1:0".parse().unwrap(),

@@ -39,7 +39,7 @@ fn resends_follow_monotonic_time_only() {
             outboxes: vec![outbox],
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencer: sequencer.local_addr().unwrap(),
+                sequencers: vec![sequencer.local_addr().unwrap()],
                 local_store: d.path().join("no-replica-yet"),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -131,7 +131,7 @@ fn configurations_that_cannot_work_are_refused_at_start() {
                 s("--follow"),
                 format!("5=127.0.0.1:7="),
             ],
-            "STREAM_ID=UPSTREAM_ADDR=LOCAL_STORE_DIR",
+            "STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR",
         ),
         (
             vec![

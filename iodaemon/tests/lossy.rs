@@ -135,7 +135,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
             outboxes: outboxes.clone(),
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencer: relay_addr,
+                sequencers: vec![relay_addr],
                 local_store: store.clone(),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -88,7 +88,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
             outboxes: vec![outbox],
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencer: sequencer.local_addr().unwrap(),
+                sequencers: vec![sequencer.local_addr().unwrap()],
                 local_store: d.path().join("no-store-yet"),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -116,9 +116,10 @@ pub struct FollowArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: Common,
-    /// The upstream to follow.
-    #[arg(long)]
-    pub upstream: SocketAddr,
+    /// The upstream to follow; several (repeat, or comma-separate): the members of a
+    /// sequencer group, tried in turn (only the leader admits consumers).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub upstream: Vec<SocketAddr>,
     /// TLS to the upstream: the CA certificates (PEM) its certificate must chain to.
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -235,25 +236,29 @@ impl Role for FollowArgs {
     /// inside it; what fails the agent is its replica's store.
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let c = &self.common;
-        let mut cfg = FollowerConfig::new(c.store.clone(), c.stream_id, self.upstream, keys(c)?);
+        let mut cfg = FollowerConfig::new(c.store.clone(), c.stream_id, self.upstream[0], keys(c)?);
+        cfg.alternates = self.upstream[1..].to_vec();
         cfg.store_config = cfg.store_config.flush(self.flush);
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
         cfg.max_segment_size = self.max_segment_size;
+        if self.tls_ca.is_some() && self.upstream.len() > 1 && self.tls_server_name.is_none() {
+            bail!("TLS to several upstreams: give --tls-server-name, the name every upstream's certificate carries");
+        }
         if c.tls_cert.is_some() && self.tls_ca.is_none() {
             bail!("--tls-cert on a replica is for mutual TLS: give --tls-ca, the CA of its upstream's certificate, too");
         }
         cfg.tls = match &self.tls_ca {
             Some(ca) => Some((
                 tls::client_config(ca, c.tls_identity()).context("TLS")?,
-                tls::server_name(self.tls_server_name.as_deref(), self.upstream.ip())?,
+                tls::server_name(self.tls_server_name.as_deref(), self.upstream[0].ip())?,
             )),
             None => None,
         };
         check_cores(&self.core.into_iter().collect::<Vec<_>>())?;
         let follower = Follower::new(cfg, &ctx.counters)
             .with_context(|| format!("opening the replica {}", c.store.display()))?;
-        tracing::info!(stream_id = c.stream_id, upstream = %self.upstream, store = %c.store.display(), "following");
+        tracing::info!(stream_id = c.stream_id, upstream = ?self.upstream, store = %c.store.display(), "following");
         Ok(vec![Hosted {
             agent: Box::new(follower),
             placement: Placement {

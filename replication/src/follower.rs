@@ -69,6 +69,11 @@ pub struct FollowerConfig {
     pub store_config: StoreConfig,
     /// The upstream server.
     pub upstream: SocketAddr,
+    /// Other upstreams of the same stream, tried in turn after `upstream` when a session
+    /// fails (a connection refused, a peer that went silent, a refusal): the other members of
+    /// a sequencer group, whose replication servers admit consumers only while they lead.
+    /// Empty by default.
+    pub alternates: Vec<SocketAddr>,
     /// The local address to connect from (`None`, the default: the kernel picks). A standby
     /// of a sequencer group connects from the address its leader knows it by
     /// ([`Release`](crate::release::Release)).
@@ -119,6 +124,7 @@ impl FollowerConfig {
             store,
             store_config: StoreConfig::new(stream_id),
             upstream,
+            alternates: Vec::new(),
             bind: None,
             rejoin: false,
             tls: None,
@@ -251,6 +257,8 @@ struct Replica {
     /// Where to ask to resume instead of the replica's end, and the term there, after the
     /// upstream said the replica diverged (`FollowerConfig::rejoin`).
     probe: Option<(u64, u32)>,
+    /// Which upstream the next connect goes to: 0 is `upstream`, `i` is `alternates[i - 1]`.
+    upstream_index: usize,
 }
 
 /// A replica of one stream, kept up to date from an upstream: the replication client agent.
@@ -312,6 +320,7 @@ impl Follower {
             keys: cfg.keys.clone(),
             upstream_committed: None,
             probe: None,
+            upstream_index: 0,
             cfg,
         };
         replica.publish_position();
@@ -469,7 +478,7 @@ impl Follower {
 
     /// Starts a non-blocking connect to the upstream.
     fn connect(&mut self, now: u64) -> Result<(State, usize)> {
-        let upstream = self.replica.cfg.upstream;
+        let upstream = self.replica.upstream();
         let socket = Socket::new(
             Domain::for_address(upstream),
             Type::STREAM,
@@ -535,7 +544,7 @@ impl Follower {
         outbox
             .send(&mut stream, &[&scratch])
             .map_err(|e| Error::io("write", e))?;
-        tracing::info!(upstream = %self.replica.cfg.upstream, resume = resume.0, "connected");
+        tracing::info!(upstream = %self.replica.upstream(), resume = resume.0, "connected");
         let link = Box::new(Link {
             stream,
             inbox: Inbox::new(1 << 20, crate::framing::MAX_MESSAGE),
@@ -557,7 +566,7 @@ impl Follower {
     fn fault(&mut self, e: Error, now: u64) -> State {
         let counters = &self.replica.counters;
         counters.errors.incr();
-        let upstream = self.replica.cfg.upstream;
+        let upstream = self.replica.upstream();
         if e.is_lie() {
             counters.rejected.incr();
             self.warns
@@ -574,7 +583,15 @@ impl Follower {
             self.delay = self.replica.cfg.reconnect_min;
         }
         let until_ns = now + self.delay.as_nanos() as u64;
-        self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
+        // The next upstream in turn (a rejoin probe stays with the upstream that answered it);
+        // the delay doubles once a whole round of upstreams has failed.
+        let upstreams = 1 + self.replica.cfg.alternates.len();
+        if self.replica.probe.is_none() {
+            self.replica.upstream_index = (self.replica.upstream_index + 1) % upstreams;
+        }
+        if self.replica.upstream_index == 0 {
+            self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
+        }
         State::Disconnected { until_ns }
     }
 }
@@ -626,6 +643,14 @@ impl Replica {
     /// The term of the replica's last frame (0 without a store).
     fn last_term(&self) -> u32 {
         self.appender.as_ref().map_or(0, |a| a.last_frame_term())
+    }
+
+    /// The upstream this session connects to.
+    fn upstream(&self) -> SocketAddr {
+        match self.upstream_index {
+            0 => self.cfg.upstream,
+            i => self.cfg.alternates[i - 1],
+        }
     }
 
     /// Where the next hello asks to resume, and the term there: the replica's end, or where
@@ -738,7 +763,7 @@ impl Replica {
                         Msg::Proof { proof } => {
                             let (macs, key) =
                                 handshake::on_server_proof(t, &self.keys, now, proof)?;
-                            tracing::info!(upstream = %self.cfg.upstream, key = %key.fingerprint(), "upstream authenticated");
+                            tracing::info!(upstream = %self.upstream(), key = %key.fingerprint(), "upstream authenticated");
                             LinkAuth::Session(macs)
                         }
                         other => {

@@ -22,7 +22,7 @@
 //! scan of the standbys (a handful); a consumer's sender reads one atomic per duty cycle.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use seqstream_agent::counters::{Counter, CountersWriter};
@@ -37,6 +37,8 @@ pub struct Release {
     standbys: Box<[Standby]>,
     released_counter: Counter,
     lag: Counter,
+    /// Whether consumers are admitted and served: while this member leads.
+    serving: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -85,6 +87,7 @@ impl Release {
             lag: counters
                 .gauge("release lag bytes")
                 .map_err(Error::Counters)?,
+            serving: AtomicBool::new(false),
         })
     }
 
@@ -92,6 +95,19 @@ impl Release {
     #[inline]
     pub fn released(&self) -> u64 {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Whether consumers are admitted and served (initially not): a sequencer group member
+    /// serves consumers only while it leads, so that a consumer given every member's address
+    /// finds the leader (a member that does not lead refuses it, counted as `refused not
+    /// leader`, and ends the sessions it had). Standbys are served either way.
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// Starts or stops serving consumers (see [`serving`](Self::serving)).
+    pub fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::Release);
     }
 
     /// The standby behind `addr`, if it is one.

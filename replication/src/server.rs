@@ -182,6 +182,9 @@ struct Counters {
     /// Replicas refused because their history is not this store's (counted in
     /// `refused handshake` too): see `check_history`.
     refused_diverged: Counter,
+    /// Consumers refused because this member of a sequencer group does not lead
+    /// ([`Release::serving`]).
+    refused_not_leader: Counter,
     disconnects: Counter,
     consumers: Counter,
 }
@@ -197,6 +200,7 @@ struct Warns {
     limit: LimitedWarn,
     dropped: LimitedWarn,
     auth: LimitedWarn,
+    not_leader: LimitedWarn,
 }
 
 impl Warns {
@@ -209,6 +213,7 @@ impl Warns {
             limit: LimitedWarn::new("refused: consumer limit reached"),
             dropped: LimitedWarn::new("replica dropped"),
             auth: LimitedWarn::new("refused: authentication failed"),
+            not_leader: LimitedWarn::new("refused: not the leader"),
         }
     }
 
@@ -221,6 +226,7 @@ impl Warns {
             &mut self.limit,
             &mut self.dropped,
             &mut self.auth,
+            &mut self.not_leader,
         ] {
             w.tick();
         }
@@ -382,6 +388,7 @@ impl Server {
             refused_limit: c("refused limit")?,
             refused_handshake: c("refused handshake")?,
             refused_diverged: c("refused diverged")?,
+            refused_not_leader: c("refused not leader")?,
             disconnects: c("disconnects")?,
             consumers: g("consumers")?,
         };
@@ -528,6 +535,15 @@ impl Server {
                 return 1;
             }
         };
+        if let Some(r) = &self.cfg.release {
+            if r.standby(peer.ip()).is_none() && !r.serving() {
+                self.shared.counters.refused_not_leader.incr();
+                self.shared.warns().not_leader.warn(format_args!(
+                    "{peer}: a consumer, and this member does not lead"
+                ));
+                return 1;
+            }
+        }
         // A consumer slot (its counters) only once the replica has identified itself.
         let Some(lease) = self.shared.take_slot() else {
             self.shared.counters.refused_limit.incr();
@@ -928,12 +944,16 @@ enum Gate {
 }
 
 impl Gate {
-    /// The position the session may send up to.
+    /// The position the session may send up to; an error once a consumer's member no longer
+    /// leads (the consumer then finds the leader among its upstreams).
     #[inline]
-    fn limit(&self) -> u64 {
+    fn limit(&self) -> Result<u64> {
         match self {
-            Gate::Released(r) => r.released(),
-            Gate::Open | Gate::Standby(..) => u64::MAX,
+            Gate::Released(r) if !r.serving() => Err(Error::Refused(
+                "this member of the sequencer group no longer leads".into(),
+            )),
+            Gate::Released(r) => Ok(r.released()),
+            Gate::Open | Gate::Standby(..) => Ok(u64::MAX),
         }
     }
 }
@@ -1119,7 +1139,7 @@ impl Session {
         }
         if let Some(range) = self
             .tailer
-            .poll_range_to(self.cfg.max_batch, self.gate.limit())?
+            .poll_range_to(self.cfg.max_batch, self.gate.limit()?)?
         {
             self.scratch.clear();
             if self.announced != Some(range.segment_index) {
@@ -1160,7 +1180,7 @@ impl Session {
             self.scratch.clear();
             protocol::encode_sealed(
                 &Msg::Heartbeat {
-                    committed_position: self.tailer.committed_position().min(self.gate.limit()),
+                    committed_position: self.tailer.committed_position().min(self.gate.limit()?),
                     timestamp_ns: self.clock.realtime_ns(),
                 },
                 &mut self.macs.from_upstream,

@@ -1494,6 +1494,7 @@ fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
     let release_counters = d.path("release.counters");
     let w = CountersWriter::create(&release_counters, 16).unwrap();
     let release = Arc::new(Release::new(&[standby_ip], &w).unwrap());
+    release.set_serving(true);
     let (addr, _server) = serve(&primary, &d.path("server.counters"), |c| {
         c.allow.push(standby_ip);
         c.release = Some(release.clone());

@@ -434,6 +434,7 @@ impl Member {
 
     /// Ends the current state's agent (its store closed, its socket shut).
     fn close_state(&mut self) -> Result<(), AgentError> {
+        self.release.set_serving(false);
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => Ok(()),
             State::Standby { mut follower, .. } => follower.on_close(),
@@ -466,6 +467,7 @@ impl Member {
         let sequencer = Sequencer::open(self.sequencer.clone(), &self.counters)?
             .fenced_by(Arc::new(self.fence.clone()));
         self.stats.promotions.incr();
+        self.release.set_serving(true);
         tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), "leading");
         self.state = State::Leading(Box::new(sequencer));
         Ok(())

@@ -1,10 +1,12 @@
 //! A sequencer group of two `seqstreamd` members over a real etcd, on loopback: member 1
 //! (127.0.0.3, the bootstrap member) leads, member 2 (127.0.0.2) follows it as a standby; a
-//! consumer (127.0.0.1) receives only what the standby holds (`standby-ack`). The leader is
-//! killed with SIGKILL under load; the standby takes over in term 2, and releases nothing
-//! until a standby holds it again (member 1 rebuilt with an empty store, as after a lost
-//! disk). The source resends everything it has not seen in the consumer's replica; at the end
+//! client host (a third `seqstreamd`, 127.0.0.1) replicates the stream and forwards its
+//! application's messages, given both members' addresses; it receives only what the standby
+//! holds (`standby-ack`). The leader is killed with SIGKILL under load; the standby takes over
+//! in term 2, and releases nothing until a standby holds it again (member 1 rebuilt with an
+//! empty store, as after a lost disk); the client finds the new leader by itself. At the end
 //! every message is in every store exactly once, in order, and the stores are byte-identical.
+//! A second test brings an old leader back with its store: it cuts its unreleased tail.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_auth::{Key, Keyring};
+use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_schemas::wire;
 use seqstream_store::Tailer;
@@ -137,8 +140,53 @@ allow = ["127.0.0.1"]
         .unwrap()
     }
 
+    /// Starts the client host: a replica of the stream following whichever member leads, and a
+    /// forwarder of `app.outbox` sending to whichever member leads.
+    fn start_client(&self) -> KillOnDrop {
+        let upstreams: Vec<String> = (1..=2)
+            .map(|n| format!("\"{}\"", self.replication_addr(n)))
+            .collect();
+        let text = format!(
+            r#"
+[[follow]]
+name = "rep"
+store = "{replica}"
+stream_id = {STREAM}
+secret_file = "{secret}"
+upstream = [{upstreams}]
+max_segment_size = 1048576
+
+[[forward]]
+name = "fwd"
+outbox = ["{outbox}"]
+route = ["{STREAM}={one},{two}={replica}"]
+resend_timeout_ms = 100
+"#,
+            replica = self.path("client").display(),
+            secret = self.path("secret").display(),
+            upstreams = upstreams.join(", "),
+            outbox = self.path("app.outbox").display(),
+            one = self.datagram_addr(1),
+            two = self.datagram_addr(2),
+        );
+        let file = self.path("client.toml");
+        std::fs::write(&file, text).unwrap();
+        let log = std::fs::File::create(self.path("member-3.log")).unwrap();
+        KillOnDrop::spawn(
+            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+                .arg("--config")
+                .arg(&file)
+                .arg("--counters")
+                .arg(self.path("client.counters"))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .unwrap()
+    }
+
     fn logs(&self) -> String {
-        (1..=2)
+        (1..=3)
             .map(|n| {
                 std::fs::read_to_string(self.path(&format!("member-{n}.log"))).unwrap_or_default()
             })
@@ -250,52 +298,65 @@ fn send(source: &UdpSocket, to: SocketAddr, first: u64, last: u64) {
     }
 }
 
+/// The client's messages in the store at `dir`, in stream order: their source seqs, each
+/// payload checked (`message <source seq>`).
+fn offered(dir: &Path) -> Vec<u64> {
+    let Ok(mut t) = Tailer::open(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        if f.is_heartbeat() {
+            continue;
+        }
+        let s = f.source_seq();
+        assert_eq!(f.payload(), format!("message {s:06}").as_bytes());
+        out.push(s);
+    }
+    out
+}
+
 #[test]
-fn a_killed_leaders_standby_takes_over_and_consumers_lose_and_repeat_nothing() {
+fn a_killed_leaders_standby_takes_over_and_the_client_loses_and_repeats_nothing() {
+    const N: u64 = 2000;
     let g = Group::new();
     let mut one = g.start(1, true);
     let _two = g.start(2, false);
     g.wait_state(1, 2);
     g.wait_state(2, 1);
     wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let mut outbox =
+        Outbox::open_or_create(&g.path("app.outbox"), 1, STREAM, 1 << 20, 4096).unwrap();
+    let _client = g.start_client();
+    let client = g.path("client.counters");
 
-    let consumer_store = g.path("consumer");
-    let consumer_counters = g.path("consumer.counters");
-    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
-    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
-
-    // Load on member 1; the consumer sees what member 2 holds.
-    for first in (1..=400).step_by(50) {
-        send(&source, g.datagram_addr(1), first, first + 49);
-        std::thread::sleep(Duration::from_millis(5));
+    // The application offers N messages at a steady pace; the leader is killed with SIGKILL
+    // once a quarter are confirmed.
+    let mut killed = None;
+    for s in 1..=N {
+        let payload = format!("message {s:06}");
+        let deadline = Instant::now() + LONG;
+        while outbox.offer(STREAM, 7, payload.as_bytes()).is_err() {
+            assert!(Instant::now() < deadline, "back-pressured:\n{}", g.logs());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if s % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if killed.is_none() && counter(&client, "fwd messages confirmed").unwrap_or(0) >= N / 4 {
+            one.0.kill().unwrap();
+            one.0.wait().unwrap();
+            killed = Some(Instant::now());
+        }
     }
-    let deadline = Instant::now() + LONG;
-    while messages(&consumer_store).0.len() < 100 {
-        assert!(
-            Instant::now() < deadline,
-            "the consumer saw too little:\n{}",
-            g.logs()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let killed = killed.expect("a quarter confirmed before the last offer");
 
-    // SIGKILL the leader in the middle of more load.
-    send(&source, g.datagram_addr(1), 401, 450);
-    one.0.kill().unwrap();
-    one.0.wait().unwrap();
-    let killed = Instant::now();
-    drop(consumer);
-    let confirmed = messages(&consumer_store).0;
-    assert_eq!(confirmed, (1..=confirmed.len() as u64).collect::<Vec<_>>());
-
-    // Member 2 wins term 2 and sequences; with no standby it releases nothing.
+    // Member 2 leads term 2 and sequences; with no standby it releases nothing.
     g.wait_state(2, 2);
     let took_over = killed.elapsed();
     wait_counter(&g.counters(2), "md member leader term", LONG, |v| v == 2);
-    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(2));
-    send(&source, g.datagram_addr(2), 1, 500);
     let deadline = Instant::now() + LONG;
-    while messages(&g.store(2)).0.len() < 500 {
+    while offered(&g.store(2)).len() < N as usize {
         assert!(
             Instant::now() < deadline,
             "member 2 sequenced too little:\n{}",
@@ -303,11 +364,10 @@ fn a_killed_leaders_standby_takes_over_and_consumers_lose_and_repeat_nothing() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let consumer_end = messages(&consumer_store).1;
+    let confirmed = counter(&client, "fwd messages confirmed").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        messages(&consumer_store).1,
-        consumer_end,
+    assert!(
+        counter(&client, "fwd messages confirmed").unwrap() == confirmed && confirmed < N,
         "released with no standby holding it"
     );
     assert_eq!(
@@ -316,44 +376,39 @@ fn a_killed_leaders_standby_takes_over_and_consumers_lose_and_repeat_nothing() {
     );
 
     // Member 1 comes back with an empty store: a standby that catches up, then eligible;
-    // release resumes and the consumer receives everything, once.
+    // release resumes and the client has every message, once.
     std::fs::remove_dir_all(g.store(1)).unwrap();
     let _one = g.start(1, false);
     g.wait_state(1, 1);
     wait_counter(&g.counters(1), "md member eligible", LONG, |v| v == 1);
-    let deadline = Instant::now() + LONG;
-    loop {
-        let (got, _) = messages(&consumer_store);
-        if got.len() >= 500 {
-            assert_eq!(
-                got,
-                (1..=500).collect::<Vec<_>>(),
-                "lost, repeated or reordered"
+    wait_counter(&client, "fwd messages confirmed", LONG, |v| v == N);
+    assert!(counter(&client, "fwd sequencer switches").unwrap() >= 1);
+    assert!(counter(&client, "rep connects").unwrap() >= 2);
+    for dir in [g.path("client"), g.store(1)] {
+        let deadline = Instant::now() + LONG;
+        while offered(&dir).len() < N as usize {
+            assert!(
+                Instant::now() < deadline,
+                "{} is behind:\n{}",
+                dir.display(),
+                g.logs()
             );
-            break;
+            std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the consumer has {} of 500:\n{}",
-            got.len(),
-            g.logs()
+        assert_eq!(
+            offered(&dir),
+            (1..=N).collect::<Vec<_>>(),
+            "{}",
+            dir.display()
         );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    drop(consumer);
-    // Every store holds the leader's frames, byte for byte at the same positions (the consumer
-    // and the rebuilt member a prefix of the leader's store), and passes `verify`.
-    let leader = frames(&g.store(2));
-    for other in [consumer_store, g.store(1)] {
-        let theirs = frames(&other);
-        assert!(theirs.len() > 500);
+        let (ours, theirs) = (frames(&dir), frames(&g.store(2)));
         assert!(
-            theirs[..] == leader[..theirs.len()],
+            ours[..] == theirs[..ours.len()],
             "{} is not a prefix of the leader's store",
-            other.display()
+            dir.display()
         );
-        let v = seqstream_store::verify::verify(&other).unwrap();
-        assert!(v.is_ok(), "{}: {:?}", other.display(), v.faults);
+        let v = seqstream_store::verify::verify(&dir).unwrap();
+        assert!(v.is_ok(), "{}: {:?}", dir.display(), v.faults);
     }
     eprintln!("failover (SIGKILL → the standby leads): {took_over:?}");
 }

@@ -84,7 +84,7 @@ impl LocalStream {
                 outboxes: outboxes.to_vec(),
                 routes: vec![Route {
                     stream_id: stream,
-                    sequencer: sequencer.local_addr(),
+                    sequencers: vec![sequencer.local_addr()],
                     local_store: store.to_path_buf(),
                 }],
                 bind: "127.0.0.1:0".parse().unwrap(),

@@ -66,16 +66,17 @@ struct Follows {
 #[derive(Debug, Clone)]
 struct Follow {
     stream_id: u32,
-    upstream: SocketAddr,
+    upstreams: Vec<SocketAddr>,
     store: PathBuf,
 }
 
 fn parse_follow(s: &str) -> Result<Follow, String> {
-    let r = parse_route(s)
-        .map_err(|_| format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR=LOCAL_STORE_DIR"))?;
+    let r = parse_route(s).map_err(|_| {
+        format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR")
+    })?;
     Ok(Follow {
         stream_id: r.stream_id,
-        upstream: r.sequencer,
+        upstreams: r.sequencers,
         store: r.local_store,
     })
 }
@@ -118,7 +119,7 @@ impl Follows {
                         tls_cert: None,
                         tls_key: None,
                     },
-                    upstream: f.upstream,
+                    upstream: f.upstreams.clone(),
                     tls_ca: None,
                     tls_server_name: None,
                     core: self.follow_cores.get(i).copied(),
