@@ -13,10 +13,16 @@
 //! over holds every frame a consumer ever received.
 //!
 //! Invariants: the released position only grows (`fetch_max`), even when a standby comes back
-//! with less than it acked before (a rebuilt store); it is always a position some standby
-//! acknowledged, so a frame boundary of the stream. A `Release` starts at 0: a new leader
-//! releases nothing until its standbys have acked (consumers resume from their own position
-//! and wait).
+//! with less than it acked before (a rebuilt store); it is always a position every standby
+//! acknowledged in the current **epoch**, so a frame boundary of the stream. An epoch is one
+//! leadership of this member ([`Release::new_epoch`], at each promotion): acks of an earlier
+//! one name positions of a history this member may have cut since (it rejoined another
+//! leader), so they count for nothing, and the sessions that sent them end. Each standby's
+//! ack is one atomic word, `epoch << 48 | position` (positions below 2^48 bytes, 256 TiB),
+//! so an ack racing a new epoch is refused, never counted in it. A `Release` starts at 0: a
+//! new leader releases nothing new until its standbys have acked (consumers resume from their
+//! own position and wait); frames released in an earlier leadership stay released (every
+//! standby held them, so every later leader holds them).
 //!
 //! This module never reads the store and never blocks: an ack is two atomic stores and a
 //! scan of the standbys (a handful); a consumer's sender reads one atomic per duty cycle.
@@ -29,11 +35,18 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 
 use crate::{Error, Result};
 
+/// Bits of a standby's ack word that hold its position.
+const POSITION_BITS: u32 = 48;
+const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
+const EPOCH_MASK: u64 = (1 << (64 - POSITION_BITS)) - 1;
+
 /// The released position of one server's store, and what each standby acked.
 #[derive(Debug)]
 pub struct Release {
     /// The lowest position every standby acked, only ever raised.
     released: CachePadded<AtomicU64>,
+    /// The current epoch (see the module docs), below 2^16.
+    epoch: AtomicU64,
     standbys: Box<[Standby]>,
     released_counter: Counter,
     lag: Counter,
@@ -44,7 +57,8 @@ pub struct Release {
 #[derive(Debug)]
 struct Standby {
     addr: IpAddr,
-    /// The position its replica last said it holds (its last ack or resume position).
+    /// `epoch << 48 | position`: the position its replica last said it holds (its last ack
+    /// or resume position) and the epoch it said so in.
     acked: AtomicU64,
     counter: Counter,
 }
@@ -82,6 +96,7 @@ impl Release {
         }
         Ok(Release {
             released: CachePadded::new(AtomicU64::new(0)),
+            epoch: AtomicU64::new(0),
             standbys: slots.into_boxed_slice(),
             released_counter: position("released position")?,
             lag: counters
@@ -97,10 +112,11 @@ impl Release {
         self.released.load(Ordering::Acquire)
     }
 
-    /// Whether consumers are admitted and served (initially not): a sequencer group member
-    /// serves consumers only while it leads, so that a consumer given every member's address
-    /// finds the leader (a member that does not lead refuses it, counted as `refused not
-    /// leader`, and ends the sessions it had). Standbys are served either way.
+    /// Whether replicas are admitted and served (initially not): a sequencer group member
+    /// serves only while it leads, so that a consumer given every member's address finds the
+    /// leader, and a standby following a stale leader record is refused rather than told
+    /// anything by a member that does not lead (refused as `refused not leader`; the sessions
+    /// it had end).
     pub fn serving(&self) -> bool {
         self.serving.load(Ordering::Acquire)
     }
@@ -115,27 +131,68 @@ impl Release {
         self.standbys.iter().position(|s| s.addr == addr)
     }
 
-    /// What standby `i` last said it holds.
+    /// What standby `i` said it holds in the current epoch (0 if nothing yet).
     pub fn acked(&self, i: usize) -> u64 {
-        self.standbys[i].acked.load(Ordering::Acquire)
+        let epoch = self.epoch();
+        let word = self.standbys[i].acked.load(Ordering::Acquire);
+        if word >> POSITION_BITS == epoch {
+            word & POSITION_MASK
+        } else {
+            0
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Starts an epoch: this member leads anew. Every standby's ack is forgotten (sessions of
+    /// the earlier epoch are refused at their next ack and end); the released position stays.
+    /// Returns the new epoch.
+    pub fn new_epoch(&self) -> u64 {
+        let epoch = (self.epoch.fetch_add(1, Ordering::AcqRel) + 1) & EPOCH_MASK;
+        for s in self.standbys.iter() {
+            s.acked.store(epoch << POSITION_BITS, Ordering::Release);
+            s.counter.set(0);
+        }
+        epoch
     }
 
     /// Standby `i` holds the stream up to `position` (an ack, or the resume position of its
-    /// session): raises the released position to the lowest position every standby holds.
-    pub(crate) fn ack(&self, i: usize, position: u64) {
+    /// session), said in `epoch`: raises the released position to the lowest position every
+    /// standby holds in that epoch. `false` (nothing counted) when `epoch` is not the current
+    /// one: the session belongs to an earlier leadership and must end.
+    pub(crate) fn ack(&self, i: usize, epoch: u64, position: u64) -> bool {
         let s = &self.standbys[i];
-        s.acked.store(position, Ordering::Release);
+        let word = epoch << POSITION_BITS | position.min(POSITION_MASK);
+        let mut current = s.acked.load(Ordering::Acquire);
+        loop {
+            if current >> POSITION_BITS != epoch {
+                return false;
+            }
+            match s
+                .acked
+                .compare_exchange_weak(current, word, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
         s.counter.set(position);
-        let lowest = self
-            .standbys
-            .iter()
-            .map(|s| s.acked.load(Ordering::Acquire))
-            .min()
-            .unwrap_or(0);
+        let mut lowest = u64::MAX;
+        for s in self.standbys.iter() {
+            let w = s.acked.load(Ordering::Acquire);
+            if w >> POSITION_BITS != epoch {
+                return false; // a new epoch began meanwhile
+            }
+            lowest = lowest.min(w & POSITION_MASK);
+        }
         let before = self.released.fetch_max(lowest, Ordering::AcqRel);
         if lowest > before {
             self.released_counter.set(lowest);
         }
+        true
     }
 
     /// Sets `release lag bytes` from the store's committed position (the slow path calls it

@@ -182,7 +182,7 @@ struct Counters {
     /// Replicas refused because their history is not this store's (counted in
     /// `refused handshake` too): see `check_history`.
     refused_diverged: Counter,
-    /// Consumers refused because this member of a sequencer group does not lead
+    /// Replicas refused because this member of a sequencer group does not lead
     /// ([`Release::serving`]).
     refused_not_leader: Counter,
     disconnects: Counter,
@@ -501,22 +501,37 @@ impl Server {
         let mut p = self.pending[i].take().expect("a pending connection");
         let _ = self.poll.registry().deregister(p.stream.socket_mut());
         let peer = p.peer;
+        // A member of a sequencer group that does not lead serves no one and tells no one
+        // anything about its store (a standby following a stale leader record included).
+        if let (Ok(_), Some(r)) = (&outcome, self.cfg.release.as_ref().filter(|r| !r.serving())) {
+            self.shared.counters.refused_not_leader.incr();
+            let what = if r.standby(peer.ip()).is_some() {
+                "a standby"
+            } else {
+                "a consumer"
+            };
+            self.shared.warns().not_leader.warn(format_args!(
+                "{peer}: {what}, and this member does not lead"
+            ));
+            return 1;
+        }
         // Everything the replica said is checked (its hello, and that its resume position is
         // a frame start or the end of the stream) before it takes a slot.
-        let hello =
-            outcome.and_then(|a| {
-                let counters = &self.shared.counters;
-                match open_at(&self.cfg, a.resume) {
-                    Ok(tailer) => match check_history(&tailer, &a) {
-                        Ok(()) => Ok((a, tailer)),
-                        Err(e) => Err(refuse_diverged(&self.cfg, &mut p.stream, a, true, counters)
-                            .unwrap_or(e)),
-                    },
-                    Err(e) => Err(
-                        refuse_diverged(&self.cfg, &mut p.stream, a, false, counters).unwrap_or(e),
-                    ),
+        let hello = outcome.and_then(|a| {
+            let counters = &self.shared.counters;
+            match open_at(&self.cfg, a.resume) {
+                Ok(tailer) => match check_history(&tailer, &a) {
+                    Ok(()) => Ok((a, tailer)),
+                    Err(e) => {
+                        Err(refuse_diverged(&self.cfg, &mut p.stream, a, counters).unwrap_or(e))
+                    }
+                },
+                Err(e @ Error::Store(seqstream_store::StoreError::BadPosition { .. })) => {
+                    Err(refuse_diverged(&self.cfg, &mut p.stream, a, counters).unwrap_or(e))
                 }
-            });
+                Err(e) => Err(e),
+            }
+        });
         let (admitted, tailer) = match hello {
             Ok(ok) => ok,
             Err(e) => {
@@ -535,15 +550,6 @@ impl Server {
                 return 1;
             }
         };
-        if let Some(r) = &self.cfg.release {
-            if r.standby(peer.ip()).is_none() && !r.serving() {
-                self.shared.counters.refused_not_leader.incr();
-                self.shared.warns().not_leader.warn(format_args!(
-                    "{peer}: a consumer, and this member does not lead"
-                ));
-                return 1;
-            }
-        }
         // A consumer slot (its counters) only once the replica has identified itself.
         let Some(lease) = self.shared.take_slot() else {
             self.shared.counters.refused_limit.incr();
@@ -573,7 +579,7 @@ impl Server {
         let gate = match &self.cfg.release {
             None => Gate::Open,
             Some(r) => match r.standby(peer.ip()) {
-                Some(i) => Gate::Standby(r.clone(), i),
+                Some(i) => Gate::Standby(r.clone(), i, r.epoch()),
                 None => Gate::Released(r.clone()),
             },
         };
@@ -937,23 +943,35 @@ impl Agent for Sender {
 enum Gate {
     /// Every committed frame (`immediate`, or no policy).
     Open,
-    /// Every committed frame, to standby `.1`, whose acks move the released position.
-    Standby(Arc<Release>, usize),
+    /// Every committed frame, to standby `.1`, whose acks move the released position in
+    /// epoch `.2` (the leadership its session began in).
+    Standby(Arc<Release>, usize, u64),
     /// Frames up to the released position only: a consumer under `standby-ack`.
     Released(Arc<Release>),
 }
 
 impl Gate {
-    /// The position the session may send up to; an error once a consumer's member no longer
-    /// leads (the consumer then finds the leader among its upstreams).
+    /// The position the session may send up to; an error once this member of a sequencer
+    /// group no longer leads (its replica then finds the leader among its upstreams).
     #[inline]
     fn limit(&self) -> Result<u64> {
         match self {
-            Gate::Released(r) if !r.serving() => Err(Error::Refused(
+            Gate::Released(r) | Gate::Standby(r, ..) if !r.serving() => Err(Error::Refused(
                 "this member of the sequencer group no longer leads".into(),
             )),
             Gate::Released(r) => Ok(r.released()),
             Gate::Open | Gate::Standby(..) => Ok(u64::MAX),
+        }
+    }
+
+    /// A standby's replica says it holds the stream up to `position`; an error when its
+    /// session belongs to an earlier leadership of this member (it must end).
+    fn ack(&self, position: u64) -> Result<()> {
+        match self {
+            Gate::Standby(r, i, epoch) if !r.ack(*i, *epoch, position) => Err(Error::Refused(
+                "a standby's session of an earlier leadership of this member".into(),
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -993,9 +1011,6 @@ impl Session {
         gate: Gate,
     ) -> Session {
         let resume = admitted.resume;
-        if let Gate::Standby(release, i) = &gate {
-            release.ack(*i, resume); // a replica holds what it resumes from
-        }
         let mut clock = cfg.clock.clone();
         let start_ns = clock.monotonic_ns();
         Session {
@@ -1037,6 +1052,7 @@ impl Session {
                 .set_send_buffer_size(bytes)
                 .map_err(|e| Error::io("SO_SNDBUF", e))?;
         }
+        self.gate.ack(self.sent_position)?; // a replica holds what it resumes from
         let now = self.clock.monotonic_ns();
         self.last_heartbeat_ns = now;
         self.last_recv_ns = now;
@@ -1068,25 +1084,20 @@ fn check_history(tailer: &Tailer, a: &Admitted) -> Result<()> {
     Ok(())
 }
 
-/// A replica refused at its resume position whose frame there is of another term
-/// (`mismatch`: [`check_history`]), or whose history reaches past the end of this store's
-/// frames of its last term ([`seqstream_store::cut::agreed_end`]: a resume position past this
-/// store's end, or no frame start here), diverged: it holds frames no leader of this stream
-/// released after them. It is told so, authenticated (the server's proof, then
+/// A replica refused at its resume position, whose frame there is of another term
+/// ([`check_history`]) or which is no frame start here or past this store's end, diverged: a
+/// replica of this history always resumes at one of its frame boundaries, so it holds frames
+/// no leader of this stream released after them. It is told so, authenticated (the server's proof, then
 /// a sealed `Diverged` with that end, where it may ask to resume instead: a sequencer group
-/// member then cuts its tail there), and counted as `refused diverged`. `None` when the
-/// refusal is not a divergence (the caller's error stands); otherwise the error to log.
+/// member then cuts its tail there), and counted as `refused diverged`. `None` when this
+/// store cannot be read (the caller's error stands); otherwise the error to log.
 fn refuse_diverged(
     cfg: &ServerConfig,
     stream: &mut Transport<MioStream>,
     mut a: Admitted,
-    mismatch: bool,
     counters: &Counters,
 ) -> Option<Error> {
     let agreed = seqstream_store::cut::agreed_end(&cfg.store, a.resume_term).ok()?;
-    if agreed >= a.resume && !mismatch {
-        return None;
-    }
     counters.refused_diverged.incr();
     let mut out = Vec::with_capacity(128);
     protocol::encode(&Msg::Proof { proof: &a.proof }, &mut out);
@@ -1228,8 +1239,8 @@ impl Session {
                 match protocol::open(&mut self.macs.from_replica, m)? {
                     Msg::Ack { position, next_seq } => {
                         self.check_ack(position, next_seq)?;
-                        if let Gate::Standby(release, i) = &self.gate {
-                            release.ack(*i, position);
+                        self.gate.ack(position)?;
+                        if let Gate::Standby(release, ..) = &self.gate {
                             release.observe_committed(self.tailer.committed_position());
                         }
                         self.acked_position = position;

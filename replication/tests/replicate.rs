@@ -1549,3 +1549,51 @@ fn a_release_refuses_no_standby_and_an_address_named_twice() {
     assert!(matches!(Release::new(&[], &w), Err(Error::Config(_))));
     assert!(matches!(Release::new(&[ip, ip], &w), Err(Error::Config(_))));
 }
+
+/// A replica that led a short term of its own after a prefix of the upstream's term 1 resumes
+/// at a position that is no frame start in the upstream (which went on in term 1, then began
+/// term 3): it is still told it diverged, and a rejoining one cuts its term 2 and follows.
+#[test]
+fn a_replica_whose_resume_position_is_no_frame_start_upstream_is_told_it_diverged() {
+    let d = Dirs::new();
+    let cfg = store_cfg();
+    let mut up = Appender::open_or_create(d.path("up"), cfg.clone()).unwrap();
+    up.start_term(1, 1).unwrap();
+    append_fixed(&mut up, 30);
+    let mut mine = None;
+    seqstream_testkit::replicate_into(&d.path("up"), &d.path("mine"), &mut mine, &cfg, Some(11));
+    let mut mine = mine.unwrap();
+    mine.start_term(2, 2).unwrap();
+    mine.append(&[2; 8]).unwrap(); // a frame size the upstream never had
+    let resume = mine.position();
+    drop(mine);
+    up.start_term(3, 1).unwrap();
+    append_fixed(&mut up, 5);
+    assert!(
+        Tailer::open(d.path("up"))
+            .unwrap()
+            .seek_position(resume)
+            .is_err(),
+        "the resume position must be no frame start upstream"
+    );
+
+    let (addr, _server) = serve(&d.path("up"), &d.path("server.counters"), |_| {});
+    let _r = follow_with(
+        &d.path("mine"),
+        &d.path("mine.counters"),
+        addr,
+        SECRET,
+        |c| c.rejoin = true,
+    );
+    wait_for(
+        &d.path("mine.counters"),
+        up.position(),
+        Duration::from_secs(20),
+    );
+    drop(_r);
+    assert_eq!(counter(&d.path("mine.counters"), "frames cut"), 2);
+    assert!(counter(&d.path("server.counters"), "refused diverged") >= 1);
+    drop(_server);
+    drop(up);
+    assert_identical(&d.path("up"), &d.path("mine"));
+}

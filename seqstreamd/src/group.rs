@@ -167,6 +167,22 @@ impl GroupArgs {
         if others.is_empty() {
             bail!("a group needs at least two members");
         }
+        for m in &self.members {
+            let ip = m.replication.ip();
+            if ip.is_unspecified() {
+                bail!("member {}: {ip} is no address: standbys are told apart by the address they connect from", m.node_id);
+            }
+            if self
+                .members
+                .iter()
+                .any(|o| o.node_id != m.node_id && o.replication.ip() == ip)
+            {
+                bail!("members on one address ({ip}): standbys are told apart by the address they connect from");
+            }
+            if self.allow.contains(&ip) {
+                bail!("allow names {ip}, member {}'s address: a consumer there would be taken for a standby (a consumer on a member's host reads that member's store)", m.node_id);
+            }
+        }
         Ok((me, others))
     }
 
@@ -467,6 +483,9 @@ impl Member {
         let sequencer = Sequencer::open(self.sequencer.clone(), &self.counters)?
             .fenced_by(Arc::new(self.fence.clone()));
         self.stats.promotions.incr();
+        // A new epoch: standbys' acks of an earlier leadership name positions of a history
+        // this member may have cut since.
+        self.release.new_epoch();
         self.release.set_serving(true);
         tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), "leading");
         self.state = State::Leading(Box::new(sequencer));

@@ -752,6 +752,12 @@ allow = ["10.0.0.9"]
             e.contains("at least two members") || e.contains("not one of"),
             "{e}"
         );
+        let e = err(&GROUP.replace("allow = [\"10.0.0.9\"]", "allow = [\"10.0.0.2\"]"));
+        assert!(e.contains("taken for a standby"), "{e}");
+        let e = err(&GROUP.replace("2=10.0.0.2:7101", "2=0.0.0.0:7101"));
+        assert!(e.contains("is no address"), "{e}");
+        let e = err(&GROUP.replace("2=10.0.0.2:7101", "2=10.0.0.1:7102"));
+        assert!(e.contains("members on one address"), "{e}");
         let e = err(&GROUP.replace("2=10.0.0.2", "x=10.0.0.2"));
         assert!(
             e.contains("NODE=REPLICATION_ADDRESS") || e.contains("node id"),

@@ -42,11 +42,16 @@ struct Member {
 struct Group {
     dir: tempfile::TempDir,
     etcd: Etcd,
-    members: [Member; 2],
+    members: Vec<Member>,
 }
 
 impl Group {
     fn new() -> Group {
+        Group::with(2)
+    }
+
+    /// A group of `n` members (2 or 3).
+    fn with(n: usize) -> Group {
         let dir = tempfile::tempdir().unwrap();
         write_key(&dir.path().join("secret"), KEY);
         let member = |node, ip| Member {
@@ -58,7 +63,14 @@ impl Group {
         Group {
             dir,
             etcd: Etcd::start(),
-            members: [member(1, "127.0.0.3"), member(2, "127.0.0.2")],
+            members: [
+                member(1, "127.0.0.3"),
+                member(2, "127.0.0.2"),
+                member(3, "127.0.0.4"),
+            ]
+            .into_iter()
+            .take(n)
+            .collect(),
         }
     }
 
@@ -143,8 +155,10 @@ allow = ["127.0.0.1"]
     /// Starts the client host: a replica of the stream following whichever member leads, and a
     /// forwarder of `app.outbox` sending to whichever member leads.
     fn start_client(&self) -> KillOnDrop {
-        let upstreams: Vec<String> = (1..=2)
-            .map(|n| format!("\"{}\"", self.replication_addr(n)))
+        let upstreams: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("\"{}\"", self.replication_addr(m.node)))
             .collect();
         let text = format!(
             r#"
@@ -171,7 +185,7 @@ resend_timeout_ms = 100
         );
         let file = self.path("client.toml");
         std::fs::write(&file, text).unwrap();
-        let log = std::fs::File::create(self.path("member-3.log")).unwrap();
+        let log = std::fs::File::create(self.path("client.log")).unwrap();
         KillOnDrop::spawn(
             Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
                 .arg("--config")
@@ -186,10 +200,11 @@ resend_timeout_ms = 100
     }
 
     fn logs(&self) -> String {
-        (1..=3)
-            .map(|n| {
-                std::fs::read_to_string(self.path(&format!("member-{n}.log"))).unwrap_or_default()
-            })
+        self.members
+            .iter()
+            .map(|m| format!("member-{}.log", m.node))
+            .chain(["client.log".to_string()])
+            .map(|f| std::fs::read_to_string(self.path(&f)).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n---\n")
     }
@@ -496,4 +511,109 @@ fn an_old_leader_that_returns_cuts_its_unreleased_tail_and_rejoins_as_a_standby(
     for dir in [consumer_store, g.store(1)] {
         assert_prefix_of(&dir, &g.store(2), 300);
     }
+}
+
+/// Stops (SIGSTOP) or continues (SIGCONT) a member's process.
+fn pause(p: &KillOnDrop, paused: bool) {
+    let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+    // SAFETY: kill(2) on our own child, not reaped yet (we hold it): the pid names it.
+    assert_eq!(unsafe { libc::kill(p.pid() as libc::pid_t, signal) }, 0);
+}
+
+fn kill(p: &mut KillOnDrop) {
+    p.0.kill().unwrap();
+    p.0.wait().unwrap();
+}
+
+/// A standby that lagged, then led a short term of its own, comes back to a leader whose
+/// history never had that term: its resume position lies among the leader's term-1 frames (a
+/// frame start of another term there, or none: `replicate.rs` pins the second case down). It
+/// is told it diverged, cuts its term, and follows.
+#[test]
+fn a_standby_that_led_a_short_term_rejoins_a_leader_that_never_had_it() {
+    let g = Group::new();
+    let mut one = g.start(1, true);
+    let mut two = g.start(2, false);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 200);
+    wait_messages(&g, &g.store(2), 200);
+    kill(&mut two);
+    send(&source, g.datagram_addr(1), 201, 1000);
+    wait_messages(&g, &g.store(1), 1000);
+    kill(&mut one);
+    // Member 2 leads term 2 on its 200 messages, sequences 30 more (released to no one).
+    let mut two = g.start(2, false);
+    wait_counter(&g.counters(2), "md member leader term", LONG, |v| v == 2);
+    g.wait_state(2, 2);
+    send(&source, g.datagram_addr(2), 201, 230);
+    wait_messages(&g, &g.store(2), 230);
+    kill(&mut two);
+    // Member 1 leads term 3 on its 1000; member 2 returns, cuts its term 2, follows.
+    let _one = g.start(1, false);
+    wait_counter(&g.counters(1), "md member leader term", LONG, |v| v == 3);
+    g.wait_state(1, 2);
+    let _two = g.start(2, false);
+    wait_counter(&g.counters(2), "md frames cut", LONG, |v| v > 0);
+    send(&source, g.datagram_addr(1), 1001, 1010);
+    wait_messages(&g, &g.store(2), 1010);
+    wait_messages(&g, &g.store(1), 1010);
+    assert_prefix_of(&g.store(2), &g.store(1), 1010);
+}
+
+/// Acks a standby sent to an earlier leadership of this member never count in a later one:
+/// they name positions of a history this member has cut since. A leads term 1 with standbys
+/// B and C; C dies (release holds at C's position), B acks much more, B dies; A pauses and C
+/// leads term 2; A rejoins C (cutting its term-1 tail) and C pauses; A leads term 3. A
+/// consumer of A must receive nothing that B, still down, does not hold.
+#[test]
+fn acks_of_an_earlier_leadership_release_nothing_in_a_later_one() {
+    let g = Group::with(3);
+    let one = g.start(1, true);
+    let mut two = g.start(2, false);
+    let mut three = g.start(3, false);
+    g.wait_state(1, 2);
+    for n in [2, 3] {
+        wait_counter(&g.counters(n), "md member eligible", LONG, |v| v == 1);
+    }
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 200);
+    wait_messages(&g, &g.store(2), 200);
+    wait_messages(&g, &g.store(3), 200);
+    kill(&mut three);
+    send(&source, g.datagram_addr(1), 201, 1000);
+    wait_messages(&g, &g.store(2), 1000);
+    std::thread::sleep(Duration::from_millis(100)); // B's last ack reaches A
+    kill(&mut two);
+    let b_frames = frames(&g.store(2));
+
+    pause(&one, true);
+    let three = g.start(3, false);
+    g.wait_state(3, 2);
+    send(&source, g.datagram_addr(3), 201, 2000);
+    wait_messages(&g, &g.store(3), 2000);
+    pause(&one, false);
+    wait_counter(&g.counters(1), "md frames cut", LONG, |v| v > 0);
+    wait_messages(&g, &g.store(1), 2000);
+    pause(&three, true);
+    g.wait_state(1, 2);
+    pause(&three, false);
+    g.wait_state(3, 1);
+    std::thread::sleep(Duration::from_millis(500)); // C acks A's new term
+    let consumer_store = g.path("consumer");
+    let consumer = Consumer::follow(
+        &consumer_store,
+        &g.path("consumer.counters"),
+        g.replication_addr(1),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    drop(consumer);
+    let got = frames(&consumer_store);
+    assert!(
+        got.len() <= b_frames.len() && got[..] == b_frames[..got.len()],
+        "the consumer received {} frames, {} of them not B's",
+        got.len(),
+        got.iter().zip(&b_frames).filter(|(a, b)| a != b).count()
+    );
 }
