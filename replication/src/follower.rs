@@ -518,6 +518,16 @@ impl Follower {
     /// A connection is up: sends the hello (what the socket does not take now waits in the
     /// outbox) and waits for the answer.
     fn connected(&mut self, stream: TcpStream, now: u64) -> Result<State> {
+        // With no listener on a local upstream's port, the kernel may pick that very port for
+        // this socket and connect it to itself (a simultaneous open), holding the port the
+        // upstream would bind when it restarts.
+        if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) {
+            if local == peer {
+                return Err(Error::Protocol(format!(
+                    "connected to itself: nothing listens on {peer}"
+                )));
+            }
+        }
         let mut stream = match &self.replica.cfg.tls {
             None => Transport::Plain(stream),
             Some((config, name)) => Transport::tls(

@@ -111,20 +111,44 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A UDP port on 127.0.0.1 that was free a moment ago (bound, read, released).
+/// A UDP port on 127.0.0.1 that was free a moment ago (bound, read, released), below the
+/// kernel's ephemeral range (see [`free_tcp_port`]).
 pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral UDP port")
+    free_port(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok())
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released).
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released), below the
+/// kernel's ephemeral range (`ip_local_port_range`), so that no socket the kernel gives a port
+/// to later (a client connecting while the server is down, a socket bound to port 0) takes
+/// it: a client connecting to a port in that range with no listener can even connect to
+/// itself.
 pub fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral TCP port")
+    free_port(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+}
+
+/// A port in `[10000, start of the ephemeral range)` that `free` says is free, tried from a
+/// point that differs per call and per process.
+fn free_port(free: impl Fn(u16) -> bool) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768)
+        .clamp(10001, 65535);
+    let span = low - 10000;
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(40_503))
+        .wrapping_add(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()),
+        );
+    (0..span)
+        .map(|k| (10000 + (seed.wrapping_add(k.wrapping_mul(7919)) % span)) as u16)
+        .find(|&p| free(p))
+        .expect("a free port below the ephemeral range")
 }
 
 /// The value of counter `label` in the counters file at `path`, once it is there.
