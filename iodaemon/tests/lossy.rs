@@ -5,20 +5,18 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::StoreConfig;
+use seqstream_testkit::relay::LossyRelay;
 
 const STREAM: u32 = 1;
 const PER_SOURCE: u64 = 66_667;
@@ -35,63 +33,6 @@ fn spawn_loop(
             }
         }
     })
-}
-
-/// A UDP relay between `front` (the forwarder's side) and `to` (the sequencer) that drops,
-/// duplicates and reorders datagrams both ways.
-fn lossy_relay(stop: &Arc<AtomicBool>, to: SocketAddr, seed: u64) -> (SocketAddr, JoinHandle<()>) {
-    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let back = UdpSocket::bind("127.0.0.1:0").unwrap();
-    front.set_nonblocking(true).unwrap();
-    back.set_nonblocking(true).unwrap();
-    let addr = front.local_addr().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut peer: Option<SocketAddr> = None;
-    let mut held: [Option<Vec<u8>>; 2] = [None, None];
-    let mut buf = vec![0u8; 65_536];
-    let t = spawn_loop(stop, move || {
-        let mut work = 0;
-        for (dir, held) in held.iter_mut().enumerate() {
-            let (rx, tx) = if dir == 0 {
-                (&front, &back)
-            } else {
-                (&back, &front)
-            };
-            for _ in 0..64 {
-                let Ok((n, from)) = rx.recv_from(&mut buf) else {
-                    break;
-                };
-                work += 1;
-                let dest = if dir == 0 {
-                    peer = Some(from);
-                    to
-                } else {
-                    match peer {
-                        Some(p) => p,
-                        None => continue,
-                    }
-                };
-                let d = buf[..n].to_vec();
-                let roll: f64 = rng.random();
-                if roll < 0.10 {
-                    continue; // dropped
-                }
-                let copies = if roll < 0.15 { 2 } else { 1 };
-                if roll > 0.95 && held.is_none() {
-                    *held = Some(d); // sent after the next one: reordered
-                    continue;
-                }
-                for _ in 0..copies {
-                    let _ = tx.send_to(&d, dest);
-                }
-                if let Some(h) = held.take() {
-                    let _ = tx.send_to(&h, dest);
-                }
-            }
-        }
-        work
-    });
-    (addr, t)
 }
 
 #[test]
@@ -121,7 +62,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
     .unwrap();
     let seq_addr = sequencer.local_addr();
     let seq_thread = spawn_loop(&stop, move || sequencer.do_work().unwrap());
-    let (relay_addr, relay) = lossy_relay(&stop, seq_addr, 42);
+    let relay = LossyRelay::start(seq_addr, 42);
 
     let outboxes: Vec<PathBuf> = (1..=3)
         .map(|s| d.path().join(format!("app{s}.outbox")))
@@ -135,7 +76,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
             outboxes: outboxes.clone(),
             routes: vec![Route {
                 stream_id: STREAM,
-                sequencers: vec![relay_addr],
+                sequencers: vec![relay.addr()],
                 local_store: store.clone(),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),
@@ -159,7 +100,8 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
     }
     common::wait_for_messages(&store, 3 * PER_SOURCE);
     stop.store(true, Ordering::Relaxed);
-    for t in [seq_thread, relay, fwd_thread] {
+    drop(relay);
+    for t in [seq_thread, fwd_thread] {
         t.join().unwrap();
     }
     common::assert_exactly_once_in_order(&store, 3, PER_SOURCE);

@@ -9,8 +9,7 @@
 //! A second test brings an old leader back with its store: it cuts its unreleased tail.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,202 +21,11 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_schemas::wire;
 use seqstream_store::Tailer;
-use seqstream_testkit::etcd::Etcd;
-use seqstream_testkit::{
-    counter, free_tcp_port, free_udp_port, wait_counter, write_key, KillOnDrop,
-};
+use seqstream_testkit::{counter, wait_counter, KillOnDrop};
 
-const STREAM: u32 = 4;
-const KEY: &str = "the replication key of the group tests";
-const LONG: Duration = Duration::from_secs(30);
+mod common;
 
-/// One member: its node id, address, ports and files.
-struct Member {
-    node: u32,
-    ip: &'static str,
-    datagram: u16,
-    replication: u16,
-}
-
-struct Group {
-    dir: tempfile::TempDir,
-    etcd: Etcd,
-    members: Vec<Member>,
-}
-
-impl Group {
-    fn new() -> Group {
-        Group::with(2)
-    }
-
-    /// A group of `n` members (2 or 3).
-    fn with(n: usize) -> Group {
-        let dir = tempfile::tempdir().unwrap();
-        write_key(&dir.path().join("secret"), KEY);
-        let member = |node, ip| Member {
-            node,
-            ip,
-            datagram: free_udp_port(),
-            replication: free_tcp_port(),
-        };
-        Group {
-            dir,
-            etcd: Etcd::start(),
-            members: [
-                member(1, "127.0.0.3"),
-                member(2, "127.0.0.2"),
-                member(3, "127.0.0.4"),
-            ]
-            .into_iter()
-            .take(n)
-            .collect(),
-        }
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-
-    fn member(&self, node: u32) -> &Member {
-        &self.members[node as usize - 1]
-    }
-
-    fn store(&self, node: u32) -> PathBuf {
-        self.path(&format!("store-{node}"))
-    }
-
-    fn counters(&self, node: u32) -> PathBuf {
-        self.path(&format!("member-{node}.counters"))
-    }
-
-    fn datagram_addr(&self, node: u32) -> SocketAddr {
-        let m = self.member(node);
-        format!("{}:{}", m.ip, m.datagram).parse().unwrap()
-    }
-
-    fn replication_addr(&self, node: u32) -> SocketAddr {
-        let m = self.member(node);
-        format!("{}:{}", m.ip, m.replication).parse().unwrap()
-    }
-
-    /// Starts member `node`'s seqstreamd.
-    fn start(&self, node: u32, bootstrap: bool) -> KillOnDrop {
-        let members: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("\"{}={}:{}\"", m.node, m.ip, m.replication))
-            .collect();
-        let text = format!(
-            r#"
-[[sequencer_group]]
-name = "md"
-store = "{store}"
-stream_id = {STREAM}
-listen = "{listen}"
-source = ["1@127.0.0.1"]
-segment_size = 1048576
-heartbeat_ms = 20
-node_id = {node}
-member = [{members}]
-etcd = ["{etcd}"]
-etcd_prefix = "/seqstream/group-test"
-lease_ttl_s = 1
-bootstrap = {bootstrap}
-secret_file = "{secret}"
-allow = ["127.0.0.1"]
-"#,
-            store = self.store(node).display(),
-            listen = self.datagram_addr(node),
-            members = members.join(", "),
-            etcd = self.etcd.endpoint(),
-            secret = self.path("secret").display(),
-        );
-        let file = self.path(&format!("member-{node}.toml"));
-        std::fs::write(&file, text).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path(&format!("member-{node}.log")))
-            .unwrap();
-        KillOnDrop::spawn(
-            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
-                .arg("--config")
-                .arg(&file)
-                .arg("--counters")
-                .arg(self.counters(node))
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log),
-        )
-        .unwrap()
-    }
-
-    /// Starts the client host: a replica of the stream following whichever member leads, and a
-    /// forwarder of `app.outbox` sending to whichever member leads.
-    fn start_client(&self) -> KillOnDrop {
-        let upstreams: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("\"{}\"", self.replication_addr(m.node)))
-            .collect();
-        let text = format!(
-            r#"
-[[follow]]
-name = "rep"
-store = "{replica}"
-stream_id = {STREAM}
-secret_file = "{secret}"
-upstream = [{upstreams}]
-max_segment_size = 1048576
-
-[[forward]]
-name = "fwd"
-outbox = ["{outbox}"]
-route = ["{STREAM}={one},{two}={replica}"]
-resend_timeout_ms = 100
-"#,
-            replica = self.path("client").display(),
-            secret = self.path("secret").display(),
-            upstreams = upstreams.join(", "),
-            outbox = self.path("app.outbox").display(),
-            one = self.datagram_addr(1),
-            two = self.datagram_addr(2),
-        );
-        let file = self.path("client.toml");
-        std::fs::write(&file, text).unwrap();
-        let log = std::fs::File::create(self.path("client.log")).unwrap();
-        KillOnDrop::spawn(
-            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
-                .arg("--config")
-                .arg(&file)
-                .arg("--counters")
-                .arg(self.path("client.counters"))
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log),
-        )
-        .unwrap()
-    }
-
-    fn logs(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| format!("member-{}.log", m.node))
-            .chain(["client.log".to_string()])
-            .map(|f| std::fs::read_to_string(self.path(&f)).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    }
-
-    fn wait_state(&self, node: u32, state: u64) {
-        wait_counter(
-            &self.counters(node),
-            "md member state (0 idle 1 standby 2 leader)",
-            LONG,
-            |v| v == state,
-        );
-    }
-}
+use common::*;
 
 /// A consumer's replica (a replication client in this process, from 127.0.0.1), following
 /// `upstream`; stopped on drop.
@@ -293,16 +101,6 @@ fn messages(dir: &Path) -> (Vec<u64>, u64) {
     (out, t.position())
 }
 
-/// Every frame of the store: its position and bytes.
-fn frames(dir: &Path) -> Vec<(u64, Vec<u8>)> {
-    let mut t = Tailer::open(dir).unwrap();
-    let mut out = Vec::new();
-    while let Some(f) = t.poll().unwrap() {
-        out.push((f.position(), f.as_bytes().to_vec()));
-    }
-    out
-}
-
 /// Sends `first..=last` to `to` in datagrams of 10.
 fn send(source: &UdpSocket, to: SocketAddr, first: u64, last: u64) {
     let mut s = first;
@@ -311,24 +109,6 @@ fn send(source: &UdpSocket, to: SocketAddr, first: u64, last: u64) {
         source.send_to(&datagram(s, n), to).unwrap();
         s += n;
     }
-}
-
-/// The client's messages in the store at `dir`, in stream order: their source seqs, each
-/// payload checked (`message <source seq>`).
-fn offered(dir: &Path) -> Vec<u64> {
-    let Ok(mut t) = Tailer::open(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    while let Some(f) = t.poll().unwrap() {
-        if f.is_heartbeat() {
-            continue;
-        }
-        let s = f.source_seq();
-        assert_eq!(f.payload(), format!("message {s:06}").as_bytes());
-        out.push(s);
-    }
-    out
 }
 
 #[test]
@@ -340,18 +120,16 @@ fn a_killed_leaders_standby_takes_over_and_the_client_loses_and_repeats_nothing(
     g.wait_state(1, 2);
     g.wait_state(2, 1);
     wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
-    let mut outbox =
-        Outbox::open_or_create(&g.path("app.outbox"), 1, STREAM, 1 << 20, 4096).unwrap();
-    let _client = g.start_client();
+    let mut outbox = Outbox::open_or_create(&g.outbox(1), 1, STREAM, 1 << 20, 4096).unwrap();
+    let _client = g.start_client(&[g.datagram_addr(1), g.datagram_addr(2)], 1);
     let client = g.path("client.counters");
 
     // The application offers N messages at a steady pace; the leader is killed with SIGKILL
     // once a quarter are confirmed.
     let mut killed = None;
     for s in 1..=N {
-        let payload = format!("message {s:06}");
         let deadline = Instant::now() + LONG;
-        while outbox.offer(STREAM, 7, payload.as_bytes()).is_err() {
+        while outbox.offer(STREAM, 7, payload(1, s).as_bytes()).is_err() {
             assert!(Instant::now() < deadline, "back-pressured:\n{}", g.logs());
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -412,7 +190,7 @@ fn a_killed_leaders_standby_takes_over_and_the_client_loses_and_repeats_nothing(
         }
         assert_eq!(
             offered(&dir),
-            (1..=N).collect::<Vec<_>>(),
+            (1..=N).map(|s| (1, s)).collect::<Vec<_>>(),
             "{}",
             dir.display()
         );

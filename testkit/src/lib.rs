@@ -14,6 +14,7 @@
 
 pub mod etcd;
 pub mod proxy;
+pub mod relay;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

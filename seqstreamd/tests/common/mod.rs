@@ -1,0 +1,247 @@
+//! What the sequencer group tests share: a group of `seqstreamd` members over a real etcd on
+//! loopback (member 1 on 127.0.0.3, 2 on 127.0.0.2, 3 on 127.0.0.4), a client host (a
+//! `seqstreamd` on 127.0.0.1 replicating the stream and forwarding its applications'
+//! messages), and readers of the stores they write.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use seqstream_store::Tailer;
+use seqstream_testkit::etcd::Etcd;
+use seqstream_testkit::{free_tcp_port, free_udp_port, wait_counter, write_key, KillOnDrop};
+
+pub(crate) const STREAM: u32 = 4;
+pub(crate) const KEY: &str = "the replication key of the group tests";
+pub(crate) const LONG: Duration = Duration::from_secs(30);
+/// The member's state counter: 0 idle, 1 standby, 2 leader.
+pub(crate) const STATE: &str = "md member state (0 idle 1 standby 2 leader)";
+
+/// One member: its node id, address, ports and files.
+pub(crate) struct Member {
+    pub(crate) node: u32,
+    ip: &'static str,
+    datagram: u16,
+    replication: u16,
+}
+
+pub(crate) struct Group {
+    dir: tempfile::TempDir,
+    etcd: Etcd,
+    members: Vec<Member>,
+}
+
+impl Group {
+    pub(crate) fn new() -> Group {
+        Group::with(2)
+    }
+
+    /// A group of `n` members (2 or 3).
+    pub(crate) fn with(n: usize) -> Group {
+        let dir = tempfile::tempdir().unwrap();
+        write_key(&dir.path().join("secret"), KEY);
+        let member = |node, ip| Member {
+            node,
+            ip,
+            datagram: free_udp_port(),
+            replication: free_tcp_port(),
+        };
+        Group {
+            dir,
+            etcd: Etcd::start(),
+            members: [
+                member(1, "127.0.0.3"),
+                member(2, "127.0.0.2"),
+                member(3, "127.0.0.4"),
+            ]
+            .into_iter()
+            .take(n)
+            .collect(),
+        }
+    }
+
+    pub(crate) fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    pub(crate) fn member(&self, node: u32) -> &Member {
+        &self.members[node as usize - 1]
+    }
+
+    pub(crate) fn store(&self, node: u32) -> PathBuf {
+        self.path(&format!("store-{node}"))
+    }
+
+    pub(crate) fn counters(&self, node: u32) -> PathBuf {
+        self.path(&format!("member-{node}.counters"))
+    }
+
+    pub(crate) fn datagram_addr(&self, node: u32) -> SocketAddr {
+        let m = self.member(node);
+        format!("{}:{}", m.ip, m.datagram).parse().unwrap()
+    }
+
+    pub(crate) fn replication_addr(&self, node: u32) -> SocketAddr {
+        let m = self.member(node);
+        format!("{}:{}", m.ip, m.replication).parse().unwrap()
+    }
+
+    /// Starts member `node`'s seqstreamd.
+    pub(crate) fn start(&self, node: u32, bootstrap: bool) -> KillOnDrop {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("\"{}={}:{}\"", m.node, m.ip, m.replication))
+            .collect();
+        let text = format!(
+            r#"
+[[sequencer_group]]
+name = "md"
+store = "{store}"
+stream_id = {STREAM}
+listen = "{listen}"
+source = ["1@127.0.0.1", "2@127.0.0.1", "3@127.0.0.1"]
+segment_size = 1048576
+heartbeat_ms = 20
+node_id = {node}
+member = [{members}]
+etcd = ["{etcd}"]
+etcd_prefix = "/seqstream/group-test"
+lease_ttl_s = 1
+bootstrap = {bootstrap}
+secret_file = "{secret}"
+allow = ["127.0.0.1"]
+"#,
+            store = self.store(node).display(),
+            listen = self.datagram_addr(node),
+            members = members.join(", "),
+            etcd = self.etcd.endpoint(),
+            secret = self.path("secret").display(),
+        );
+        let file = self.path(&format!("member-{node}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("member-{node}.log")))
+            .unwrap();
+        KillOnDrop::spawn(
+            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+                .arg("--config")
+                .arg(&file)
+                .arg("--counters")
+                .arg(self.counters(node))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .unwrap()
+    }
+
+    /// The outbox of source `source` on the client host.
+    pub(crate) fn outbox(&self, source: u32) -> PathBuf {
+        self.path(&format!("app{source}.outbox"))
+    }
+
+    /// Starts the client host: a replica of the stream following whichever member leads, and a
+    /// forwarder of sources `1..=sources` ([`outbox`](Self::outbox), which must exist) sending
+    /// to whichever of `sequencers` leads (the members' datagram addresses, or relays to them).
+    pub(crate) fn start_client(&self, sequencers: &[SocketAddr], sources: u32) -> KillOnDrop {
+        let upstreams: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("\"{}\"", self.replication_addr(m.node)))
+            .collect();
+        let text = format!(
+            r#"
+[[follow]]
+name = "rep"
+store = "{replica}"
+stream_id = {STREAM}
+secret_file = "{secret}"
+upstream = [{upstreams}]
+max_segment_size = 1048576
+
+[[forward]]
+name = "fwd"
+outbox = [{outboxes}]
+route = ["{STREAM}={sequencers}={replica}"]
+resend_timeout_ms = 100
+"#,
+            replica = self.path("client").display(),
+            secret = self.path("secret").display(),
+            upstreams = upstreams.join(", "),
+            outboxes = (1..=sources)
+                .map(|s| format!("\"{}\"", self.outbox(s).display()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            sequencers = sequencers
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        let file = self.path("client.toml");
+        std::fs::write(&file, text).unwrap();
+        let log = std::fs::File::create(self.path("client.log")).unwrap();
+        KillOnDrop::spawn(
+            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+                .arg("--config")
+                .arg(&file)
+                .arg("--counters")
+                .arg(self.path("client.counters"))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .unwrap()
+    }
+
+    pub(crate) fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("member-{}.log", m.node))
+            .chain(["client.log".to_string()])
+            .map(|f| std::fs::read_to_string(self.path(&f)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+
+    pub(crate) fn wait_state(&self, node: u32, state: u64) {
+        wait_counter(&self.counters(node), STATE, LONG, |v| v == state);
+    }
+}
+
+/// Every frame of the store: its position and bytes.
+pub(crate) fn frames(dir: &Path) -> Vec<(u64, Vec<u8>)> {
+    let mut t = Tailer::open(dir).unwrap();
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        out.push((f.position(), f.as_bytes().to_vec()));
+    }
+    out
+}
+
+/// The payload the client's application offers as message `seq` of source `source`.
+pub(crate) fn payload(source: u32, seq: u64) -> String {
+    format!("source {source} message {seq:06}")
+}
+
+/// The client's messages in the store at `dir`, in stream order: `(source, source seq)`, each
+/// payload checked ([`payload`]).
+pub(crate) fn offered(dir: &Path) -> Vec<(u32, u64)> {
+    let Ok(mut t) = Tailer::open(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(f) = t.poll().unwrap() {
+        if f.is_heartbeat() {
+            continue;
+        }
+        let (source, seq) = (f.source_id(), f.source_seq());
+        assert_eq!(f.payload(), payload(source, seq).as_bytes());
+        out.push((source, seq));
+    }
+    out
+}
