@@ -6,7 +6,9 @@
 //! in term 2, and releases nothing until a standby holds it again (member 1 rebuilt with an
 //! empty store, as after a lost disk); the client finds the new leader by itself. At the end
 //! every message is in every store exactly once, in order, and the stores are byte-identical.
-//! A second test brings an old leader back with its store: it cuts its unreleased tail.
+//! Further tests: an old leader back with its store cuts its unreleased tail; a standby that
+//! led a short term of its own rejoins; acks of an earlier leadership release nothing; etcd
+//! stopping stops the leader within its lease.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -394,4 +396,40 @@ fn acks_of_an_earlier_leadership_release_nothing_in_a_later_one() {
         got.len(),
         got.iter().zip(&b_frames).filter(|(a, b)| a != b).count()
     );
+}
+
+/// etcd itself stops: the leader leads only as long as its lease allows, then sequences
+/// nothing more (heartbeats included), and its counters say why.
+#[test]
+fn when_etcd_stops_the_leader_stops_within_its_lease() {
+    let mut g = Group::new();
+    let _one = g.start(1, true);
+    let _two = g.start(2, false);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 100);
+    wait_messages(&g, &g.store(1), 100);
+    let killed = Instant::now();
+    g.etcd.kill();
+    wait_counter(&g.counters(1), "md member lapses", LONG, |v| v >= 1);
+    let lapsed = killed.elapsed();
+    std::thread::sleep(Duration::from_millis(100));
+    let end = messages(&g.store(1)).1;
+    send(&source, g.datagram_addr(1), 101, 200);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        messages(&g.store(1)).1,
+        end,
+        "the leader sequenced after its fence lapsed"
+    );
+    let failures = counter(&g.counters(1), "md member keepalive failures").unwrap()
+        + counter(&g.counters(1), "md member etcd errors").unwrap();
+    assert!(failures > 0, "the counters do not say why");
+    assert!(
+        g.logs().contains("WARN"),
+        "the log does not say why:\n{}",
+        g.logs()
+    );
+    eprintln!("etcd killed → the leader's fence lapsed after {lapsed:?} (lease TTL 1 s)");
 }

@@ -28,7 +28,7 @@ pub(crate) struct Member {
 
 pub(crate) struct Group {
     dir: tempfile::TempDir,
-    etcd: Etcd,
+    pub(crate) etcd: Etcd,
     members: Vec<Member>,
 }
 
