@@ -839,7 +839,7 @@ impl Replica {
     /// Applies one message; returns whether it wrote to the store. Everything a message says
     /// is checked before anything changes: a lie ends the session with the replica as it was.
     fn handle(&mut self, msg: Msg<'_>, u: &mut Unwritten) -> Result<bool> {
-        if !matches!(msg, Msg::Diverged { .. }) {
+        if self.probe.is_some() && !matches!(msg, Msg::Diverged { .. }) {
             self.end_probe()?;
         }
         match msg {

@@ -98,6 +98,7 @@ pub enum ProtocolError {
 }
 
 /// Decodes the SBE bytes of one message (SOFH already stripped).
+#[inline]
 pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
     Ok(match wire::decode(sbe)? {
         wire::Message::ReplicationHello(m) => Msg::Hello {
