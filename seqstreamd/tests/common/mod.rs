@@ -119,19 +119,25 @@ allow = ["127.0.0.1"]
             etcd = self.etcd.endpoint(),
             secret = self.path("secret").display(),
         );
-        let file = self.path(&format!("member-{node}.toml"));
+        self.spawn(&format!("member-{node}"), &text)
+    }
+
+    /// Starts a `seqstreamd` on `text` as `<name>.toml`, its counters in `<name>.counters`,
+    /// its log appended to `<name>.log` (a restarted member's log goes on).
+    fn spawn(&self, name: &str, text: &str) -> KillOnDrop {
+        let file = self.path(&format!("{name}.toml"));
         std::fs::write(&file, text).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.path(&format!("member-{node}.log")))
+            .open(self.path(&format!("{name}.log")))
             .unwrap();
         KillOnDrop::spawn(
             Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
                 .arg("--config")
                 .arg(&file)
                 .arg("--counters")
-                .arg(self.counters(node))
+                .arg(self.path(&format!("{name}.counters")))
                 .env("RUST_LOG", "info")
                 .stdout(Stdio::null())
                 .stderr(log),
@@ -182,20 +188,7 @@ resend_timeout_ms = 100
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        let file = self.path("client.toml");
-        std::fs::write(&file, text).unwrap();
-        let log = std::fs::File::create(self.path("client.log")).unwrap();
-        KillOnDrop::spawn(
-            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
-                .arg("--config")
-                .arg(&file)
-                .arg("--counters")
-                .arg(self.path("client.counters"))
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log),
-        )
-        .unwrap()
+        self.spawn("client", &text)
     }
 
     pub(crate) fn logs(&self) -> String {
