@@ -14,6 +14,7 @@
 #        scripts/demo.sh --help
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps.sh
 echo "== building (release; a first build takes several minutes)" >&2
 cargo build --release --quiet --workspace --bins
 exec "${CARGO_TARGET_DIR:-target}/release/demo" "$@"
