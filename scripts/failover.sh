@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
-# Unplanned failover of a sequencer group, measured: SIGKILL of the leader at KILLS random
-# instants (default 20) while three applications offer messages through a lossy relay to each
-# member (seqstreamd/tests/failover.rs, built in release mode). Each kill's failover time runs
-# from the SIGKILL to the new leader's term-start frame (its first frame); the killed member
-# comes back with its store each time and rejoins as a standby. Prints one JSON line:
+# Failover of a sequencer group, measured: SIGKILL of the leader at KILLS random instants
+# (default 20), then SWITCHOVERS planned switchovers (default 20, `seqstreamd --switchover`),
+# while three applications offer messages through a lossy relay to each member
+# (seqstreamd/tests/failover.rs, built in release mode). Each kill's failover time runs from
+# the SIGKILL to the new leader's term-start frame (its first frame), each switchover's from
+# the request written to etcd to that frame; the killed member comes back with its store each
+# time and rejoins as a standby. Prints one JSON line:
 #
-#   {"bench":"failover","case":"sigkill_leader","kills":20,"lease_ttl_s":1,"sources":3,
-#    "relay_drop":0.1,"messages":…,"lost":0,"duplicated":0,"failover_p50_ms":…,
-#    "failover_max_ms":…,"seed":…}
+#   {"bench":"failover","case":"sigkill_leader","kills":20,"switchovers":20,"lease_ttl_s":1,
+#    "sources":3,"relay_drop":0.1,"messages":…,"lost":0,"duplicated":0,"failover_p50_ms":…,
+#    "failover_max_ms":…,"switchover_p50_ms":…,"switchover_max_ms":…,"seed":…}
 #
 # and fails if any message was lost, duplicated or reordered, or a store is not a prefix of
-# the leader's. Needs etcd (Debian's etcd-server) and protoc (protobuf-compiler), as the tests.
+# the leader's. Needs what the tests need (scripts/deps.sh --tests installs it).
 #
-# Usage: scripts/failover.sh [KILLS] [SEED]     Works from any directory.
+# Usage: scripts/failover.sh [KILLS] [SEED] [SWITCHOVERS]     Works from any directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-20}
 case $kills in '' | *[!0-9]*) echo "failover.sh: KILLS must be a number, not '$kills'" >&2; exit 2 ;; esac
 export FAILOVER_KILLS=$kills
 [ -n "${2:-}" ] && export FAILOVER_SEED=$2
+switchovers=${3:-20}
+case $switchovers in '' | *[!0-9]*) echo "failover.sh: SWITCHOVERS must be a number, not '$switchovers'" >&2; exit 2 ;; esac
+export FAILOVER_SWITCHOVERS=$switchovers
 command -v etcd >/dev/null || { echo "failover.sh: etcd is required (apt-get install etcd-server)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -1,8 +1,10 @@
 //! The `election` thread: one member's conversation with etcd, as a loop of three phases —
-//! **follow** (read the leader key; watch it until it is deleted), **campaign** (when there is
-//! no leader key and this member is eligible: one transaction that creates the leader key on a
-//! fresh lease and raises the term), **lead** (keep the lease alive; move the fence forward
-//! only on etcd's acknowledgement of a keep-alive, from the instant that keep-alive was sent).
+//! **follow** (read the group's keys; watch the leader key until it is deleted), **campaign**
+//! (when there is no leader key, this member is eligible and the in-sync set names it or does
+//! not exist: one transaction that creates the leader key on a fresh lease, raises the term
+//! and records the in-sync set of the new term), **lead** (keep the lease alive; move the
+//! fence forward only on etcd's acknowledgement of a keep-alive, from the instant that
+//! keep-alive was sent; record the in-sync sets the owner publishes).
 //!
 //! The thread runs a single-threaded tokio runtime because `etcd-client` is async; nothing
 //! else in seqstream is. Every etcd call has a time limit (`call_timeout`); a failed call is
@@ -12,13 +14,14 @@
 //! A keep-alive stream whose call timed out is dropped, never reused: a late answer on it
 //! would be taken for the answer to a later keep-alive and move the fence past the lease.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, PutOptions, Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    WatchOptions,
 };
 use seqstream_agent::daemon::LimitedWarn;
 use tokio::sync::mpsc;
@@ -26,7 +29,7 @@ use tokio::time::{sleep, timeout};
 
 use crate::config::ElectionConfig;
 use crate::fence::{Count, Fence, Role, Shared};
-use crate::{Error, LeaderRecord};
+use crate::{Error, InSyncRecord, LeaderRecord, NodeSet, SwitchoverRecord};
 
 /// What the owner asks of the `election` thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,9 @@ enum Cmd {
     Resign,
     /// Resign if leading, then end the thread.
     Stop,
+    /// Record `set` as the in-sync set, if still leading; confirm `generation` once etcd
+    /// holds it (retried at each renewal until then, or until a later publication).
+    InSync { generation: u64, set: NodeSet },
 }
 
 /// One member's election: the `election` thread and the handle to its state. Dropping it
@@ -46,6 +52,7 @@ pub struct Election {
     shared: Arc<Shared>,
     cmds: mpsc::UnboundedSender<Cmd>,
     thread: Option<JoinHandle<()>>,
+    generations: AtomicU64,
 }
 
 impl Election {
@@ -72,6 +79,7 @@ impl Election {
             shared,
             cmds,
             thread: Some(thread),
+            generations: AtomicU64::new(0),
         })
     }
 
@@ -87,6 +95,22 @@ impl Election {
     /// while it is in sync. It does not end a leadership.
     pub fn set_eligible(&self, eligible: bool) {
         self.shared.eligible.store(eligible, Ordering::Relaxed);
+    }
+
+    /// Asks the `election` thread to record `set` (this leader included) as the group's
+    /// in-sync set in etcd: the members that hold every frame released so far, and so may
+    /// take over. Returns the publication's generation; [`Fence::in_sync_published`] says
+    /// when etcd holds it. It takes effect only while this member leads the term it won (the
+    /// transaction compares the leader key's creation revision); a later publication
+    /// supersedes one not yet confirmed.
+    ///
+    /// The caller's order is what makes the record safe: add a member to the set only once it
+    /// holds every released frame, and release anything a member lacks only once etcd
+    /// confirmed a set without it.
+    pub fn publish_in_sync(&self, set: NodeSet) -> u64 {
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let _ = self.cmds.send(Cmd::InSync { generation, set });
+        generation
     }
 
     /// Gives up a leadership at once (the fence closes before the lease is revoked) and stops
@@ -110,17 +134,21 @@ impl Drop for Election {
 enum Next {
     /// No leader key: campaign if eligible.
     Vacant,
+    /// No leader key, but the in-sync set does not name this member: wait, read again.
+    Barred,
     /// This member won: lead.
     Won(Won),
     /// Stop the thread.
     Stop,
 }
 
-/// A won leadership: its lease, its term and the TTL the fence counts with.
+/// A won leadership: its lease, its term, the TTL the fence counts with, and the etcd
+/// revision that created its leader key (what its in-sync writes compare).
 struct Won {
     lease: i64,
     term: u32,
     ttl: Duration,
+    revision: i64,
 }
 
 /// The thread's body: connect, then follow, campaign and lead until stopped. Failures repeat
@@ -160,6 +188,16 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             }
             other => other,
         };
+        let next = match next {
+            Ok(Next::Barred) => {
+                shared.set_role(Role::Unknown);
+                match pause(&cfg, &mut cmds).await {
+                    Some(Cmd::Stop) => Ok(Next::Stop),
+                    _ => Ok(Next::Vacant),
+                }
+            }
+            other => other,
+        };
         match next {
             Ok(Next::Won(won)) => {
                 if lead(&cfg, &shared, c, &mut cmds, won, &mut warn_keepalive).await
@@ -168,7 +206,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                     return;
                 }
             }
-            Ok(Next::Vacant) => {}
+            Ok(Next::Vacant | Next::Barred) => {}
             Ok(Next::Stop) => return,
             Err(e) => {
                 shared.count(Count::EtcdError);
@@ -191,7 +229,7 @@ async fn pause(cfg: &ElectionConfig, cmds: &mut mpsc::UnboundedReceiver<Cmd>) ->
     }
 }
 
-async fn connect(cfg: &ElectionConfig) -> Result<Client, Error> {
+pub(crate) async fn connect(cfg: &ElectionConfig) -> Result<Client, Error> {
     // HTTP/2 pings, idle or not: a connection that stops carrying bytes without closing (a
     // firewall dropping the flow) fails within a ping's timeout instead of never.
     let opts = ConnectOptions::new()
@@ -228,6 +266,37 @@ fn parse_leader(cfg: &ElectionConfig, value: &[u8]) -> Result<LeaderRecord, Erro
     })
 }
 
+pub(crate) fn parse_in_sync(cfg: &ElectionConfig, value: &[u8]) -> Result<NodeSet, Error> {
+    let corrupt = |reason: String| Error::Corrupt {
+        key: cfg.in_sync_key(),
+        reason,
+    };
+    let r: InSyncRecord = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+    if let Some(n) = r
+        .nodes
+        .iter()
+        .find(|n| !(1..=crate::MAX_NODE_ID).contains(n))
+    {
+        return Err(corrupt(format!("node id {n} is outside 1..=64")));
+    }
+    Ok(NodeSet::of(r.nodes))
+}
+
+fn parse_switchover(cfg: &ElectionConfig, value: &[u8]) -> Result<SwitchoverRecord, Error> {
+    serde_json::from_slice(value).map_err(|e| Error::Corrupt {
+        key: cfg.switchover_key(),
+        reason: e.to_string(),
+    })
+}
+
+fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
+    let r = InSyncRecord {
+        term,
+        nodes: set.nodes(),
+    };
+    serde_json::to_vec(&r).expect("an InSyncRecord serializes")
+}
+
 /// Follow phase: returns `Vacant` once there is no leader key and the lease of the last
 /// leader seen (`last_lease`) is gone, `Stop` on request. A leader key deleted while its
 /// lease lives (by hand) does not make the post vacant: that leader's fence may still be
@@ -241,9 +310,22 @@ async fn follow(
     last_lease: &mut Option<i64>,
 ) -> Result<Next, Error> {
     let key = cfg.leader_key();
+    let in_sync_key = cfg.in_sync_key();
+    let group = format!("{}/", cfg.prefix);
     loop {
-        let resp = call(cfg, "get leader", c.get(key.as_str(), None)).await?;
-        let Some(kv) = resp.kvs().first() else {
+        let resp = call(
+            cfg,
+            "get group keys",
+            c.get(group.as_str(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let kv_of = |k: &str| resp.kvs().iter().find(|kv| kv.key() == k.as_bytes());
+        shared.set_in_sync(
+            kv_of(&in_sync_key)
+                .map(|kv| parse_in_sync(cfg, kv.value()))
+                .transpose()?,
+        );
+        let Some(kv) = kv_of(&key) else {
             shared.set_leader(None);
             if let Some(lease) = *last_lease {
                 // etcd answers -1 for a lease that expired or was revoked, and whole seconds
@@ -279,7 +361,7 @@ async fn follow(
         loop {
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Cmd::Resign) => {}
+                    Some(Cmd::Resign | Cmd::InSync { .. }) => {}
                     _ => return Ok(Next::Stop),
                 },
                 _ = &mut reread => break,
@@ -298,19 +380,33 @@ async fn follow(
     }
 }
 
-/// Campaign phase: one transaction that creates the leader key on a new lease if it is absent
-/// and raises the term counter it read, unchanged since.
+/// Campaign phase: unless the in-sync set exists and does not name this member, one
+/// transaction that creates the leader key on a new lease if it is absent, raises the term
+/// counter it read and records the in-sync set it read (plus this member) for the new term,
+/// both unchanged since.
 async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Result<Next, Error> {
-    shared.set_role(Role::Candidate);
-    shared.count(Count::Campaign);
-    let ttl_s = cfg.lease_ttl.as_secs() as i64;
-    let t_send = shared.now_ns();
-    let lease = call(cfg, "grant lease", c.lease_grant(ttl_s, None)).await?;
-    // etcd may raise a TTL to its minimum, never lower it: the fence keeps the one asked for.
-    let ttl = Duration::from_secs(lease.ttl().min(ttl_s).max(0) as u64);
-    let term_key = cfg.term_key();
-    let current = call(cfg, "get term", c.get(term_key.as_str(), None)).await?;
-    let (term, term_rev) = match current.kvs().first() {
+    let (leader_key, term_key, in_sync_key, switchover_key) = (
+        cfg.leader_key(),
+        cfg.term_key(),
+        cfg.in_sync_key(),
+        cfg.switchover_key(),
+    );
+    let group = format!("{}/", cfg.prefix);
+    let keys = call(
+        cfg,
+        "get group keys",
+        c.get(group.as_str(), Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
+    if kv_of(&leader_key).is_some() {
+        return Ok(Next::Vacant); // a leader won meanwhile: follow it
+    }
+    let (in_sync, in_sync_rev) = match kv_of(&in_sync_key) {
+        None => (None, 0),
+        Some(kv) => (Some(parse_in_sync(cfg, kv.value())?), kv.mod_revision()),
+    };
+    let (term, term_rev) = match kv_of(&term_key) {
         None => (0, 0),
         Some(kv) => {
             let t = std::str::from_utf8(kv.value())
@@ -323,6 +419,34 @@ async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Resu
             (t, kv.mod_revision())
         }
     };
+    shared.set_in_sync(in_sync);
+    // A switchover asked of the last term's leader names who campaigns: the others wait.
+    if let Some(kv) = kv_of(&switchover_key) {
+        let asked = parse_switchover(cfg, kv.value())?;
+        if asked.term == term && asked.to != cfg.node_id {
+            shared.count_barred();
+            return Ok(Next::Barred);
+        }
+    }
+    if let Some(set) = in_sync.filter(|s| !s.contains(cfg.node_id)) {
+        if shared.count_barred() == 0 {
+            tracing::warn!(
+                node = cfg.node_id,
+                in_sync = %set,
+                "no leader, and the in-sync set does not name this member: it may lack released frames, so it does not campaign"
+            );
+        }
+        return Ok(Next::Barred);
+    }
+    let mut recorded = in_sync.unwrap_or_default();
+    recorded.insert(cfg.node_id);
+    shared.set_role(Role::Candidate);
+    shared.count(Count::Campaign);
+    let ttl_s = cfg.lease_ttl.as_secs() as i64;
+    let t_send = shared.now_ns();
+    let lease = call(cfg, "grant lease", c.lease_grant(ttl_s, None)).await?;
+    // etcd may raise a TTL to its minimum, never lower it: the fence keeps the one asked for.
+    let ttl = Duration::from_secs(lease.ttl().min(ttl_s).max(0) as u64);
     let next = term.checked_add(1).ok_or_else(|| Error::Corrupt {
         key: term_key.clone(),
         reason: "the term counter is exhausted".into(),
@@ -332,11 +456,11 @@ async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Resu
         term: next,
     };
     let value = serde_json::to_vec(&record).expect("a LeaderRecord serializes");
-    let leader_key = cfg.leader_key();
     let txn = Txn::new()
         .when([
             Compare::create_revision(leader_key.as_str(), CompareOp::Equal, 0),
             Compare::mod_revision(term_key.as_str(), CompareOp::Equal, term_rev),
+            Compare::mod_revision(in_sync_key.as_str(), CompareOp::Equal, in_sync_rev),
         ])
         .and_then([
             TxnOp::put(
@@ -345,49 +469,114 @@ async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Resu
                 Some(PutOptions::new().with_lease(lease.id())),
             ),
             TxnOp::put(term_key.as_str(), next.to_string(), None),
+            TxnOp::put(in_sync_key.as_str(), in_sync_value(next, recorded), None),
+            TxnOp::delete(switchover_key.as_str(), None),
         ]);
     let done = call(cfg, "campaign", c.txn(txn)).await?;
     if !done.succeeded() {
         let _ = call(cfg, "revoke lease", c.lease_revoke(lease.id())).await;
         return Ok(Next::Vacant);
     }
+    let revision = done.header().map_or(0, |h| h.revision());
     let valid_for = ttl.saturating_sub(cfg.fence_margin);
+    shared.set_in_sync_at_win(recorded);
     shared.win(next, t_send, valid_for);
     tracing::info!(
         node = cfg.node_id,
         term = next,
         lease_ttl_s = ttl.as_secs(),
+        in_sync = %recorded,
         "won the election: leading"
     );
     Ok(Next::Won(Won {
         lease: lease.id(),
         term: next,
         ttl,
+        revision,
     }))
 }
 
 /// Lead phase: keeps the lease alive until the fence lapses, etcd says the lease is gone, or
-/// the owner resigns or stops. Returns the command that ended it, if one did.
+/// the owner resigns or stops; records the in-sync sets the owner publishes. Returns the
+/// command that ended it, if one did.
 async fn lead(
     cfg: &ElectionConfig,
     shared: &Shared,
     c: &mut Client,
     cmds: &mut mpsc::UnboundedReceiver<Cmd>,
-    Won { lease, term, ttl }: Won,
+    won: Won,
     warn: &mut LimitedWarn,
 ) -> Option<Cmd> {
+    let Won {
+        lease, term, ttl, ..
+    } = won;
     let valid_for = ttl.saturating_sub(cfg.fence_margin);
     let mut stream = None;
     let mut next_renew = tokio::time::Instant::now() + cfg.renew_every;
+    // The latest publication etcd has not confirmed yet, and the mod revision of the in-sync
+    // key as this leader last wrote it (its campaign transaction wrote it first).
+    let mut pending: Option<(u64, NodeSet)> = None;
+    let mut in_sync_rev = won.revision;
+    // Switchover requests for this term; a failed watch is opened again after a renewal.
+    let mut requests = watch_requests(cfg, shared, c, &won, warn).await;
     let ended = loop {
+        if let Some((generation, set)) = pending {
+            match record_in_sync(cfg, c, &won, set, &mut in_sync_rev).await {
+                Ok(true) => {
+                    shared.confirm_in_sync(generation, set);
+                    tracing::info!(node = cfg.node_id, term, in_sync = %set, "recorded the in-sync set");
+                    pending = None;
+                }
+                Ok(false) => {
+                    tracing::warn!(
+                        node = cfg.node_id,
+                        term,
+                        "the leader key is no longer the one this leader created: stopping"
+                    );
+                    break None;
+                }
+                Err(e) => {
+                    shared.count(Count::EtcdError);
+                    warn.warn(format_args!(
+                        "node {} term {term}: recording the in-sync set failed: {e}",
+                        cfg.node_id
+                    ));
+                }
+            }
+        }
         let until_ns = shared.deadline_ns();
         let now_ns = shared.now_ns();
         if until_ns <= now_ns {
             break None;
         }
         let lapse_at = tokio::time::Instant::now() + Duration::from_nanos(until_ns - now_ns);
+        let request = async {
+            match requests.as_mut() {
+                Some(w) => w.message().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            cmd = cmds.recv() => break Some(cmd.unwrap_or(Cmd::Stop)),
+            cmd = cmds.recv() => match cmd {
+                Some(Cmd::InSync { generation, set }) => pending = Some((generation, set)),
+                other => break Some(other.unwrap_or(Cmd::Stop)),
+            },
+            msg = request => match msg {
+                Ok(Some(m)) if !m.canceled() => {
+                    for e in m.events().iter().filter(|e| e.event_type() == EventType::Put) {
+                        match e.kv().map(|kv| parse_switchover(cfg, kv.value())) {
+                            Some(Ok(r)) if r.from == cfg.node_id && r.term == term => {
+                                tracing::info!(node = cfg.node_id, term, to = r.to, "switchover asked");
+                                shared.request_handover(r.to);
+                            }
+                            Some(Ok(r)) => tracing::warn!(node = cfg.node_id, term, asked_of = r.from, asked_term = r.term, "a switchover request for another leadership: ignored"),
+                            Some(Err(e)) => tracing::warn!(node = cfg.node_id, term, "{e}"),
+                            None => {}
+                        }
+                    }
+                }
+                _ => requests = None,
+            },
             _ = tokio::time::sleep_until(lapse_at) => break None,
             _ = tokio::time::sleep_until(next_renew) => {
                 let t_send = shared.now_ns();
@@ -397,6 +586,9 @@ async fn lead(
                         let valid = valid_for.min(granted.saturating_sub(cfg.fence_margin));
                         shared.extend(t_send, valid);
                         next_renew = tokio::time::Instant::now() + cfg.renew_every;
+                        if requests.is_none() {
+                            requests = watch_requests(cfg, shared, c, &won, warn).await;
+                        }
                     }
                     Ok(Renewal::KeyNotOurs) => {
                         tracing::warn!(node = cfg.node_id, term, "the leader key is no longer bound to this leader's lease (deleted by hand?): stopping");
@@ -426,6 +618,89 @@ async fn lead(
     // Best effort: a revoked lease frees the key at once instead of after its TTL.
     let _ = call(cfg, "revoke lease", c.lease_revoke(lease)).await;
     ended
+}
+
+/// A watch of the switchover key from the revision `won` began at; `None` when it could not
+/// be opened (counted and logged).
+async fn watch_requests(
+    cfg: &ElectionConfig,
+    shared: &Shared,
+    c: &mut Client,
+    won: &Won,
+    warn: &mut LimitedWarn,
+) -> Option<etcd_client::WatchStream> {
+    let opts = WatchOptions::new().with_start_revision(won.revision + 1);
+    match call(
+        cfg,
+        "watch switchover",
+        c.watch(cfg.switchover_key(), Some(opts)),
+    )
+    .await
+    {
+        Ok(w) => Some(w),
+        Err(e) => {
+            shared.count(Count::EtcdError);
+            warn.warn(format_args!("node {} term {}: {e}", cfg.node_id, won.term));
+            None
+        }
+    }
+}
+
+/// Writes `set` as the in-sync set of `won`'s term, in a transaction that holds only while
+/// the leader key is the one `won` created and the in-sync key is as this leader last wrote
+/// it (`in_sync_rev`, moved to this write's revision). `Ok(false)`: the leader key is not
+/// `won`'s (this member no longer leads that term).
+///
+/// The second comparison orders this leader's own writes: a write whose call timed out may
+/// still land later, and it then fails its comparison instead of overwriting a later set.
+/// When that comparison alone fails (an earlier write landed late), the key's revision is
+/// read again and the write repeated.
+async fn record_in_sync(
+    cfg: &ElectionConfig,
+    c: &mut Client,
+    won: &Won,
+    set: NodeSet,
+    in_sync_rev: &mut i64,
+) -> Result<bool, Error> {
+    let (leader_key, in_sync_key) = (cfg.leader_key(), cfg.in_sync_key());
+    loop {
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(leader_key.as_str(), CompareOp::Equal, won.revision),
+                Compare::mod_revision(in_sync_key.as_str(), CompareOp::Equal, *in_sync_rev),
+            ])
+            .and_then([TxnOp::put(
+                in_sync_key.as_str(),
+                in_sync_value(won.term, set),
+                None,
+            )])
+            .or_else([
+                TxnOp::get(leader_key.as_str(), None),
+                TxnOp::get(in_sync_key.as_str(), None),
+            ]);
+        let done = call(cfg, "record in-sync", c.txn(txn)).await?;
+        if done.succeeded() {
+            *in_sync_rev = done.header().map_or(0, |h| h.revision());
+            return Ok(true);
+        }
+        let mut leader_rev = 0;
+        let mut current_rev = 0;
+        for r in done.op_responses() {
+            if let etcd_client::TxnOpResponse::Get(g) = r {
+                for kv in g.kvs() {
+                    if kv.key() == leader_key.as_bytes() {
+                        leader_rev = kv.create_revision();
+                    } else {
+                        current_rev = kv.mod_revision();
+                    }
+                }
+            }
+        }
+        if leader_rev != won.revision {
+            return Ok(false);
+        }
+        *in_sync_rev = current_rev;
+    }
 }
 
 /// What one renewal found.

@@ -9,10 +9,10 @@ use crate::Error;
 pub struct ElectionConfig {
     /// etcd client URLs (`http://host:port`), any member of the etcd cluster.
     pub endpoints: Vec<String>,
-    /// Key prefix of the group, e.g. `/seqstream/orders`: the keys are `<prefix>/leader` and
-    /// `<prefix>/term`.
+    /// Key prefix of the group, e.g. `/seqstream/orders`: the keys are `<prefix>/leader`,
+    /// `<prefix>/term`, `<prefix>/in-sync` and `<prefix>/switchover`.
     pub prefix: String,
-    /// This member's node id (unique in the group, not 0).
+    /// This member's node id (unique in the group, `1..=`[`MAX_NODE_ID`](crate::MAX_NODE_ID)).
     pub node_id: u32,
     /// The etcd lease TTL of the leader key: how long a dead leader's key outlives it, so the
     /// bound on unplanned failover. Whole seconds (etcd's unit), at least 1 s. Default 2 s.
@@ -62,8 +62,12 @@ impl ElectionConfig {
         if self.endpoints.is_empty() {
             return bad("no etcd endpoint".into());
         }
-        if self.node_id == 0 {
-            return bad("node id 0 is reserved (no leader)".into());
+        if !(1..=crate::MAX_NODE_ID).contains(&self.node_id) {
+            return bad(format!(
+                "node id {}: from 1 to {} (0 means no leader)",
+                self.node_id,
+                crate::MAX_NODE_ID
+            ));
         }
         if self.prefix.is_empty() || self.prefix.ends_with('/') {
             return bad(format!(
@@ -100,6 +104,14 @@ impl ElectionConfig {
     pub(crate) fn term_key(&self) -> String {
         format!("{}/term", self.prefix)
     }
+
+    pub(crate) fn in_sync_key(&self) -> String {
+        format!("{}/in-sync", self.prefix)
+    }
+
+    pub(crate) fn switchover_key(&self) -> String {
+        format!("{}/switchover", self.prefix)
+    }
 }
 
 #[cfg(test)]
@@ -117,6 +129,10 @@ mod tests {
         for bad in [
             ElectionConfig {
                 node_id: 0,
+                ..ok.clone()
+            },
+            ElectionConfig {
+                node_id: 65,
                 ..ok.clone()
             },
             ElectionConfig {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::LeaderRecord;
+use crate::{LeaderRecord, NodeSet};
 
 /// What this member is in its group, as far as it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,11 @@ pub struct ElectionStats {
     pub campaigns: u64,
     /// Campaigns won: terms this member started.
     pub terms_won: u64,
+    /// Campaigns not attempted because the in-sync set in etcd does not name this member
+    /// (its store may lack released frames): counted once per look at a vacant leader key.
+    pub barred: u64,
+    /// In-sync sets this member recorded in etcd as leader ([`crate::Election::publish_in_sync`]).
+    pub in_sync_writes: u64,
     /// Keep-alives etcd acknowledged.
     pub keepalives: u64,
     /// Keep-alives that failed or timed out (the stream is then opened anew).
@@ -60,6 +65,8 @@ pub struct ElectionStats {
 struct Stats {
     campaigns: AtomicU64,
     terms_won: AtomicU64,
+    barred: AtomicU64,
+    in_sync_writes: AtomicU64,
     keepalives: AtomicU64,
     keepalive_failures: AtomicU64,
     lapses: AtomicU64,
@@ -79,6 +86,17 @@ pub(crate) struct Shared {
     leader_term: AtomicU32,
     role: AtomicU8,
     pub(crate) eligible: AtomicBool,
+    /// The in-sync set last read from or written to etcd ([`NodeSet`] bits), valid when
+    /// `in_sync_known`.
+    in_sync: AtomicU64,
+    in_sync_known: AtomicBool,
+    /// The set the current leadership's campaign transaction recorded.
+    in_sync_at_win: AtomicU64,
+    /// The generation of the last publication etcd confirmed (0: none).
+    in_sync_confirmed: AtomicU64,
+    /// A switchover request for this leadership: `generation << 32 | to` (0: none).
+    handover: AtomicU64,
+    handovers_seen: AtomicU32,
     stats: Stats,
 }
 
@@ -86,6 +104,7 @@ pub(crate) struct Shared {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Count {
     Campaign,
+    InSyncWrite,
     KeepAlive,
     KeepAliveFailure,
     EtcdError,
@@ -103,6 +122,12 @@ impl Shared {
             leader_term: AtomicU32::new(0),
             role: AtomicU8::new(0),
             eligible: AtomicBool::new(false),
+            in_sync: AtomicU64::new(0),
+            in_sync_known: AtomicBool::new(false),
+            in_sync_at_win: AtomicU64::new(0),
+            in_sync_confirmed: AtomicU64::new(0),
+            handover: AtomicU64::new(0),
+            handovers_seen: AtomicU32::new(0),
             stats: Stats::default(),
         })
     }
@@ -115,11 +140,17 @@ impl Shared {
     pub(crate) fn count(&self, c: Count) {
         let counter = match c {
             Count::Campaign => &self.stats.campaigns,
+            Count::InSyncWrite => &self.stats.in_sync_writes,
             Count::KeepAlive => &self.stats.keepalives,
             Count::KeepAliveFailure => &self.stats.keepalive_failures,
             Count::EtcdError => &self.stats.etcd_errors,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a barred campaign; returns the count before it.
+    pub(crate) fn count_barred(&self) -> u64 {
+        self.stats.barred.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn set_role(&self, role: Role) {
@@ -139,6 +170,34 @@ impl Shared {
         let (node, term) = leader.map_or((0, 0), |l| (l.node_id, l.term));
         self.leader_term.store(term, Ordering::Relaxed);
         self.leader_node.store(node, Ordering::Relaxed);
+    }
+
+    /// Records the in-sync set etcd holds (`None`: no in-sync key).
+    pub(crate) fn set_in_sync(&self, set: Option<NodeSet>) {
+        self.in_sync
+            .store(set.unwrap_or_default().0, Ordering::Relaxed);
+        self.in_sync_known.store(set.is_some(), Ordering::Release);
+    }
+
+    /// This member's campaign transaction recorded `set` for its new term.
+    pub(crate) fn set_in_sync_at_win(&self, set: NodeSet) {
+        self.in_sync_at_win.store(set.0, Ordering::Release);
+        self.set_in_sync(Some(set));
+    }
+
+    /// etcd holds `set`, which this leader published as generation `generation`.
+    pub(crate) fn confirm_in_sync(&self, generation: u64, set: NodeSet) {
+        self.set_in_sync(Some(set));
+        self.in_sync_confirmed
+            .fetch_max(generation, Ordering::Release);
+        self.count(Count::InSyncWrite);
+    }
+
+    /// A switchover request to `to` arrived for this leadership.
+    pub(crate) fn request_handover(&self, to: u32) {
+        let generation = self.handovers_seen.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+        self.handover
+            .store(generation << 32 | to as u64, Ordering::Release);
     }
 
     /// This member won `term`, with a lease requested at `t_send` that holds until at least
@@ -171,6 +230,7 @@ impl Shared {
     /// Ends this member's leadership at once: the fence is closed before anything else.
     pub(crate) fn end_leadership(&self, resigned: bool) {
         self.leading_until_ns.store(0, Ordering::Release);
+        self.handover.store(0, Ordering::Release);
         self.won_at_ns.store(0, Ordering::Relaxed);
         let c = if resigned {
             &self.stats.resignations
@@ -239,6 +299,41 @@ impl Fence {
         self.0.node_id
     }
 
+    /// The in-sync set as this member last read or wrote it in etcd; `None` before it has
+    /// seen one, or when the group has none yet. A follower reads it whenever it reads the
+    /// leader key (at least once per lease TTL).
+    pub fn in_sync(&self) -> Option<NodeSet> {
+        self.0
+            .in_sync_known
+            .load(Ordering::Acquire)
+            .then(|| NodeSet(self.0.in_sync.load(Ordering::Relaxed)))
+    }
+
+    /// The in-sync set the campaign transaction of this member's current (or last)
+    /// leadership recorded: the set read from etcd plus this member.
+    pub fn in_sync_at_win(&self) -> NodeSet {
+        NodeSet(self.0.in_sync_at_win.load(Ordering::Acquire))
+    }
+
+    /// The switchover request standing for this member's leadership, if any: its number
+    /// (each request a new one) and the member to hand over to. The owner hands over by
+    /// [`resign`](crate::Election::resign)ing once that member holds everything, or
+    /// abandons the request by ignoring it.
+    pub fn handover(&self) -> Option<(u32, u32)> {
+        match self.0.handover.load(Ordering::Acquire) {
+            0 => None,
+            w => Some(((w >> 32) as u32, w as u32)),
+        }
+    }
+
+    /// Whether etcd confirmed the publication [`Election::publish_in_sync`] numbered
+    /// `generation` (or a later one).
+    ///
+    /// [`Election::publish_in_sync`]: crate::Election::publish_in_sync
+    pub fn in_sync_published(&self, generation: u64) -> bool {
+        self.0.in_sync_confirmed.load(Ordering::Acquire) >= generation
+    }
+
     /// The counters.
     pub fn stats(&self) -> ElectionStats {
         let s = &self.0.stats;
@@ -246,6 +341,8 @@ impl Fence {
         ElectionStats {
             campaigns: get(&s.campaigns),
             terms_won: get(&s.terms_won),
+            barred: get(&s.barred),
+            in_sync_writes: get(&s.in_sync_writes),
             keepalives: get(&s.keepalives),
             keepalive_failures: get(&s.keepalive_failures),
             lapses: get(&s.lapses),

@@ -12,6 +12,19 @@
 //! - **The term** `<prefix>/term`: a counter that a winning candidate raises by one in the
 //!   same etcd transaction that creates the leader key, so terms only grow and no two
 //!   leaderships share one.
+//! - **The in-sync set** `<prefix>/in-sync` ([`InSyncRecord`], JSON): the members whose stores
+//!   hold every frame released so far, so the only ones that may take over. A candidate not
+//!   in it never campaigns; a winner's campaign transaction rewrites it (the set it read, plus
+//!   itself) in the new term, and while it leads only it changes it
+//!   ([`Election::publish_in_sync`]), in a transaction that holds only while its leader key
+//!   is the one it created. The leader decides the set (the release policy is its business);
+//!   this crate records it. Absent (a new group), every eligible member may campaign.
+//! - **The switchover request** `<prefix>/switchover` ([`SwitchoverRecord`], JSON, on a
+//!   lease of its own so that a request nobody acts on expires): written by
+//!   [`request_switchover`], an operator's planned hand-over of a leadership to a named
+//!   in-sync member. While it stands for the current term, no other member campaigns; the
+//!   leader sees it ([`Fence::handover`]), resigns once its owner says the target holds
+//!   everything, and the target's campaign deletes it.
 //! - **The fence**: a leader may act (sequence, release) only while its [`Fence`] says so.
 //!   The permission is a deadline on the monotonic clock, `t_send + lease_ttl − fence_margin`,
 //!   where `t_send` is when the lease grant or the last acknowledged keep-alive was *sent*:
@@ -20,8 +33,8 @@
 //!   or etcd is gone. Nothing needs to run for it to lapse.
 //!
 //! What it never does: touch a store or a socket of the data path, or block the caller. It
-//! decides nothing about *which* member may campaign beyond [`Election::set_eligible`] (the
-//! in-sync set is the sequencer's business) and never extends a fence without etcd's word.
+//! decides nothing about *which* member may campaign beyond [`Election::set_eligible`] and
+//! the recorded in-sync set, and never extends a fence without etcd's word.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -30,7 +43,7 @@
 //! let cfg = ElectionConfig::new(vec!["http://127.0.0.1:2379".into()], "/seqstream/orders", 1)
 //!     .lease_ttl(Duration::from_secs(2));
 //! let election = Election::start(cfg)?;
-//! election.set_eligible(true); // this member's store holds every released frame
+//! election.set_eligible(true); // this member's store holds every frame it acknowledged
 //! let fence = election.fence();
 //! // On the sequencer's duty cycle:
 //! if let Some(term) = fence.term_if_leading() {
@@ -42,10 +55,15 @@
 mod campaign;
 mod config;
 mod fence;
+mod switchover;
 
 pub use campaign::Election;
 pub use config::ElectionConfig;
 pub use fence::{ElectionStats, Fence, Role};
+pub use switchover::{request_switchover, Switchover};
+
+/// The highest node id: node sets are 64-bit masks ([`NodeSet`]).
+pub const MAX_NODE_ID: u32 = 64;
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +74,73 @@ pub struct LeaderRecord {
     pub node_id: u32,
     /// The term of its leadership (the `<prefix>/term` counter it raised).
     pub term: u32,
+}
+
+/// What the in-sync key holds: the members that may take over, as the leader of `term` last
+/// recorded them (its own node id included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InSyncRecord {
+    /// The term of the leader that wrote it.
+    pub term: u32,
+    /// Node ids, ascending.
+    pub nodes: Vec<u32>,
+}
+
+/// What the switchover key holds: the leader of `term`, `from`, is asked to hand its
+/// leadership to `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchoverRecord {
+    /// The leader asked.
+    pub from: u32,
+    /// Its term: a request for an earlier term is void.
+    pub term: u32,
+    /// The member that is to lead next (in the in-sync set).
+    pub to: u32,
+}
+
+/// A set of node ids `1..=`[`MAX_NODE_ID`]: bit `n − 1` stands for node `n`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NodeSet(pub u64);
+
+impl NodeSet {
+    /// The set of `nodes`; ids outside `1..=64` are left out.
+    pub fn of(nodes: impl IntoIterator<Item = u32>) -> NodeSet {
+        let mut s = NodeSet::default();
+        for n in nodes {
+            s.insert(n);
+        }
+        s
+    }
+
+    /// Adds `node` (an id outside `1..=64` is ignored).
+    pub fn insert(&mut self, node: u32) {
+        if (1..=MAX_NODE_ID).contains(&node) {
+            self.0 |= 1 << (node - 1);
+        }
+    }
+
+    /// Removes `node`.
+    pub fn remove(&mut self, node: u32) {
+        if (1..=MAX_NODE_ID).contains(&node) {
+            self.0 &= !(1 << (node - 1));
+        }
+    }
+
+    /// Whether `node` is in the set.
+    pub fn contains(self, node: u32) -> bool {
+        (1..=MAX_NODE_ID).contains(&node) && self.0 & (1 << (node - 1)) != 0
+    }
+
+    /// The node ids, ascending.
+    pub fn nodes(self) -> Vec<u32> {
+        (1..=MAX_NODE_ID).filter(|&n| self.contains(n)).collect()
+    }
+}
+
+impl std::fmt::Display for NodeSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.nodes())
+    }
 }
 
 /// Errors of [`Election::start`] and of the etcd calls it logs.
@@ -78,4 +163,7 @@ pub enum Error {
     /// The `election` thread could not be started.
     #[error("starting the election thread: {0}")]
     Spawn(std::io::Error),
+    /// A switchover cannot be asked for, or did not happen in time (`reason` says which).
+    #[error("switchover: {0}")]
+    Switchover(String),
 }

@@ -1,10 +1,11 @@
 //! Elections against a real etcd (Debian's `etcd-server`, started per test on free loopback
 //! ports): terms only grow, a leader cut off from etcd stops before another can start, etcd's
-//! loss ends a leadership within its lease, and a resignation hands over at once.
+//! loss ends a leadership within its lease, a resignation hands over at once, and only a
+//! member of the recorded in-sync set campaigns.
 
 use std::time::{Duration, Instant};
 
-use seqstream_election::{Election, ElectionConfig, Fence, LeaderRecord, Role};
+use seqstream_election::{Election, ElectionConfig, Fence, LeaderRecord, NodeSet, Role};
 use seqstream_testkit::etcd::Etcd;
 use seqstream_testkit::proxy::TcpProxy;
 
@@ -33,6 +34,14 @@ fn leads(f: &Fence) -> bool {
     f.term_if_leading().is_some()
 }
 
+/// The leader `e` records `nodes` as the in-sync set, as its owner would once they caught up.
+fn record_in_sync(e: &Election, nodes: &[u32]) {
+    let generation = e.publish_in_sync(NodeSet::of(nodes.iter().copied()));
+    wait("etcd holds the in-sync set", || {
+        e.fence().in_sync_published(generation)
+    });
+}
+
 #[test]
 fn a_lone_member_leads_and_every_new_leadership_raises_the_term() {
     let etcd = Etcd::start();
@@ -56,6 +65,7 @@ fn a_leader_cut_off_from_etcd_stops_leading_before_another_can_start() {
     let a = member(link.url(), 1);
     let fa = a.fence();
     wait("node 1 leads", || leads(&fa));
+    record_in_sync(&a, &[1, 2]);
     let b = member(etcd.endpoint(), 2);
     let fb = b.fence();
     wait("node 2 follows node 1", || {
@@ -135,6 +145,7 @@ fn a_resignation_hands_over_and_an_ineligible_member_never_campaigns() {
     let a = member(etcd.endpoint(), 1);
     let fa = a.fence();
     wait("node 1 leads", || leads(&fa));
+    record_in_sync(&a, &[1, 2]);
     let b = member(etcd.endpoint(), 2);
     b.set_eligible(false);
     let fb = b.fence();
@@ -162,6 +173,48 @@ fn a_resignation_hands_over_and_an_ineligible_member_never_campaigns() {
             })
     });
     assert_eq!(fa.stats().resignations, 1);
+}
+
+#[test]
+fn only_a_member_of_the_in_sync_set_campaigns_and_only_the_leader_records_it() {
+    let etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    assert_eq!(fa.in_sync_at_win(), NodeSet::of([1]), "a new group's set");
+    let b = member(etcd.endpoint(), 2);
+    let fb = b.fence();
+    wait("node 2 follows", || fb.role() == Role::Follower);
+    assert_eq!(fb.in_sync(), Some(NodeSet::of([1])));
+
+    // Node 1 resigns (and campaigns no more for now); node 2, eligible but not in the set,
+    // is barred: three lease lengths pass without a leader.
+    a.resign();
+    wait("node 2 is barred", || fb.stats().barred > 0);
+    let until = Instant::now() + 3 * TTL;
+    while Instant::now() < until {
+        assert!(!leads(&fa) && !leads(&fb));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fb.stats().campaigns, 0);
+
+    // Node 1 leads term 2 and records node 2; node 2 then takes over term 3 when it resigns,
+    // its campaign recording the set it read.
+    a.set_eligible(true);
+    wait("node 1 leads term 2", || fa.term_if_leading() == Some(2));
+    record_in_sync(&a, &[1, 2]);
+    a.resign();
+    wait("node 2 leads term 3", || fb.term_if_leading() == Some(3));
+    assert_eq!(fb.in_sync_at_win(), NodeSet::of([1, 2]));
+
+    // A member that does not lead records nothing.
+    let generation = a.publish_in_sync(NodeSet::of([1]));
+    std::thread::sleep(3 * TTL / 2);
+    assert!(!fa.in_sync_published(generation));
+    wait("node 1 reads the set", || {
+        fa.in_sync() == Some(NodeSet::of([1, 2]))
+    });
+    assert_eq!(fb.stats().in_sync_writes, 0);
 }
 
 /// Deletes `key` from the etcd at `endpoint`, as an operator's `etcdctl del` would.

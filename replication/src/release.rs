@@ -1,6 +1,6 @@
 //! Release gating, the `standby-ack` release policy: consumers receive a frame only once every
-//! standby of the sequencer group holds it (Chronicle Enterprise's and LMAX's gating
-//! replication, PostgreSQL's synchronous standby with every standby synchronous).
+//! **gating** standby of the sequencer group holds it (Chronicle Enterprise's and LMAX's
+//! gating replication, PostgreSQL's synchronous standbys).
 //!
 //! A [`Release`] is shared by the senders of one replication server
 //! ([`ServerConfig::release`](crate::server::ServerConfig::release)). The server tells a
@@ -8,13 +8,25 @@
 //! standby's address is never gated, and its acks (and its resume position: a replica holds
 //! what it resumes from) move that standby's acked position; every other session is a
 //! consumer and is sent frames up to the **released position** only, the lowest position
-//! every standby acked. So a standby that is down, or catching up, holds release back: that
-//! is the point (the policy blocks; it never degrades silently), and any standby that takes
-//! over holds every frame a consumer ever received.
+//! every gating standby acked. Every standby gates unless its owner says otherwise
+//! ([`Release::set_gating`]): so a standby that is down, or catching up, holds release back,
+//! and any standby that takes over holds every frame a consumer ever received. A standby
+//! stops gating only by its owner's decision (the group member's degraded mode, once etcd
+//! records that this standby may not take over); with no gating standby, the released
+//! position follows the committed position ([`Release::follow_committed`]). A **freeze**
+//! ([`Release::freeze`]) holds the released position still for a moment, so that a standby
+//! catching up can reach it and gate again.
 //!
-//! Invariants: the released position only grows (`fetch_max`), even when a standby comes back
-//! with less than it acked before (a rebuilt store); it is always a position every standby
-//! acknowledged in the current **epoch**, so a frame boundary of the stream. An epoch is one
+//! The released position, the gating set and the freeze are one atomic word,
+//! `frozen << 63 | gating << 48 | position` (gating: bit `i` for standby `i`, at most 15
+//! standbys), changed by compare-and-swap only: a released position computed from one gating
+//! set is never stored under another, so a standby added to the set is never passed by a
+//! release computed without it.
+//!
+//! Invariants: the released position only grows, even when a standby comes back with less
+//! than it acked before (a rebuilt store); it is a position every gating standby acknowledged
+//! in the current **epoch** (or, with none gating, a committed position), so a frame boundary
+//! of the stream. An epoch is one
 //! leadership of this member ([`Release::new_epoch`], at each promotion): acks of an earlier
 //! one name positions of a history this member may have cut since (it rejoined another
 //! leader), so they count for nothing, and the sessions that sent them end. Each standby's
@@ -24,8 +36,9 @@
 //! own position and wait); frames released in an earlier leadership stay released (every
 //! standby held them, so every later leader holds them).
 //!
-//! This module never reads the store and never blocks: an ack is two atomic stores and a
-//! scan of the standbys (a handful); a consumer's sender reads one atomic per duty cycle.
+//! This module never reads the store, never blocks and never decides who gates: an ack is a
+//! CAS of its own word and one of the released word after a scan of the standbys (a
+//! handful); a consumer's sender reads one atomic per duty cycle.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,15 +48,27 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 
 use crate::{Error, Result};
 
-/// Bits of a standby's ack word that hold its position.
+/// Bits of a standby's ack word, and of the released word, that hold a position.
 const POSITION_BITS: u32 = 48;
 const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
 const EPOCH_MASK: u64 = (1 << (64 - POSITION_BITS)) - 1;
+/// The most standbys a release tracks: the gating set's bits in the released word.
+pub const MAX_STANDBYS: usize = 15;
+const GATING_MASK: u64 = ((1 << MAX_STANDBYS) - 1) << POSITION_BITS;
+const FROZEN: u64 = 1 << 63;
+
+fn position_of(word: u64) -> u64 {
+    word & POSITION_MASK
+}
+
+fn gating_of(word: u64) -> u64 {
+    (word & GATING_MASK) >> POSITION_BITS
+}
 
 /// The released position of one server's store, and what each standby acked.
 #[derive(Debug)]
 pub struct Release {
-    /// The lowest position every standby acked, only ever raised.
+    /// `frozen << 63 | gating << 48 | released position` (see the module docs).
     released: CachePadded<AtomicU64>,
     /// The current epoch (see the module docs), below 2^16.
     epoch: AtomicU64,
@@ -69,14 +94,18 @@ impl Release {
     /// (committed minus released, as last [observed](Self::observe_committed)) and
     /// `standby[i] position acked` in `counters`.
     ///
+    /// Every standby gates.
+    ///
     /// # Errors
-    /// [`Error::Config`] for no standby or an address named twice (two standbys behind one
-    /// address could not be told apart); [`Error::Counters`] when the counters file is full.
+    /// [`Error::Config`] for no standby, more than [`MAX_STANDBYS`], or an address named
+    /// twice (two standbys behind one address could not be told apart); [`Error::Counters`]
+    /// when the counters file is full.
     pub fn new(standbys: &[IpAddr], counters: &CountersWriter) -> Result<Release> {
-        if standbys.is_empty() {
-            return Err(Error::Config(
-                "standby-ack release needs at least one standby".into(),
-            ));
+        if standbys.is_empty() || standbys.len() > MAX_STANDBYS {
+            return Err(Error::Config(format!(
+                "standby-ack release needs 1 to {MAX_STANDBYS} standbys, not {}",
+                standbys.len()
+            )));
         }
         for (i, a) in standbys.iter().enumerate() {
             if standbys[..i].contains(a) {
@@ -95,7 +124,7 @@ impl Release {
             });
         }
         Ok(Release {
-            released: CachePadded::new(AtomicU64::new(0)),
+            released: CachePadded::new(AtomicU64::new(all_gating(standbys.len()))),
             epoch: AtomicU64::new(0),
             standbys: slots.into_boxed_slice(),
             released_counter: position("released position")?,
@@ -109,7 +138,83 @@ impl Release {
     /// The released position: consumers may be sent frames ending at or before it.
     #[inline]
     pub fn released(&self) -> u64 {
-        self.released.load(Ordering::Acquire)
+        position_of(self.released.load(Ordering::Acquire))
+    }
+
+    /// The gating standbys: bit `i` for standby `i`.
+    pub fn gating(&self) -> u64 {
+        gating_of(self.released.load(Ordering::Acquire))
+    }
+
+    /// Whether the released position is frozen ([`freeze`](Self::freeze)).
+    pub fn frozen(&self) -> bool {
+        self.released.load(Ordering::Acquire) & FROZEN != 0
+    }
+
+    /// Makes standby `i` gate (`true`) or not. A standby joins the gating set only if it
+    /// acked, in the current epoch, at least the released position (it holds every released
+    /// frame): `false` when it has not, and nothing changes. Leaving always succeeds, and the
+    /// released position may then rise at once to what the remaining gating standbys hold.
+    ///
+    /// Only the release's owner calls it, and it must first make sure that a standby it lets
+    /// go can no longer take over (a group member records that in etcd).
+    pub fn set_gating(&self, i: usize, gating: bool) -> bool {
+        let bit = 1u64 << (POSITION_BITS + i as u32);
+        let mut word = self.released.load(Ordering::Acquire);
+        loop {
+            if gating && self.acked(i) < position_of(word) {
+                return false;
+            }
+            let next = if gating { word | bit } else { word & !bit };
+            match self.released.compare_exchange_weak(
+                word,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => word = now,
+            }
+        }
+        if !gating {
+            self.advance(self.epoch());
+        }
+        true
+    }
+
+    /// Holds the released position where it is (`true`) or lets it move again (`false`):
+    /// used while a standby that stopped gating catches up to the released position to gate
+    /// again, so that a steady stream cannot keep it just behind. Consumers receive nothing
+    /// new while frozen; the owner keeps a freeze short.
+    pub fn freeze(&self, frozen: bool) {
+        if frozen {
+            self.released.fetch_or(FROZEN, Ordering::AcqRel);
+        } else {
+            self.released.fetch_and(!FROZEN, Ordering::AcqRel);
+            self.advance(self.epoch());
+        }
+    }
+
+    /// With no gating standby (and no freeze), raises the released position to `committed`,
+    /// the store's committed position; otherwise does nothing. One atomic load when standbys
+    /// gate: the owner calls it after each duty cycle that committed frames.
+    #[inline]
+    pub fn follow_committed(&self, committed: u64) {
+        let mut word = self.released.load(Ordering::Acquire);
+        while word & (FROZEN | GATING_MASK) == 0 && committed > word {
+            match self.released.compare_exchange_weak(
+                word,
+                committed.min(POSITION_MASK),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.released_counter.set(committed);
+                    return;
+                }
+                Err(now) => word = now,
+            }
+        }
     }
 
     /// Whether replicas are admitted and served (initially not): a sequencer group member
@@ -148,21 +253,31 @@ impl Release {
     }
 
     /// Starts an epoch: this member leads anew. Every standby's ack is forgotten (sessions of
-    /// the earlier epoch are refused at their next ack and end); the released position stays.
-    /// Returns the new epoch.
+    /// the earlier epoch are refused at their next ack and end), every standby gates again and
+    /// a freeze ends; the released position stays. Returns the new epoch.
     pub fn new_epoch(&self) -> u64 {
         let epoch = (self.epoch.fetch_add(1, Ordering::AcqRel) + 1) & EPOCH_MASK;
         for s in self.standbys.iter() {
             s.acked.store(epoch << POSITION_BITS, Ordering::Release);
             s.counter.set(0);
         }
+        let all = all_gating(self.standbys.len());
+        let mut word = self.released.load(Ordering::Acquire);
+        while let Err(now) = self.released.compare_exchange_weak(
+            word,
+            position_of(word) | all,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            word = now;
+        }
         epoch
     }
 
     /// Standby `i` holds the stream up to `position` (an ack, or the resume position of its
     /// session), said in `epoch`: raises the released position to the lowest position every
-    /// standby holds in that epoch. `false` (nothing counted) when `epoch` is not the current
-    /// one: the session belongs to an earlier leadership and must end.
+    /// gating standby holds in that epoch. `false` (nothing counted) when `epoch` is not the
+    /// current one: the session belongs to an earlier leadership and must end.
     pub(crate) fn ack(&self, i: usize, epoch: u64, position: u64) -> bool {
         let s = &self.standbys[i];
         let word = epoch << POSITION_BITS | position.min(POSITION_MASK);
@@ -180,24 +295,167 @@ impl Release {
             }
         }
         s.counter.set(position);
-        let mut lowest = u64::MAX;
-        for s in self.standbys.iter() {
-            let w = s.acked.load(Ordering::Acquire);
-            if w >> POSITION_BITS != epoch {
-                return false; // a new epoch began meanwhile
+        self.advance(epoch)
+    }
+
+    /// Raises the released position to the lowest position the gating standbys acked in
+    /// `epoch`, unless frozen or none gates. `false` when a standby's ack is of another epoch
+    /// (a new one began meanwhile).
+    fn advance(&self, epoch: u64) -> bool {
+        let mut word = self.released.load(Ordering::Acquire);
+        loop {
+            let gating = gating_of(word);
+            if word & FROZEN != 0 || gating == 0 {
+                return true;
             }
-            lowest = lowest.min(w & POSITION_MASK);
+            let mut lowest = u64::MAX;
+            for (i, s) in self.standbys.iter().enumerate() {
+                if gating & (1 << i) == 0 {
+                    continue;
+                }
+                let w = s.acked.load(Ordering::Acquire);
+                if w >> POSITION_BITS != epoch {
+                    return false;
+                }
+                lowest = lowest.min(w & POSITION_MASK);
+            }
+            if lowest <= position_of(word) {
+                return true;
+            }
+            match self.released.compare_exchange_weak(
+                word,
+                (word & !POSITION_MASK) | lowest,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.released_counter.set(lowest);
+                    return true;
+                }
+                Err(now) => word = now,
+            }
         }
-        let before = self.released.fetch_max(lowest, Ordering::AcqRel);
-        if lowest > before {
-            self.released_counter.set(lowest);
-        }
-        true
     }
 
     /// Sets `release lag bytes` from the store's committed position (the slow path calls it
     /// now and then; it is what an operator watches while a standby is down).
     pub fn observe_committed(&self, committed: u64) {
         self.lag.set(committed.saturating_sub(self.released()));
+    }
+}
+
+/// The released word's gating bits with all of `n` standbys gating.
+fn all_gating(n: usize) -> u64 {
+    ((1u64 << n) - 1) << POSITION_BITS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(n: usize) -> (tempfile::TempDir, Release) {
+        let dir = tempfile::tempdir().unwrap();
+        let w = CountersWriter::create(&dir.path().join("c"), 64).unwrap();
+        let addrs: Vec<IpAddr> = (1..=n as u8).map(|i| [10, 0, 0, i].into()).collect();
+        let r = Release::new(&addrs, &w).unwrap();
+        (dir, r)
+    }
+
+    #[test]
+    fn the_released_position_is_the_lowest_gating_ack_and_never_falls() {
+        let (_d, r) = release(3);
+        let e = r.new_epoch();
+        assert!(r.ack(0, e, 100) && r.ack(1, e, 300));
+        assert_eq!(r.released(), 0, "standby 2 has acked nothing");
+        assert!(r.ack(2, e, 200));
+        assert_eq!(r.released(), 100);
+        assert!(r.ack(0, e, 400));
+        assert_eq!(r.released(), 200);
+        assert!(r.ack(2, e, 50), "a rebuilt standby");
+        assert_eq!(r.released(), 200, "never falls");
+        assert!(
+            !r.ack(0, e + 1, 900),
+            "an ack of another epoch counts for nothing"
+        );
+        assert_eq!(r.gating(), 0b111);
+    }
+
+    #[test]
+    fn a_standby_that_stops_gating_no_longer_holds_release_and_rejoins_only_with_what_was_released()
+    {
+        let (_d, r) = release(2);
+        let e = r.new_epoch();
+        r.ack(0, e, 500);
+        r.ack(1, e, 100);
+        assert_eq!(r.released(), 100);
+        assert!(r.set_gating(1, false));
+        assert_eq!(
+            (r.released(), r.gating()),
+            (500, 0b01),
+            "standby 0 alone gates"
+        );
+        r.ack(0, e, 800);
+        assert_eq!(r.released(), 800);
+        assert!(!r.set_gating(1, true), "standby 1 lacks 100..800");
+        r.ack(1, e, 800);
+        assert!(r.set_gating(1, true));
+        r.ack(0, e, 900);
+        assert_eq!(r.released(), 800, "standby 1 gates again");
+        r.ack(1, e, 950);
+        assert_eq!(r.released(), 900);
+    }
+
+    #[test]
+    fn with_no_gating_standby_release_follows_the_committed_position_unless_frozen() {
+        let (_d, r) = release(1);
+        let e = r.new_epoch();
+        r.follow_committed(300);
+        assert_eq!(r.released(), 0, "standby 0 gates");
+        assert!(r.set_gating(0, false));
+        r.follow_committed(300);
+        assert_eq!(r.released(), 300);
+        r.freeze(true);
+        r.follow_committed(700);
+        assert_eq!(r.released(), 300, "frozen");
+        r.ack(0, e, 300);
+        assert!(
+            r.set_gating(0, true),
+            "standby 0 reached the frozen position"
+        );
+        r.freeze(false);
+        r.follow_committed(900);
+        assert_eq!(r.released(), 300, "standby 0 gates again");
+        r.ack(0, e, 900);
+        assert_eq!(r.released(), 900);
+        r.new_epoch();
+        assert_eq!((r.released(), r.gating(), r.frozen()), (900, 1, false));
+    }
+
+    #[test]
+    fn a_release_computed_without_a_standby_is_never_stored_once_it_gates() {
+        // Two threads: one acks standby 0 ever higher while standby 1 is repeatedly let go
+        // and taken back at its own position; whenever standby 1 gates, the released
+        // position never passes what it acked.
+        let (_d, r) = release(2);
+        let e = r.new_epoch();
+        r.ack(1, e, 10);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for p in 1..200_000u64 {
+                    r.ack(0, e, p * 10);
+                }
+            });
+            for _ in 0..20_000 {
+                r.set_gating(1, false);
+                let p = r.released();
+                r.ack(1, e, p);
+                if r.set_gating(1, true) {
+                    let word = r.released.load(Ordering::Acquire);
+                    if gating_of(word) & 0b10 != 0 {
+                        assert!(position_of(word) <= r.acked(1));
+                    }
+                }
+            }
+        });
     }
 }

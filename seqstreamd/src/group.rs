@@ -20,6 +20,28 @@
 //! consumer that receives only what every standby holds. So every member's store holds every
 //! frame any consumer ever received, whichever member leads next.
 //!
+//! **The in-sync set** (`<prefix>/in-sync` in etcd): the members that hold every released
+//! frame, the only ones that may take over. A winning member's campaign records it for its
+//! term (the set it read, plus itself); while it leads, this module keeps it true:
+//! - a standby joins it once it has acked everything released, and at least what the leader
+//!   held when its term began (a member of the set at that moment is in it already);
+//! - under `degrade_after_ms`, a standby that has been behind without acking for that long
+//!   leaves it: first the leader records a set without it in etcd, and only once etcd has
+//!   confirmed that does the release stop waiting for it ([`Release::set_gating`]) — so a
+//!   standby missing released frames is never named. With nobody left gating, release
+//!   follows the committed position: the group runs on its leader alone, and etcd says
+//!   that no standby may take over. Without `degrade_after_ms`, release blocks instead;
+//! - a standby that left gates again once it has caught up with the released position; the
+//!   release is frozen for a moment (at most [`FREEZE_MAX_NS`]) when it comes within
+//!   [`FREEZE_WINDOW`] bytes, so that a steady stream cannot keep it just behind.
+//!
+//! **Switchover** (planned, `seqstreamd --switchover`, [`seqstream_election::request_switchover`]):
+//! the leader, told by its election ([`Fence::handover`]) to hand over to an in-sync member,
+//! stops sequencing (datagrams wait in its socket or are resent by the forwarders to the next
+//! leader), waits until that member has acked its committed position, and resigns; the target
+//! campaigns at once. A target that does not catch up within [`HANDOVER_MAX_NS`] makes the
+//! leader abandon the request and sequence again.
+//!
 //! **Eligibility** (whether the member may campaign, [`Election::set_eligible`]): a member
 //! whose store held frames when it started is eligible (under `standby-ack` an intact store
 //! holds every released frame), and so is one that has caught up with a leader
@@ -48,15 +70,26 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::{LimitedWarn, Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Agent, AgentError, DutyCycle, Idle};
-use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence};
+use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence, NodeSet};
 use seqstream_replication::follower::{Follower, FollowerConfig};
-use seqstream_replication::release::Release;
+use seqstream_replication::release::{Release, MAX_STANDBYS};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::cli::SequencerArgs;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 
 /// How often (ns, by the duty cycle's clock) a member looks at its election and its state.
 const STEER_EVERY_NS: u64 = 1_000_000;
+/// How close (bytes) a standby that left the in-sync set must come to the released position
+/// for the leader to freeze release until it gets there.
+const FREEZE_WINDOW: u64 = 1 << 20;
+/// The longest a leader keeps release frozen for one standby (ns); after a freeze that did
+/// not bring it in, the next waits [`FREEZE_BACKOFF_NS`].
+const FREEZE_MAX_NS: u64 = 20_000_000;
+const FREEZE_BACKOFF_NS: u64 = 1_000_000_000;
+/// The longest a leader waits (ns) for a switchover's target to hold everything; and the
+/// longest a leader that resigned for one waits for the target to lead before it may
+/// campaign again.
+const HANDOVER_MAX_NS: u64 = 2_000_000_000;
 
 /// One member of the group, as every member's file lists it: `NODE=REPLICATION_ADDRESS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +112,8 @@ impl FromStr for MemberSpec {
         let node_id: u32 = id
             .parse()
             .ok()
-            .filter(|&n| n != 0)
-            .ok_or_else(|| format!("member {s:?}: the node id is a number from 1"))?;
+            .filter(|n| (1..=seqstream_election::MAX_NODE_ID).contains(n))
+            .ok_or_else(|| format!("member {s:?}: the node id is a number from 1 to 64"))?;
         Ok(MemberSpec {
             node_id,
             replication: addr
@@ -93,9 +126,9 @@ impl FromStr for MemberSpec {
 /// What a consumer of the group receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReleasePolicy {
-    /// A frame goes to consumers once every standby holds it. The only policy with automatic
-    /// failover (`immediate`, faster but able to lose what only the leader held, needs a
-    /// manual promotion, which is not built yet).
+    /// A frame goes to consumers once every in-sync standby holds it. The only policy with
+    /// automatic failover (`immediate`, faster but able to lose what only the leader held,
+    /// needs a manual promotion, which is not built yet).
     StandbyAck,
 }
 
@@ -123,9 +156,15 @@ pub struct GroupArgs {
     /// after about this long.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
     pub lease_ttl_s: u64,
-    /// Release policy: standby-ack (consumers receive what every standby holds).
+    /// Release policy: standby-ack (consumers receive what every in-sync standby holds).
     #[arg(long, value_enum, default_value = "standby-ack")]
     pub release: ReleasePolicy,
+    /// Degraded mode: a standby behind the leader that has acked nothing new for this long
+    /// (ms) leaves the in-sync set (recorded in etcd first: it may then not take over) and
+    /// release stops waiting for it; it rejoins once caught up. Unset: release blocks until
+    /// every standby acks.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub degrade_after_ms: Option<u64>,
     /// This member may lead with an empty store: set it on one member for a new group's
     /// first start, never on a member rebuilt after a loss.
     #[arg(long)]
@@ -164,8 +203,12 @@ impl GroupArgs {
             .filter(|m| m.node_id != self.node_id)
             .copied()
             .collect();
-        if others.is_empty() {
-            bail!("a group needs at least two members");
+        if others.is_empty() || others.len() > MAX_STANDBYS {
+            bail!(
+                "a group has 2 to {} members, not {}",
+                MAX_STANDBYS + 1,
+                self.members.len()
+            );
         }
         for m in &self.members {
             let ip = m.replication.ip();
@@ -184,6 +227,13 @@ impl GroupArgs {
             }
         }
         Ok((me, others))
+    }
+
+    /// This member's election: its etcd endpoints, the group's prefix, its node id, the lease
+    /// TTL.
+    pub fn election_config(&self) -> ElectionConfig {
+        ElectionConfig::new(self.etcd.clone(), self.prefix(), self.node_id)
+            .lease_ttl(Duration::from_secs(self.lease_ttl_s))
     }
 
     /// The group's etcd key prefix.
@@ -228,11 +278,7 @@ impl Role for GroupArgs {
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
 
-        let election = Election::start(
-            ElectionConfig::new(self.etcd.clone(), self.prefix(), self.node_id)
-                .lease_ttl(Duration::from_secs(self.lease_ttl_s)),
-        )
-        .context("starting the election")?;
+        let election = Election::start(self.election_config()).context("starting the election")?;
         let marker = catching_up_marker(&s.store);
         let holds_frames = store_holds_frames(&s.store)?;
         let eligible = (holds_frames && !marker.exists()) || (!holds_frames && self.bootstrap);
@@ -244,7 +290,7 @@ impl Role for GroupArgs {
             .with_context(|| format!("writing {}", marker.display()))?;
         }
         election.set_eligible(eligible);
-        tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), "sequencer group member starting");
+        tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), degrade_after_ms = ?self.degrade_after_ms, "sequencer group member starting");
         let stats = MemberCounters::new(&ctx.counters.scoped("member "))?;
         stats.eligible.set(eligible as u64);
         let member = Member {
@@ -261,6 +307,11 @@ impl Role for GroupArgs {
             state: State::Idle,
             eligible,
             marker,
+            degrade_after_ns: self.degrade_after_ms.map(|ms| ms * 1_000_000),
+            in_sync: None,
+            handover: None,
+            handled_handover: 0,
+            resigned_at_ns: None,
             next_steer_ns: 0,
             unknown_leader: LimitedWarn::new("the leader is not a member of this group"),
         };
@@ -334,6 +385,14 @@ struct MemberCounters {
     keepalive_failures: Counter,
     lapses: Counter,
     etcd_errors: Counter,
+    barred: Counter,
+    in_sync: Counter,
+    in_sync_writes: Counter,
+    in_sync_drops: Counter,
+    in_sync_rejoins: Counter,
+    release_freezes: Counter,
+    switchovers: Counter,
+    switchovers_abandoned: Counter,
 }
 
 impl MemberCounters {
@@ -350,6 +409,14 @@ impl MemberCounters {
             keepalive_failures: w.counter("keepalive failures")?,
             lapses: w.counter("lapses")?,
             etcd_errors: w.counter("etcd errors")?,
+            barred: w.counter("campaigns barred (not in sync)")?,
+            in_sync: w.gauge("in-sync set (bit n-1: node n)")?,
+            in_sync_writes: w.counter("in-sync writes")?,
+            in_sync_drops: w.counter("in-sync drops")?,
+            in_sync_rejoins: w.counter("in-sync rejoins")?,
+            release_freezes: w.counter("release freezes")?,
+            switchovers: w.counter("switchovers")?,
+            switchovers_abandoned: w.counter("switchovers abandoned")?,
         })
     }
 
@@ -362,6 +429,9 @@ impl MemberCounters {
         self.keepalive_failures.set(stats.keepalive_failures);
         self.lapses.set(stats.lapses);
         self.etcd_errors.set(stats.etcd_errors);
+        self.barred.set(stats.barred);
+        self.in_sync_writes.set(stats.in_sync_writes);
+        self.in_sync.set(fence.in_sync().unwrap_or_default().0);
     }
 }
 
@@ -382,14 +452,56 @@ pub struct Member {
     state: State,
     eligible: bool,
     marker: PathBuf,
+    /// `degrade_after_ms` in ns; `None`: release blocks while a standby is behind.
+    degrade_after_ns: Option<u64>,
+    /// While leading: the in-sync set's bookkeeping.
+    in_sync: Option<InSync>,
+    /// While handing over: to whom, and since when.
+    handover: Option<Handover>,
+    /// The number of the last switchover request acted on ([`Fence::handover`]).
+    handled_handover: u32,
+    /// When this member resigned for a switchover, until another member leads.
+    resigned_at_ns: Option<u64>,
     next_steer_ns: u64,
     unknown_leader: LimitedWarn,
+}
+
+/// A switchover under way: the leader waits for standby `index` (node `to`) to hold
+/// everything it committed.
+struct Handover {
+    to: u32,
+    index: usize,
+    since_ns: u64,
+}
+
+/// A leader's bookkeeping of the in-sync set (see the module docs). Standby `i` is
+/// `others[i]`, as in the [`Release`].
+struct InSync {
+    /// The set etcd holds, as this leader last had it confirmed.
+    recorded: NodeSet,
+    /// A publication not confirmed yet: its generation and set.
+    pending: Option<(u64, NodeSet)>,
+    /// Standbys in the set when this leadership began and since: they hold every released
+    /// frame.
+    trusted: NodeSet,
+    /// The committed position when this leadership began: a standby outside the set joins
+    /// it only once it holds this much (everything an earlier leader may have released).
+    floor: u64,
+    /// Per standby: its last ack, and since when (ns) it has been behind without a new one.
+    acks: Vec<(u64, u64)>,
+    /// Per standby that left the set: its ack when it left. It may come back only once it
+    /// acks something else (it is alive), so a dead standby whose last ack happens to equal
+    /// the released position does not come and go.
+    left_at: Vec<Option<u64>>,
+    /// A freeze of release for standby `.0`, since `.1` (ns).
+    freeze: Option<(usize, u64)>,
+    no_freeze_until_ns: u64,
 }
 
 impl Member {
     /// Looks at the election and acts on it: promotes, follows a new leader, steps down, or
     /// becomes eligible. Returns the work done.
-    fn steer(&mut self) -> Result<usize, AgentError> {
+    fn steer(&mut self, now_ns: u64) -> Result<usize, AgentError> {
         self.stats.mirror(&self.fence, self.fence.stats());
         self.stats.state.set(self.state.gauge());
         let leading = self.fence.term_if_leading();
@@ -442,15 +554,156 @@ impl Member {
             }
         }
         if let (Some(term), false) = (leading, matches!(self.state, State::Leading(_))) {
-            self.promote(term)?;
+            self.promote(term, now_ns)?;
             return Ok(1);
         }
+        if let State::Leading(sequencer) = &self.state {
+            let committed = sequencer.appender().position();
+            self.keep_in_sync(committed, now_ns);
+            self.hand_over(committed, now_ns);
+        }
+        if let Some(at) = self.resigned_at_ns {
+            if other_leader.is_none() && now_ns.saturating_sub(at) >= HANDOVER_MAX_NS {
+                tracing::warn!(role = %self.role, "no member took over after the switchover: campaigning again");
+                self.resigned_at_ns = None;
+                self.election.set_eligible(self.eligible);
+            }
+        }
         Ok(0)
+    }
+
+    /// The leader's part in a switchover (see the module docs): takes a new request, and
+    /// resigns once the target holds everything, or gives up.
+    fn hand_over(&mut self, committed: u64, now: u64) {
+        if let Some((number, to)) = self.fence.handover() {
+            if number != self.handled_handover {
+                self.handled_handover = number;
+                let index = self.others.iter().position(|m| m.node_id == to);
+                let in_sync = self
+                    .in_sync
+                    .as_ref()
+                    .is_some_and(|s| s.pending.is_none() && s.recorded.contains(to));
+                match index {
+                    Some(index) if in_sync && self.release.gating() & (1 << index) != 0 => {
+                        tracing::info!(role = %self.role, to, committed, "switchover: sequencing paused until the target holds everything");
+                        self.handover = Some(Handover {
+                            to,
+                            index,
+                            since_ns: now,
+                        });
+                    }
+                    _ => {
+                        self.stats.switchovers_abandoned.incr();
+                        tracing::warn!(role = %self.role, to, "switchover refused: the target is not an in-sync member");
+                    }
+                }
+            }
+        }
+        let Some(h) = &self.handover else {
+            return;
+        };
+        let acked = self.release.acked(h.index);
+        if acked >= committed {
+            tracing::info!(role = %self.role, to = h.to, position = committed, "switchover: the target holds everything; resigning");
+            self.stats.switchovers.incr();
+            self.handover = None;
+            self.resigned_at_ns = Some(now);
+            self.election.resign();
+        } else if now.saturating_sub(h.since_ns) >= HANDOVER_MAX_NS {
+            tracing::warn!(role = %self.role, to = h.to, acked, committed, "switchover abandoned: the target did not catch up in time; sequencing again");
+            self.stats.switchovers_abandoned.incr();
+            self.handover = None;
+        }
+    }
+
+    /// The leader's part in the in-sync set (see the module docs): who joins, who leaves and
+    /// when, what etcd is asked to record, and the release freezes.
+    fn keep_in_sync(&mut self, committed: u64, now: u64) {
+        let Some(sync) = self.in_sync.as_mut() else {
+            return;
+        };
+        if let Some((generation, set)) = sync.pending {
+            if self.fence.in_sync_published(generation) {
+                sync.recorded = set;
+                sync.pending = None;
+            }
+        }
+        let released = self.release.released();
+        let gating = self.release.gating();
+        let mut target = NodeSet::of([self.node_id]);
+        let mut stalled = NodeSet::default();
+        for (i, m) in self.others.iter().enumerate() {
+            let ack = self.release.acked(i);
+            let (last, since) = &mut sync.acks[i];
+            if ack != *last || ack >= committed {
+                (*last, *since) = (ack, now);
+            }
+            if gating & (1 << i) != 0 {
+                if self
+                    .degrade_after_ns
+                    .is_some_and(|d| now.saturating_sub(*since) >= d)
+                {
+                    stalled.insert(m.node_id);
+                } else if sync.trusted.contains(m.node_id) || ack >= released.max(sync.floor) {
+                    target.insert(m.node_id);
+                }
+                continue;
+            }
+            if sync.left_at[i] == Some(ack) {
+                continue;
+            }
+            let need = released.max(sync.floor);
+            if ack >= need && self.release.set_gating(i, true) {
+                sync.left_at[i] = None;
+                self.stats.in_sync_rejoins.incr();
+                sync.acks[i].1 = now;
+                tracing::info!(role = %self.role, standby = m.node_id, position = ack, "standby caught up: release waits for it again");
+                target.insert(m.node_id);
+            } else if sync.freeze.is_none()
+                && now >= sync.no_freeze_until_ns
+                && ack >= sync.floor
+                && released - ack <= FREEZE_WINDOW
+            {
+                self.release.freeze(true);
+                sync.freeze = Some((i, now));
+                self.stats.release_freezes.incr();
+            }
+        }
+        if let Some((i, since)) = sync.freeze {
+            let joined = self.release.gating() & (1 << i) != 0;
+            if joined || now.saturating_sub(since) >= FREEZE_MAX_NS {
+                self.release.freeze(false);
+                sync.freeze = None;
+                if !joined {
+                    sync.no_freeze_until_ns = now + FREEZE_BACKOFF_NS;
+                }
+            }
+        }
+        if sync.pending.map_or(sync.recorded, |(_, set)| set) != target {
+            let generation = self.election.publish_in_sync(target);
+            sync.pending = Some((generation, target));
+        }
+        // A stalled standby stops gating only once etcd confirmed the latest set, without it.
+        if sync.pending.is_none() {
+            for (i, m) in self.others.iter().enumerate() {
+                if stalled.contains(m.node_id)
+                    && !sync.recorded.contains(m.node_id)
+                    && self.release.set_gating(i, false)
+                {
+                    sync.trusted.remove(m.node_id);
+                    sync.left_at[i] = Some(sync.acks[i].0);
+                    self.stats.in_sync_drops.incr();
+                    tracing::warn!(role = %self.role, standby = m.node_id, acked = sync.acks[i].0, committed, in_sync = %sync.recorded, "standby behind for degrade_after_ms: left the in-sync set (recorded in etcd; it may not take over until it catches up), release no longer waits for it");
+                }
+            }
+        }
     }
 
     /// Ends the current state's agent (its store closed, its socket shut).
     fn close_state(&mut self) -> Result<(), AgentError> {
         self.release.set_serving(false);
+        self.in_sync = None;
+        self.handover = None;
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => Ok(()),
             State::Standby { mut follower, .. } => follower.on_close(),
@@ -468,6 +721,10 @@ impl Member {
         let mut cfg = self.follow.clone();
         cfg.upstream = m.replication;
         let follower = Follower::new(cfg, &self.counters)?;
+        if self.resigned_at_ns.take().is_some() {
+            // It resigned for a switchover, which made it ineligible: another leads now.
+            self.election.set_eligible(self.eligible);
+        }
         tracing::info!(role = %self.role, leader, upstream = %m.replication, position = follower.position(), "following the leader as a standby");
         self.state = State::Standby {
             leader,
@@ -478,16 +735,29 @@ impl Member {
 
     /// This member won `term`: ends its replica where it is, opens its sequencer on the same
     /// store (each source's position recovered from it), which starts the term.
-    fn promote(&mut self, term: u32) -> Result<(), AgentError> {
+    fn promote(&mut self, term: u32, now_ns: u64) -> Result<(), AgentError> {
         self.close_state()?;
         let sequencer = Sequencer::open(self.sequencer.clone(), &self.counters)?
             .fenced_by(Arc::new(self.fence.clone()));
         self.stats.promotions.incr();
         // A new epoch: standbys' acks of an earlier leadership name positions of a history
-        // this member may have cut since.
+        // this member may have cut since. Every standby gates until it leaves the set.
         self.release.new_epoch();
         self.release.set_serving(true);
-        tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), "leading");
+        let recorded = self.fence.in_sync_at_win();
+        let mut trusted = recorded;
+        trusted.remove(self.node_id);
+        self.in_sync = Some(InSync {
+            recorded,
+            pending: None,
+            trusted,
+            floor: sequencer.appender().position(),
+            acks: vec![(0, now_ns); self.others.len()],
+            left_at: vec![None; self.others.len()],
+            freeze: None,
+            no_freeze_until_ns: 0,
+        });
+        tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), in_sync = %recorded, "leading");
         self.state = State::Leading(Box::new(sequencer));
         Ok(())
     }
@@ -502,12 +772,20 @@ impl Agent for Member {
         let mut work = match &mut self.state {
             State::Idle => 0,
             State::Standby { follower, .. } => follower.do_work(cycle)?,
-            State::Leading(sequencer) => sequencer.do_work(cycle)?,
+            State::Leading(_) if self.handover.is_some() => 0,
+            State::Leading(sequencer) => {
+                let work = sequencer.do_work(cycle)?;
+                if work > 0 {
+                    self.release
+                        .follow_committed(sequencer.appender().position());
+                }
+                work
+            }
         };
         if cycle.now_ns >= self.next_steer_ns {
             self.next_steer_ns = cycle.now_ns + STEER_EVERY_NS;
             self.unknown_leader.tick();
-            work += self.steer()?;
+            work += self.steer(cycle.now_ns)?;
         }
         Ok(work)
     }

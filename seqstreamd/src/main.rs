@@ -3,12 +3,13 @@
 //! as the file says. See `docs/seqstreamd.md`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::daemon;
 use seqstream_agent::host::{Placement, Threading};
-use seqstreamd::{Host, HostFile};
+use seqstreamd::{Host, HostFile, RoleSpec};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,21 @@ struct Cli {
     /// anything.
     #[arg(long)]
     check: bool,
+    /// Ask the sequencer group of this member's file (`--group`, or its only
+    /// `[[sequencer_group]]`) for a planned hand-over of its leadership, wait for the new
+    /// leader, print a JSON line and exit, without starting anything. Needs only etcd.
+    #[arg(long)]
+    switchover: bool,
+    /// With --switchover: the member to hand over to (default: the lowest-numbered other
+    /// member of the in-sync set).
+    #[arg(long, requires = "switchover")]
+    to: Option<u32>,
+    /// With --switchover: the `[[sequencer_group]]`'s name.
+    #[arg(long, requires = "switchover")]
+    group: Option<String>,
+    /// With --switchover: how long to wait for the new leader (ms).
+    #[arg(long, default_value_t = 5000, requires = "switchover")]
+    timeout_ms: u64,
 }
 
 const LONG_ABOUT: &str = "\
@@ -66,6 +82,9 @@ dedicated: each role (and each replica's sender) on a thread of its own.
 shared:    every role and sender on one thread: the fewest threads.
 groups:    the threads you list; every role in exactly one.
 
+seqstreamd --config member.toml --switchover [--to N] asks the sequencer group
+of a member's file for a planned hand-over (etcd only; prints a JSON line).
+
 SIGINT or SIGTERM stops every role; an error under on_error = \"stop\" stops the
 daemon with it, \"restart:<N>ms\" restarts the thread's roles. See
 docs/seqstreamd.md for a full example.";
@@ -75,6 +94,9 @@ fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse();
     let file = HostFile::read(&cli.config)?;
+    if cli.switchover {
+        return switchover(&file, &cli);
+    }
     if cli.check {
         for (name, role) in &file.roles {
             println!("[[{}]] {name}", role.kind());
@@ -110,5 +132,55 @@ fn main() -> Result<()> {
     let host = Host::start(file, cli.counters, &stop)?;
     host.join()?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// `--switchover`: asks the group in `file` for a planned hand-over and prints the outcome:
+/// `{"switchover":"ok","group":G,"from":N,"from_term":T,"to":M,"term":U,"requested_ns":R,"ms":F}`
+/// (`requested_ns`: when the request was written, ns since the Unix epoch; `ms`: from then to
+/// the new leader key).
+fn switchover(file: &HostFile, cli: &Cli) -> Result<()> {
+    let groups: Vec<(&String, &seqstreamd::GroupArgs)> = file
+        .roles
+        .iter()
+        .filter_map(|(name, r)| match r {
+            RoleSpec::Group(g) => Some((name, g.as_ref())),
+            _ => None,
+        })
+        .filter(|(name, _)| cli.group.as_ref().is_none_or(|g| g == *name))
+        .collect();
+    let (name, group) = match groups[..] {
+        [one] => one,
+        [] => bail!(
+            "{}: no [[sequencer_group]]{}",
+            cli.config.display(),
+            cli.group
+                .as_ref()
+                .map_or(String::new(), |g| format!(" named {g}"))
+        ),
+        _ => bail!(
+            "{}: several [[sequencer_group]]s: name one with --group",
+            cli.config.display()
+        ),
+    };
+    let done = seqstream_election::request_switchover(
+        &group.election_config(),
+        cli.to,
+        Duration::from_millis(cli.timeout_ms),
+    )
+    .with_context(|| format!("switchover of group {name}"))?;
+    println!(
+        "{{\"switchover\":\"ok\",\"group\":\"{name}\",\"from\":{},\"from_term\":{},\"to\":{},\"term\":{},\"requested_ns\":{},\"ms\":{:.3}}}",
+        done.from.node_id,
+        done.from.term,
+        done.to.node_id,
+        done.to.term,
+        done
+            .requested
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+        done.took.as_secs_f64() * 1e3
+    );
     Ok(())
 }

@@ -5,12 +5,16 @@
 //! random instant, and restarts it with its store: it rejoins as a standby (cutting a tail the
 //! new leader never had). At the end the client holds every message offered, once, in
 //! per-source order; every store is a byte-identical prefix of the leader's and passes
-//! `verify`. It prints one JSON line: the kills, the lease TTL and the failover times (SIGKILL
-//! → the new leader's term-start frame, its first) at p50 and max. The figures are printed,
-//! never asserted.
+//! `verify`. After the kills come planned switchovers (`seqstreamd --switchover`), each
+//! handing the leadership to the other member under the same load. It prints one JSON line:
+//! the kills, the lease TTL, the failover times (SIGKILL → the new leader's term-start frame,
+//! its first) and the switchover times (the request written to etcd → that frame) at p50
+//! and max. The figures
+//! are printed, never asserted.
 //!
 //! `FAILOVER_KILLS` sets the kills (3 by default; `scripts/failover.sh` runs 20 in release
-//! mode), `FAILOVER_SEED` the random instants.
+//! mode), `FAILOVER_SWITCHOVERS` the switchovers (3 by default; the script runs 20),
+//! `FAILOVER_SEED` the random instants.
 
 mod common;
 
@@ -34,14 +38,19 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// The member that leads, once one leads and the other follows it, eligible.
+/// The member that leads, once one leads and the other follows it, eligible and in the
+/// in-sync set etcd holds.
 fn settled_leader(g: &Group) -> u32 {
     let deadline = Instant::now() + LONG;
     loop {
         let state = |n| counter(&g.counters(n), STATE).unwrap_or(0);
         let eligible = |n| counter(&g.counters(n), "md member eligible").unwrap_or(0) == 1;
         for (leader, other) in [(1, 2), (2, 1)] {
-            if state(leader) == 2 && state(other) == 1 && eligible(other) {
+            if state(leader) == 2
+                && state(other) == 1
+                && eligible(other)
+                && g.in_sync().is_some_and(|s| s.contains(&other))
+            {
                 return leader;
             }
         }
@@ -65,16 +74,46 @@ fn term_start_ns(dir: &std::path::Path, term: u32) -> Option<u64> {
     None
 }
 
+/// The term-start frame's timestamp of `term` in the store at `dir`, waited for.
+fn wait_term_start(g: &Group, dir: &std::path::Path, term: u32) -> u64 {
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Some(ns) = term_start_ns(dir, term) {
+            return ns;
+        }
+        assert!(Instant::now() < deadline, "no term {term}:\n{}", g.logs());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A number from the environment, or `default`.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The value of `"key":<number>` in a JSON line.
+fn json_number(line: &str, key: &str) -> f64 {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} in {line}"))
+}
+
+/// p50 and max of `v` (sorted here).
+fn p50_max(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (
+        v.get(v.len() / 2).copied().unwrap_or(0.0),
+        v.last().copied().unwrap_or(0.0),
+    )
+}
+
 #[test]
 fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
-    let kills: usize = std::env::var("FAILOVER_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let seed: u64 = std::env::var("FAILOVER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| now_ns() % 1_000_000);
+    let kills: usize = env_number("FAILOVER_KILLS", 3);
+    let switchovers: usize = env_number("FAILOVER_SWITCHOVERS", 3);
+    let seed: u64 = env_number("FAILOVER_SEED", now_ns() % 1_000_000);
     eprintln!("failover test seed {seed} (set FAILOVER_SEED to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
@@ -129,20 +168,38 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
             t > term as u64
         });
         term = counter(&g.counters(other), "md member leader term").unwrap() as u32;
-        let deadline = Instant::now() + LONG;
-        let started = loop {
-            if let Some(ns) = term_start_ns(&g.store(other), term) {
-                break ns;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: no term {term}:\n{}",
-                g.logs()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let started = wait_term_start(&g, &g.store(other), term);
+        eprintln!("kill {round}: node {other} leads term {term}");
         failovers_ms.push(started.saturating_sub(killed_ns) as f64 / 1e6);
         members[leader as usize - 1] = g.start(leader, false);
+    }
+
+    // Planned switchovers, asked of the leader through its own file.
+    let mut switchovers_ms = Vec::new();
+    for round in 0..switchovers {
+        let leader = settled_leader(&g);
+        let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
+        wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
+        std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+            .arg("--config")
+            .arg(g.path(&format!("member-{leader}.toml")))
+            .arg("--switchover")
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "switchover {round}: {line}{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            g.logs()
+        );
+        assert_eq!(json_number(&line, "to") as u32, 3 - leader, "{line}");
+        term = json_number(&line, "term") as u32;
+        let started = wait_term_start(&g, &g.store(3 - leader), term);
+        eprintln!("switchover {round}: {line}");
+        let requested_ns = json_number(&line, "requested_ns") as u64;
+        switchovers_ms.push(started.saturating_sub(requested_ns) as f64 / 1e6);
     }
 
     stop.store(true, Ordering::Relaxed);
@@ -173,12 +230,11 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         .zip(&next)
         .map(|(o, n)| o + 1 - n)
         .sum::<u64>();
-    failovers_ms.sort_by(f64::total_cmp);
+    let (failover_p50, failover_max) = p50_max(&mut failovers_ms);
+    let (switchover_p50, switchover_max) = p50_max(&mut switchovers_ms);
     println!(
-        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{:.1},\"failover_max_ms\":{:.1},\"seed\":{seed}}}",
+        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"seed\":{seed}}}",
         seqstream_testkit::relay::DROPPED,
-        failovers_ms.get(failovers_ms.len() / 2).copied().unwrap_or(0.0),
-        failovers_ms.last().copied().unwrap_or(0.0),
     );
     assert_eq!((lost, duplicated), (0, 0), "per-source order broken");
     for dir in [g.path("client"), g.store(3 - leader)] {

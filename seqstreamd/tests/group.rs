@@ -8,7 +8,8 @@
 //! every message is in every store exactly once, in order, and the stores are byte-identical.
 //! Further tests: an old leader back with its store cuts its unreleased tail; a standby that
 //! led a short term of its own rejoins; acks of an earlier leadership release nothing; etcd
-//! stopping stops the leader within its lease.
+//! stopping stops the leader within its lease; in degraded mode a dead standby leaves the
+//! in-sync set in etcd, release goes on without it, and it may not take over.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -293,11 +294,33 @@ fn an_old_leader_that_returns_cuts_its_unreleased_tail_and_rejoins_as_a_standby(
     }
 }
 
-/// Stops (SIGSTOP) or continues (SIGCONT) a member's process.
+/// Stops (SIGSTOP) or continues (SIGCONT) a member's process. A stop returns once every
+/// thread of it is stopped: the signal reaches a busy thread on another core later than
+/// kill(2) returns, and a message can be sequenced, replicated and acked meanwhile.
 fn pause(p: &KillOnDrop, paused: bool) {
     let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
     // SAFETY: kill(2) on our own child, not reaped yet (we hold it): the pid names it.
     assert_eq!(unsafe { libc::kill(p.pid() as libc::pid_t, signal) }, 0);
+    let deadline = Instant::now() + LONG;
+    while paused && !all_threads_stopped(p.pid()) {
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not stop",
+            p.pid()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks.flatten().all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
 }
 
 fn kill(p: &mut KillOnDrop) {
@@ -432,4 +455,169 @@ fn when_etcd_stops_the_leader_stops_within_its_lease() {
         g.logs()
     );
     eprintln!("etcd killed → the leader's fence lapsed after {lapsed:?} (lease TTL 1 s)");
+}
+
+/// Waits until etcd's in-sync set is `nodes`.
+fn wait_in_sync(g: &Group, nodes: &[u32]) {
+    let deadline = Instant::now() + LONG;
+    loop {
+        let now = g.in_sync();
+        if now.as_deref() == Some(nodes) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "etcd's in-sync set is {now:?}, not {nodes:?}\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `degrade_after_ms`: a standby that dies leaves the in-sync set, recorded in etcd before
+/// release goes on without it; with its store intact it then may not take over when the
+/// leader dies too (it would lack released frames), and the group waits for the old leader.
+/// Back, it catches up, rejoins the set, and release waits for it again.
+#[test]
+fn a_dead_standby_leaves_the_in_sync_set_in_degraded_mode_and_may_not_take_over() {
+    const DEGRADE: &str = "degrade_after_ms = 1000";
+    let g = Group::new();
+    let mut one = g.start_with(1, true, DEGRADE);
+    let mut two = g.start_with(2, false, DEGRADE);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    wait_in_sync(&g, &[1, 2]);
+    let consumer_store = g.path("consumer");
+    let consumer_counters = g.path("consumer.counters");
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 200);
+    wait_messages(&g, &consumer_store, 200);
+    assert_eq!(counter(&g.counters(1), "md member in-sync drops"), Some(0));
+
+    // The standby dies: after degrade_after_ms etcd names the leader alone, and release
+    // goes on without the standby.
+    kill(&mut two);
+    send(&source, g.datagram_addr(1), 201, 300);
+    wait_in_sync(&g, &[1]);
+    wait_messages(&g, &consumer_store, 300);
+    assert_eq!(counter(&g.counters(1), "md member in-sync drops"), Some(1));
+    assert_eq!(
+        counter(&g.counters(1), "md member in-sync set (bit n-1: node n)"),
+        Some(0b01)
+    );
+    drop(consumer);
+
+    // The leader dies; the standby returns with its store (eligible by itself), but etcd
+    // does not name it: it never campaigns, and nobody leads.
+    kill(&mut one);
+    let two = g.start_with(2, false, DEGRADE);
+    wait_counter(
+        &g.counters(2),
+        "md member campaigns barred (not in sync)",
+        LONG,
+        |v| v > 0,
+    );
+    std::thread::sleep(Duration::from_secs(2)); // twice the lease TTL
+    assert_ne!(counter(&g.counters(2), STATE), Some(2), "{}", g.logs());
+    assert_eq!(counter(&g.counters(2), "md member terms won"), Some(0));
+    assert!(g.logs().contains("does not campaign"), "{}", g.logs());
+
+    // The old leader returns and leads term 2; the standby catches up and rejoins the set.
+    let one = g.start_with(1, false, DEGRADE);
+    wait_counter(&g.counters(1), "md member leader term", LONG, |v| v == 2);
+    g.wait_state(1, 2);
+    g.wait_state(2, 1);
+    wait_in_sync(&g, &[1, 2]);
+    send(&source, g.datagram_addr(1), 301, 400);
+    wait_messages(&g, &g.store(2), 400);
+
+    // Release waits for it again: with the standby stopped (SIGSTOP) for well under
+    // degrade_after_ms, nothing new reaches a consumer.
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
+    wait_messages(&g, &consumer_store, 400);
+    pause(&two, true);
+    send(&source, g.datagram_addr(1), 401, 410);
+    wait_messages(&g, &g.store(1), 410);
+    std::thread::sleep(Duration::from_millis(100));
+    let held = messages(&consumer_store).0.len();
+    pause(&two, false);
+    assert_eq!(
+        held,
+        400,
+        "released what the standby did not hold:\n{}",
+        g.logs()
+    );
+    wait_messages(&g, &consumer_store, 410);
+    drop(consumer);
+    assert_prefix_of(&consumer_store, &g.store(1), 410);
+    assert_prefix_of(&g.store(2), &g.store(1), 410);
+    drop((one, two));
+}
+
+/// Runs `seqstreamd --switchover` on member `node`'s file with `args`: its exit status and
+/// output.
+fn switchover(g: &Group, node: u32, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+        .arg("--config")
+        .arg(g.path(&format!("member-{node}.toml")))
+        .arg("--switchover")
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A switchover hands the leadership to the in-sync member named, losing nothing; one to a
+/// member that leads already or is not in the set is refused; one whose target cannot catch
+/// up (stopped) is abandoned by the leader, which then sequences again.
+#[test]
+fn a_switchover_hands_over_to_an_in_sync_member_or_is_refused_or_abandoned() {
+    let g = Group::new();
+    let _one = g.start(1, true);
+    let two = g.start(2, false);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    wait_in_sync(&g, &[1, 2]);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 100);
+    wait_messages(&g, &g.store(2), 100);
+
+    let (ok, out) = switchover(&g, 1, &["--to", "1"]);
+    assert!(!ok && out.contains("leads already"), "{out}");
+    let (ok, out) = switchover(&g, 1, &["--to", "3"]);
+    assert!(!ok && out.contains("not in the in-sync set"), "{out}");
+
+    // The target is stopped: the leader pauses, gives up after its limit, sequences again.
+    pause(&two, true);
+    send(&source, g.datagram_addr(1), 101, 110);
+    wait_messages(&g, &g.store(1), 110);
+    let (ok, out) = switchover(&g, 1, &["--timeout-ms", "1000"]);
+    assert!(!ok && out.contains("no new leader"), "{out}");
+    wait_counter(
+        &g.counters(1),
+        "md member switchovers abandoned",
+        LONG,
+        |v| v == 1,
+    );
+    pause(&two, false);
+    send(&source, g.datagram_addr(1), 111, 120);
+    wait_messages(&g, &g.store(2), 120);
+    assert_eq!(counter(&g.counters(1), STATE), Some(2));
+
+    // Planned: member 2 leads term 2 with everything; member 1 follows it.
+    let (ok, out) = switchover(&g, 1, &[]);
+    assert!(ok, "{out}\n{}", g.logs());
+    assert!(
+        out.contains("\"to\":2") && out.contains("\"term\":2"),
+        "{out}"
+    );
+    g.wait_state(2, 2);
+    g.wait_state(1, 1);
+    assert_eq!(counter(&g.counters(1), "md member switchovers"), Some(1));
+    send(&source, g.datagram_addr(2), 121, 130);
+    wait_messages(&g, &g.store(1), 130);
+    assert_prefix_of(&g.store(1), &g.store(2), 130);
 }

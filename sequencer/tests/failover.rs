@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::LeaderGate;
-use seqstream_election::{Election, ElectionConfig};
+use seqstream_election::{Election, ElectionConfig, NodeSet};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 use seqstream_testkit::etcd::Etcd;
@@ -112,6 +112,12 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     let mut replica = None;
     seqstream_testkit::replicate_into(&store_a, &store_b, &mut replica, &store_config(), None);
     e2.set_eligible(true);
+    // Its leader records it in the in-sync set (as a group member does once it acked
+    // everything released): only then may it take over.
+    let recorded = e1.publish_in_sync(NodeSet::of([1, 2]));
+    wait("etcd records node 2 in sync", || {
+        e1.fence().in_sync_published(recorded)
+    });
 
     // Node 1 is cut off from etcd. Until its fence lapses it may sequence; after, nothing.
     link.cut();

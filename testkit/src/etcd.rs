@@ -104,6 +104,26 @@ impl Etcd {
         body.contains("\"health\":\"true\"")
     }
 
+    /// The value of `key`, read with `etcdctl` (Debian's `etcd-client`, which `.ci/run`
+    /// installs) as an operator would; `None` when the key does not exist.
+    ///
+    /// Panics when `etcdctl` cannot be run or fails.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .args(["get", "--print-value-only", key])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run etcdctl (install Debian's etcd-client): {e}"));
+        assert!(
+            out.status.success(),
+            "etcdctl get {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+        (!value.is_empty()).then_some(value)
+    }
+
     /// Kills etcd (SIGKILL) and reaps it: every client loses it at once.
     pub fn kill(&mut self) {
         self.proc = None;

@@ -89,6 +89,11 @@ impl Group {
 
     /// Starts member `node`'s seqstreamd.
     pub(crate) fn start(&self, node: u32, bootstrap: bool) -> KillOnDrop {
+        self.start_with(node, bootstrap, "")
+    }
+
+    /// Starts member `node`'s seqstreamd with `extra` lines in its `[[sequencer_group]]`.
+    pub(crate) fn start_with(&self, node: u32, bootstrap: bool, extra: &str) -> KillOnDrop {
         let members: Vec<String> = self
             .members
             .iter()
@@ -112,6 +117,7 @@ lease_ttl_s = 1
 bootstrap = {bootstrap}
 secret_file = "{secret}"
 allow = ["127.0.0.1"]
+{extra}
 "#,
             store = self.store(node).display(),
             listen = self.datagram_addr(node),
@@ -199,6 +205,20 @@ resend_timeout_ms = 100
             .map(|f| std::fs::read_to_string(self.path(&f)).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n---\n")
+    }
+
+    /// The node ids of the in-sync set etcd holds (`None`: no in-sync key).
+    pub(crate) fn in_sync(&self) -> Option<Vec<u32>> {
+        let v = self.etcd.get("/seqstream/group-test/in-sync")?;
+        let r: serde_json::Value = serde_json::from_str(&v).unwrap();
+        Some(
+            r["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_u64().unwrap() as u32)
+                .collect(),
+        )
     }
 
     pub(crate) fn wait_state(&self, node: u32, state: u64) {
