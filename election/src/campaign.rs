@@ -42,6 +42,8 @@ enum Cmd {
     /// Record `set` as the in-sync set, if still leading; confirm `generation` once etcd
     /// holds it (retried at each renewal until then, or until a later publication).
     InSync { generation: u64, set: NodeSet },
+    /// Revoke the lease of `leader`, if its key is still the current one.
+    Depose { leader: LeaderRecord },
 }
 
 /// One member's election: the `election` thread and the handle to its state. Dropping it
@@ -111,6 +113,20 @@ impl Election {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let _ = self.cmds.send(Cmd::InSync { generation, set });
         generation
+    }
+
+    /// Revokes the lease of `leader` if it still leads (its leader key names it): the key goes
+    /// at once instead of a TTL after the leader's death, and the members campaign. Only for a
+    /// leader known to be dead — its owner's evidence is that the leader's host refuses
+    /// connections to its replication address — and only from a member that may take over.
+    ///
+    /// Why it is safe even if that leader were alive: under `standby-ack` it can release
+    /// nothing more without the acks of the standby that deposed it (which leads now, and
+    /// acks no one), and it cannot let that standby go, since recording an in-sync set
+    /// compares its leader key, now gone. What it sequences meanwhile is released to no one,
+    /// confirmed to no client, and cut when it rejoins.
+    pub fn depose(&self, leader: LeaderRecord) {
+        let _ = self.cmds.send(Cmd::Depose { leader });
     }
 
     /// Gives up a leadership at once (the fence closes before the lease is revoked) and stops
@@ -342,7 +358,8 @@ async fn follow(
             }
             return Ok(Next::Vacant);
         };
-        *last_lease = Some(kv.lease());
+        let lease = kv.lease();
+        *last_lease = Some(lease);
         let leader = parse_leader(cfg, kv.value())?;
         if shared.fence_leader_changed(leader) {
             tracing::info!(
@@ -361,7 +378,12 @@ async fn follow(
         loop {
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Cmd::Resign | Cmd::InSync { .. }) => {}
+                    Some(Cmd::Depose { leader: dead }) if dead == leader => {
+                        tracing::warn!(node = cfg.node_id, leader = dead.node_id, term = dead.term, "the leader's host refuses connections to its replication address (its process is gone): revoking its lease");
+                        call(cfg, "revoke the dead leader's lease", c.lease_revoke(lease)).await?;
+                        shared.count(Count::Deposition);
+                    }
+                    Some(Cmd::Resign | Cmd::InSync { .. } | Cmd::Depose { .. }) => {}
                     _ => return Ok(Next::Stop),
                 },
                 _ = &mut reread => break,

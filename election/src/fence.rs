@@ -49,6 +49,8 @@ pub struct ElectionStats {
     pub barred: u64,
     /// In-sync sets this member recorded in etcd as leader ([`crate::Election::publish_in_sync`]).
     pub in_sync_writes: u64,
+    /// Leases of dead leaders this member revoked ([`crate::Election::depose`]).
+    pub depositions: u64,
     /// Keep-alives etcd acknowledged.
     pub keepalives: u64,
     /// Keep-alives that failed or timed out (the stream is then opened anew).
@@ -67,6 +69,7 @@ struct Stats {
     terms_won: AtomicU64,
     barred: AtomicU64,
     in_sync_writes: AtomicU64,
+    depositions: AtomicU64,
     keepalives: AtomicU64,
     keepalive_failures: AtomicU64,
     lapses: AtomicU64,
@@ -105,6 +108,7 @@ pub(crate) struct Shared {
 pub(crate) enum Count {
     Campaign,
     InSyncWrite,
+    Deposition,
     KeepAlive,
     KeepAliveFailure,
     EtcdError,
@@ -141,6 +145,7 @@ impl Shared {
         let counter = match c {
             Count::Campaign => &self.stats.campaigns,
             Count::InSyncWrite => &self.stats.in_sync_writes,
+            Count::Deposition => &self.stats.depositions,
             Count::KeepAlive => &self.stats.keepalives,
             Count::KeepAliveFailure => &self.stats.keepalive_failures,
             Count::EtcdError => &self.stats.etcd_errors,
@@ -343,6 +348,7 @@ impl Fence {
             terms_won: get(&s.terms_won),
             barred: get(&s.barred),
             in_sync_writes: get(&s.in_sync_writes),
+            depositions: get(&s.depositions),
             keepalives: get(&s.keepalives),
             keepalive_failures: get(&s.keepalive_failures),
             lapses: get(&s.lapses),

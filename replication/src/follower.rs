@@ -272,6 +272,8 @@ pub struct Follower {
     delay: Duration,
     /// The replica's position when the current session's connect began.
     session_from: u64,
+    /// The last connect was refused ([`Follower::upstream_refused`]).
+    refused: bool,
     /// `follow stream <id>`, the agent's role name.
     role: String,
     /// When (monotonic ns) the replica's active segment file was last checked.
@@ -332,6 +334,7 @@ impl Follower {
             delay: replica.cfg.reconnect_min,
             role: format!("follow stream {}", replica.cfg.store_config.stream_id),
             session_from: replica.position(),
+            refused: false,
             state: State::Disconnected { until_ns: 0 },
             warns: Warns::new(),
             replica,
@@ -358,6 +361,15 @@ impl Follower {
                 .replica
                 .upstream_committed
                 .is_some_and(|c| self.position() >= c)
+    }
+
+    /// Whether the last connect, to the upstream tried last, was refused (`ECONNREFUSED`: its
+    /// host answered that nothing listens at that address, so the upstream's process is gone
+    /// or not started yet), with no connection made since. A silent or unreachable upstream
+    /// is not refused: only its host can say this. A sequencer group's standby takes it for
+    /// its leader's death.
+    pub fn upstream_refused(&self) -> bool {
+        self.refused
     }
 
     /// Where the connection is.
@@ -410,7 +422,10 @@ impl Follower {
                     return Err(Error::io("connect", e));
                 }
                 match socket.peer_addr() {
-                    Ok(_) => Ok((self.connected(socket.into(), now)?, 1)),
+                    Ok(_) => {
+                        self.refused = false;
+                        Ok((self.connected(socket.into(), now)?, 1))
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
                         if now > deadline_ns {
                             return Err(Error::io(
@@ -576,6 +591,8 @@ impl Follower {
     fn fault(&mut self, e: Error, now: u64) -> State {
         let counters = &self.replica.counters;
         counters.errors.incr();
+        self.refused = matches!(&e, Error::Io { op: "connect", source }
+            if source.kind() == std::io::ErrorKind::ConnectionRefused);
         let upstream = self.replica.upstream();
         if e.is_lie() {
             counters.rejected.incr();

@@ -70,7 +70,7 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::{LimitedWarn, Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Agent, AgentError, DutyCycle, Idle};
-use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence, NodeSet};
+use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence, LeaderRecord, NodeSet};
 use seqstream_replication::follower::{Follower, FollowerConfig};
 use seqstream_replication::release::{Release, MAX_STANDBYS};
 use seqstream_replication::server::{Server, ServerConfig};
@@ -312,6 +312,7 @@ impl Role for GroupArgs {
             handover: None,
             handled_handover: 0,
             resigned_at_ns: None,
+            deposed: None,
             next_steer_ns: 0,
             unknown_leader: LimitedWarn::new("the leader is not a member of this group"),
         };
@@ -393,6 +394,7 @@ struct MemberCounters {
     release_freezes: Counter,
     switchovers: Counter,
     switchovers_abandoned: Counter,
+    depositions: Counter,
 }
 
 impl MemberCounters {
@@ -417,6 +419,7 @@ impl MemberCounters {
             release_freezes: w.counter("release freezes")?,
             switchovers: w.counter("switchovers")?,
             switchovers_abandoned: w.counter("switchovers abandoned")?,
+            depositions: w.counter("leaders deposed")?,
         })
     }
 
@@ -432,6 +435,7 @@ impl MemberCounters {
         self.barred.set(stats.barred);
         self.in_sync_writes.set(stats.in_sync_writes);
         self.in_sync.set(fence.in_sync().unwrap_or_default().0);
+        self.depositions.set(stats.depositions);
     }
 }
 
@@ -462,6 +466,8 @@ pub struct Member {
     handled_handover: u32,
     /// When this member resigned for a switchover, until another member leads.
     resigned_at_ns: Option<u64>,
+    /// The leadership this member last asked etcd to end as dead ([`Election::depose`]).
+    deposed: Option<LeaderRecord>,
     next_steer_ns: u64,
     unknown_leader: LimitedWarn,
 }
@@ -523,6 +529,23 @@ impl Member {
                 }
             }
             State::Standby { leader, follower } => {
+                // The leader's host refuses connections to its replication address: its
+                // process is gone. A member that may take over ends its lease now rather than
+                // a TTL later (see `Election::depose` for why this is safe).
+                let record = self.fence.leader().filter(|l| l.node_id == *leader);
+                let in_sync = self
+                    .fence
+                    .in_sync()
+                    .is_none_or(|s| s.contains(self.node_id));
+                if let Some(dead) = record.filter(|&r| {
+                    follower.upstream_refused()
+                        && self.eligible
+                        && in_sync
+                        && self.deposed != Some(r)
+                }) {
+                    self.deposed = Some(dead);
+                    self.election.depose(dead);
+                }
                 if leading.is_none() {
                     if !self.eligible && follower.caught_up() {
                         self.eligible = true;
