@@ -380,8 +380,11 @@ async fn follow(
                 cmd = cmds.recv() => match cmd {
                     Some(Cmd::Depose { leader: dead }) if dead == leader => {
                         tracing::warn!(node = cfg.node_id, leader = dead.node_id, term = dead.term, "the leader's host refuses connections to its replication address (its process is gone): revoking its lease");
-                        call(cfg, "revoke the dead leader's lease", c.lease_revoke(lease)).await?;
-                        shared.count(Count::Deposition);
+                        // A lease already gone (another member revoked it first) is no failure.
+                        match call(cfg, "revoke the dead leader's lease", c.lease_revoke(lease)).await {
+                            Ok(_) => shared.count(Count::Deposition),
+                            Err(e) => tracing::warn!(node = cfg.node_id, "{e}"),
+                        }
                     }
                     Some(Cmd::Resign | Cmd::InSync { .. } | Cmd::Depose { .. }) => {}
                     _ => return Ok(Next::Stop),
@@ -581,6 +584,8 @@ async fn lead(
         tokio::select! {
             cmd = cmds.recv() => match cmd {
                 Some(Cmd::InSync { generation, set }) => pending = Some((generation, set)),
+                // Asked while following the last leader; this member leads now.
+                Some(Cmd::Depose { .. }) => {}
                 other => break Some(other.unwrap_or(Cmd::Stop)),
             },
             msg = request => match msg {

@@ -214,7 +214,7 @@ fn only_a_member_of_the_in_sync_set_campaigns_and_only_the_leader_records_it() {
     wait("node 1 reads the set", || {
         fa.in_sync() == Some(NodeSet::of([1, 2]))
     });
-    assert_eq!(fb.stats().in_sync_writes, 0);
+    assert!(fa.stats().in_sync_writes >= 1, "{:?}", fa.stats());
 }
 
 /// Deletes `key` from the etcd at `endpoint`, as an operator's `etcdctl del` would.

@@ -274,6 +274,8 @@ pub struct Follower {
     session_from: u64,
     /// The last connect was refused ([`Follower::upstream_refused`]).
     refused: bool,
+    /// Refused connects so far.
+    refusals: u64,
     /// `follow stream <id>`, the agent's role name.
     role: String,
     /// When (monotonic ns) the replica's active segment file was last checked.
@@ -335,6 +337,7 @@ impl Follower {
             role: format!("follow stream {}", replica.cfg.store_config.stream_id),
             session_from: replica.position(),
             refused: false,
+            refusals: 0,
             state: State::Disconnected { until_ns: 0 },
             warns: Warns::new(),
             replica,
@@ -370,6 +373,11 @@ impl Follower {
     /// its leader's death.
     pub fn upstream_refused(&self) -> bool {
         self.refused
+    }
+
+    /// Connects refused so far (`ECONNREFUSED`), over the follower's life.
+    pub fn refused_connects(&self) -> u64 {
+        self.refusals
     }
 
     /// Where the connection is.
@@ -593,6 +601,7 @@ impl Follower {
         counters.errors.incr();
         self.refused = matches!(&e, Error::Io { op: "connect", source }
             if source.kind() == std::io::ErrorKind::ConnectionRefused);
+        self.refusals += self.refused as u64;
         let upstream = self.replica.upstream();
         if e.is_lie() {
             counters.rejected.incr();

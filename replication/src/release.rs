@@ -85,6 +85,8 @@ struct Standby {
     /// `epoch << 48 | position`: the position its replica last said it holds (its last ack
     /// or resume position) and the epoch it said so in.
     acked: AtomicU64,
+    /// Whether it acked in the current epoch.
+    reported: AtomicBool,
     counter: Counter,
 }
 
@@ -120,6 +122,7 @@ impl Release {
             slots.push(Standby {
                 addr,
                 acked: AtomicU64::new(0),
+                reported: AtomicBool::new(false),
                 counter: position(&format!("standby[{i}] position acked"))?,
             });
         }
@@ -247,9 +250,15 @@ impl Release {
         }
     }
 
-    /// The current epoch.
+    /// The current epoch (below 2^16; it wraps).
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.epoch.load(Ordering::Acquire) & EPOCH_MASK
+    }
+
+    /// Whether standby `i` has said what it holds (an ack or a session's resume position) in
+    /// the current epoch.
+    pub fn reported(&self, i: usize) -> bool {
+        self.standbys[i].reported.load(Ordering::Acquire)
     }
 
     /// Starts an epoch: this member leads anew. Every standby's ack is forgotten (sessions of
@@ -259,6 +268,7 @@ impl Release {
         let epoch = (self.epoch.fetch_add(1, Ordering::AcqRel) + 1) & EPOCH_MASK;
         for s in self.standbys.iter() {
             s.acked.store(epoch << POSITION_BITS, Ordering::Release);
+            s.reported.store(false, Ordering::Release);
             s.counter.set(0);
         }
         let all = all_gating(self.standbys.len());
@@ -294,6 +304,7 @@ impl Release {
                 Err(now) => current = now,
             }
         }
+        s.reported.store(true, Ordering::Release);
         s.counter.set(position);
         self.advance(epoch)
     }

@@ -313,6 +313,7 @@ impl Role for GroupArgs {
             handled_handover: 0,
             resigned_at_ns: None,
             deposed: None,
+            depose_baseline: None,
             next_steer_ns: 0,
             unknown_leader: LimitedWarn::new("the leader is not a member of this group"),
         };
@@ -359,8 +360,8 @@ enum State {
         leader: u32,
         follower: Box<Follower>,
     },
-    /// Sequencing, fenced by the election.
-    Leading(Box<Sequencer>),
+    /// Sequencing in a term, fenced by the election.
+    Leading(Box<Sequencer>, u32),
 }
 
 impl State {
@@ -368,7 +369,7 @@ impl State {
         match self {
             State::Idle => 0,
             State::Standby { .. } => 1,
-            State::Leading(_) => 2,
+            State::Leading(..) => 2,
         }
     }
 }
@@ -468,6 +469,10 @@ pub struct Member {
     resigned_at_ns: Option<u64>,
     /// The leadership this member last asked etcd to end as dead ([`Election::depose`]).
     deposed: Option<LeaderRecord>,
+    /// The leadership this standby follows and its follower's refused connects when it first
+    /// saw it: only a refusal after that counts against it (not one left over from a
+    /// predecessor of the same node).
+    depose_baseline: Option<(LeaderRecord, u64)>,
     next_steer_ns: u64,
     unknown_leader: LimitedWarn,
 }
@@ -517,7 +522,7 @@ impl Member {
             .map(|l| l.node_id)
             .filter(|&n| n != self.node_id);
         match &mut self.state {
-            State::Leading(sequencer) => {
+            State::Leading(sequencer, _) => {
                 self.release
                     .observe_committed(sequencer.appender().position());
                 if let Some(leader) = other_leader {
@@ -537,8 +542,14 @@ impl Member {
                     .fence
                     .in_sync()
                     .is_none_or(|s| s.contains(self.node_id));
+                let refusals = follower.refused_connects();
+                if record.is_some() && self.depose_baseline.map(|b| b.0) != record {
+                    self.depose_baseline = record.map(|r| (r, refusals));
+                }
+                let fresh = self.depose_baseline.is_some_and(|b| refusals > b.1);
                 if let Some(dead) = record.filter(|&r| {
                     follower.upstream_refused()
+                        && fresh
                         && self.eligible
                         && in_sync
                         && self.deposed != Some(r)
@@ -576,11 +587,15 @@ impl Member {
                 }
             }
         }
-        if let (Some(term), false) = (leading, matches!(self.state, State::Leading(_))) {
+        // A term this member does not lead yet, or a new one won while it still held the last
+        // (its fence lapsed, it won again): a fresh leadership, its bookkeeping anew.
+        if let Some(term) =
+            leading.filter(|&t| !matches!(self.state, State::Leading(_, l) if l == t))
+        {
             self.promote(term, now_ns)?;
             return Ok(1);
         }
-        if let State::Leading(sequencer) = &self.state {
+        if let State::Leading(sequencer, _) = &self.state {
             let committed = sequencer.appender().position();
             self.keep_in_sync(committed, now_ns);
             self.hand_over(committed, now_ns);
@@ -626,7 +641,16 @@ impl Member {
             return;
         };
         let acked = self.release.acked(h.index);
-        if acked >= committed {
+        let still_in_sync = self.release.gating() & (1 << h.index) != 0
+            && self
+                .in_sync
+                .as_ref()
+                .is_some_and(|s| s.pending.is_none() && s.recorded.contains(h.to));
+        if !still_in_sync {
+            tracing::warn!(role = %self.role, to = h.to, "switchover abandoned: the target left the in-sync set; sequencing again");
+            self.stats.switchovers_abandoned.incr();
+            self.handover = None;
+        } else if acked >= committed {
             tracing::info!(role = %self.role, to = h.to, position = committed, "switchover: the target holds everything; resigning");
             self.stats.switchovers.incr();
             self.handover = None;
@@ -667,6 +691,15 @@ impl Member {
                     .is_some_and(|d| now.saturating_sub(*since) >= d)
                 {
                     stalled.insert(m.node_id);
+                } else if sync.trusted.contains(m.node_id)
+                    // `reported` before the ack: an ack it reports was stored before it.
+                    && self.release.reported(i)
+                    && self.release.acked(i) < released
+                {
+                    // It came back with less than was released (a host that crashed before
+                    // its page cache reached the disk): in sync no more.
+                    sync.trusted.remove(m.node_id);
+                    tracing::warn!(role = %self.role, standby = m.node_id, resumed = ack, released, "standby resumed below the released position: it lost frames; not in sync until it catches up");
                 } else if sync.trusted.contains(m.node_id) || ack >= released.max(sync.floor) {
                     target.insert(m.node_id);
                 }
@@ -685,7 +718,7 @@ impl Member {
             } else if sync.freeze.is_none()
                 && now >= sync.no_freeze_until_ns
                 && ack >= sync.floor
-                && released - ack <= FREEZE_WINDOW
+                && released.saturating_sub(ack) <= FREEZE_WINDOW
             {
                 self.release.freeze(true);
                 sync.freeze = Some((i, now));
@@ -730,7 +763,7 @@ impl Member {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => Ok(()),
             State::Standby { mut follower, .. } => follower.on_close(),
-            State::Leading(mut sequencer) => sequencer.on_close(),
+            State::Leading(mut sequencer, _) => sequencer.on_close(),
         }
     }
 
@@ -767,9 +800,19 @@ impl Member {
         // this member may have cut since. Every standby gates until it leaves the set.
         self.release.new_epoch();
         self.release.set_serving(true);
+        self.resigned_at_ns = None;
         let recorded = self.fence.in_sync_at_win();
         let mut trusted = recorded;
         trusted.remove(self.node_id);
+        if self.degrade_after_ns.is_some() {
+            // Degraded mode: a standby outside the set need not be waited for first; it joins
+            // once caught up (it cannot take over meanwhile: the set does not name it).
+            for (i, m) in self.others.iter().enumerate() {
+                if !recorded.contains(m.node_id) {
+                    self.release.set_gating(i, false);
+                }
+            }
+        }
         self.in_sync = Some(InSync {
             recorded,
             pending: None,
@@ -781,7 +824,7 @@ impl Member {
             no_freeze_until_ns: 0,
         });
         tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), in_sync = %recorded, "leading");
-        self.state = State::Leading(Box::new(sequencer));
+        self.state = State::Leading(Box::new(sequencer), term);
         Ok(())
     }
 }
@@ -795,8 +838,9 @@ impl Agent for Member {
         let mut work = match &mut self.state {
             State::Idle => 0,
             State::Standby { follower, .. } => follower.do_work(cycle)?,
-            State::Leading(_) if self.handover.is_some() => 0,
-            State::Leading(sequencer) => {
+            // Handing over, or handed over: nothing more is sequenced.
+            State::Leading(..) if self.handover.is_some() || self.resigned_at_ns.is_some() => 0,
+            State::Leading(sequencer, _) => {
                 let work = sequencer.do_work(cycle)?;
                 if work > 0 {
                     self.release
