@@ -4,8 +4,6 @@
 //! size, first-time registrations); after them, a second run of as many messages allocates
 //! nothing. Stores are large enough not to roll within a test, and are not pretouched.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -56,7 +54,7 @@ fn the_sequencer_allocates_nothing_per_datagram_in_steady_state() {
     let mut run = |seq: &mut Sequencer| {
         let mut allocs = 0;
         for _ in 0..N {
-            let dg = common::pattern_datagram(STREAM, 1, next..next + PER_DATAGRAM);
+            let dg = seqstream_testkit::pattern_datagram(STREAM, 1, next..next + PER_DATAGRAM);
             client.send_to(&dg, to).unwrap();
             next += PER_DATAGRAM;
             let deadline = Instant::now() + Duration::from_secs(10);

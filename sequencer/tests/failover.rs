@@ -4,8 +4,6 @@
 //! with a term-start frame, and the source's resends of everything unconfirmed are sequenced
 //! exactly once, in order, after what the old leader sequenced.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::path::Path;
 use std::sync::Arc;
@@ -99,7 +97,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     wait("node 1 leads", || e1.fence().term_if_leading().is_some());
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 1..41),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..41),
             a.local_addr(),
         )
         .unwrap();
@@ -123,7 +121,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     link.cut();
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 41..51),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 41..51),
             a.local_addr(),
         )
         .unwrap();
@@ -133,7 +131,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     let a_end = a.appender().next_seq();
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 51..61),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 51..61),
             a.local_addr(),
         )
         .unwrap();
@@ -156,13 +154,13 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     // The source resends everything it has not seen confirmed, and goes on.
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 1..61),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..61),
             b.local_addr(),
         )
         .unwrap();
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 61..71),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 61..71),
             b.local_addr(),
         )
         .unwrap();
@@ -216,7 +214,7 @@ fn every_cycle_asks_the_gate_again_after_starting_a_term() {
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
     source
         .send_to(
-            &common::pattern_datagram(STREAM, SOURCE, 1..11),
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..11),
             seq.local_addr(),
         )
         .unwrap();

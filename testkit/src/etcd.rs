@@ -1,10 +1,11 @@
 //! A real etcd server for one test: Debian's `etcd` binary (package `etcd-server`, which
-//! `.ci/run` installs), on free loopback ports, with its data in a temporary directory, killed
-//! when dropped. Tuned for tests: 10 ms heartbeats and a 100 ms election timeout, so etcd's
+//! `.ci/run` installs), on free loopback ports (or on addresses the test names, in the
+//! network namespace of the thread that starts it), with its data in a temporary directory,
+//! killed when dropped. Tuned for tests: 10 ms heartbeats and a 100 ms election timeout, so etcd's
 //! minimum lease TTL is 1 s.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use crate::{free_tcp_port, KillOnDrop};
 #[derive(Debug)]
 pub struct Etcd {
     proc: Option<KillOnDrop>,
+    ip: IpAddr,
     client_port: u16,
     _data: tempfile::TempDir,
 }
@@ -32,11 +34,24 @@ impl Etcd {
     /// Panics when etcd cannot be started or does not become healthy: the test needs it
     /// (install `etcd-server`, or set `ETCD_BIN`).
     pub fn start() -> Etcd {
+        Etcd::start_on(&[IpAddr::from([127, 0, 0, 1])])
+    }
+
+    /// Starts etcd listening for clients on each of `ips` (one port), its peer URL and
+    /// [`endpoint`](Self::endpoint) on the first, in the network namespace of the calling
+    /// thread (a thread that entered a namespace starts it there, and must be the one that
+    /// reads through [`get`](Self::get)); waits as [`start`](Self::start) does.
+    pub fn start_on(ips: &[IpAddr]) -> Etcd {
         let data = tempfile::tempdir().expect("a temporary directory for etcd");
         let client_port = free_tcp_port();
         let peer_port = free_tcp_port();
-        let client = format!("http://127.0.0.1:{client_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
+        let ip = ips[0];
+        let client = ips
+            .iter()
+            .map(|ip| format!("http://{ip}:{client_port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let peer = format!("http://{ip}:{peer_port}");
         let mut cmd = Command::new(binary());
         cmd.args(["--name", "test", "--data-dir"])
             .arg(data.path())
@@ -44,7 +59,7 @@ impl Etcd {
                 "--listen-client-urls",
                 &client,
                 "--advertise-client-urls",
-                &client,
+                &format!("http://{ip}:{client_port}"),
             ])
             .args([
                 "--listen-peer-urls",
@@ -66,6 +81,7 @@ impl Etcd {
         });
         let etcd = Etcd {
             proc: Some(proc),
+            ip,
             client_port,
             _data: data,
         };
@@ -80,14 +96,19 @@ impl Etcd {
         etcd
     }
 
-    /// The client URL, `http://127.0.0.1:<port>`.
+    /// The client URL, `http://127.0.0.1:<port>` (the first address it listens on).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}", self.addr())
+    }
+
+    /// Its client URL on `ip`, one of the addresses it listens on.
+    pub fn endpoint_on(&self, ip: IpAddr) -> String {
+        format!("http://{}", SocketAddr::new(ip, self.client_port))
     }
 
     /// The client address, for a proxy in front of it.
-    pub fn addr(&self) -> std::net::SocketAddr {
-        ([127, 0, 0, 1], self.client_port).into()
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.client_port)
     }
 
     /// `true` when `GET /health` answers `"health":"true"`.

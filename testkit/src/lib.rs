@@ -2,7 +2,8 @@
 //! daemon): [`CountingAllocator`], for tests that prove a duty cycle allocates nothing per
 //! message; [`KillOnDrop`], a child process that never outlives its test; free ports;
 //! waiting on a counter; a process's thread names; key files ([`write_key`]); a real etcd
-//! server ([`etcd::Etcd`]) and a TCP proxy whose link a test can cut ([`proxy::TcpProxy`]).
+//! server ([`etcd::Etcd`]), a TCP proxy whose link a test can cut ([`proxy::TcpProxy`]),
+//! and datagrams of checkable messages ([`pattern_datagram`]).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -15,6 +16,36 @@
 pub mod etcd;
 pub mod proxy;
 pub mod relay;
+
+use seqstream_schemas::wire;
+
+/// A datagram of `source` on `stream` (session epoch 1, protocol version
+/// [`DATAGRAM_PROTOCOL_VERSION`](seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)) carrying the
+/// pattern payloads of the source seqs `seqs`: payload `s` is
+/// [`seqstream_store::pattern::fill`]`(s)`, 1 to 200 bytes, checked by
+/// [`seqstream_store::pattern::check`]. At most 65,000 bytes.
+pub fn pattern_datagram(stream: u32, source: u32, seqs: std::ops::Range<u64>) -> Vec<u8> {
+    use seqstream_store::pattern;
+    let mut buf = vec![0u8; 65_000];
+    let mut e = wire::DatagramHeaderEncoder::new(&mut buf).expect("65,000 bytes hold a header");
+    e.set_protocol_version(seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)
+        .set_stream_id(stream)
+        .set_source_id(source)
+        .set_session_epoch(1)
+        .set_first_source_seq(seqs.start);
+    {
+        let mut g = e.messages().expect("a messages group");
+        for s in seqs {
+            let mut p = vec![0u8; pattern::payload_len(s, 1, 200)];
+            pattern::fill(s, &mut p);
+            let mut m = g.next_entry().expect("the messages fit in 65,000 bytes");
+            m.set_payload(&p).expect("a payload of at most 200 bytes");
+        }
+    }
+    let n = e.encoded_length();
+    buf.truncate(n);
+    buf
+}
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
