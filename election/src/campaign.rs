@@ -150,7 +150,8 @@ impl Drop for Election {
 enum Next {
     /// No leader key: campaign if eligible.
     Vacant,
-    /// No leader key, but the in-sync set does not name this member: wait, read again.
+    /// No leader key, but this member may not campaign (not eligible, or the in-sync set
+    /// does not name it): wait, read again.
     Barred,
     /// This member won: lead.
     Won(Won),
@@ -195,15 +196,11 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             Ok(Next::Vacant) if shared.eligible.load(Ordering::Relaxed) => {
                 campaign(&cfg, &shared, c).await
             }
-            Ok(Next::Vacant) => {
-                shared.set_role(Role::Unknown);
-                match pause(&cfg, &mut cmds).await {
-                    Some(Cmd::Stop) => Ok(Next::Stop),
-                    _ => Ok(Next::Vacant),
-                }
-            }
+            Ok(Next::Vacant) => Ok(Next::Barred),
             other => other,
         };
+        // No leader and this member may not lead (not eligible, or not in the in-sync set):
+        // wait, then read again.
         let next = match next {
             Ok(Next::Barred) => {
                 shared.set_role(Role::Unknown);
