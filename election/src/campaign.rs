@@ -272,6 +272,20 @@ async fn call<T>(
     }
 }
 
+/// Every key of the group (`<prefix>/…`) in one read, within `call_timeout`.
+async fn get_group(
+    cfg: &ElectionConfig,
+    c: &mut Client,
+) -> Result<etcd_client::GetResponse, Error> {
+    let group = format!("{}/", cfg.prefix);
+    call(
+        cfg,
+        "get group keys",
+        c.get(group, Some(GetOptions::new().with_prefix())),
+    )
+    .await
+}
+
 fn parse_leader(cfg: &ElectionConfig, value: &[u8]) -> Result<LeaderRecord, Error> {
     serde_json::from_slice(value).map_err(|e| Error::Corrupt {
         key: cfg.leader_key(),
@@ -324,14 +338,8 @@ async fn follow(
 ) -> Result<Next, Error> {
     let key = cfg.leader_key();
     let in_sync_key = cfg.in_sync_key();
-    let group = format!("{}/", cfg.prefix);
     loop {
-        let resp = call(
-            cfg,
-            "get group keys",
-            c.get(group.as_str(), Some(GetOptions::new().with_prefix())),
-        )
-        .await?;
+        let resp = get_group(cfg, c).await?;
         let kv_of = |k: &str| resp.kvs().iter().find(|kv| kv.key() == k.as_bytes());
         shared.set_in_sync(
             kv_of(&in_sync_key)
@@ -413,13 +421,7 @@ async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Resu
         cfg.in_sync_key(),
         cfg.switchover_key(),
     );
-    let group = format!("{}/", cfg.prefix);
-    let keys = call(
-        cfg,
-        "get group keys",
-        c.get(group.as_str(), Some(GetOptions::new().with_prefix())),
-    )
-    .await?;
+    let keys = get_group(cfg, c).await?;
     let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
     if kv_of(&leader_key).is_some() {
         return Ok(Next::Vacant); // a leader won meanwhile: follow it

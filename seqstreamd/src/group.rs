@@ -610,19 +610,24 @@ impl Member {
         Ok(0)
     }
 
+    /// Whether standby `index` (node `node`) gates release and etcd holds an in-sync set
+    /// naming it, with no other publication in flight: a switchover may hand over to it.
+    fn gating_in_sync(&self, index: usize, node: u32) -> bool {
+        self.release.gating() & (1 << index) != 0
+            && self
+                .in_sync
+                .as_ref()
+                .is_some_and(|s| s.pending.is_none() && s.recorded.contains(node))
+    }
+
     /// The leader's part in a switchover (see the module docs): takes a new request, and
     /// resigns once the target holds everything, or gives up.
     fn hand_over(&mut self, committed: u64, now: u64) {
         if let Some((number, to)) = self.fence.handover() {
             if number != self.handled_handover {
                 self.handled_handover = number;
-                let index = self.others.iter().position(|m| m.node_id == to);
-                let in_sync = self
-                    .in_sync
-                    .as_ref()
-                    .is_some_and(|s| s.pending.is_none() && s.recorded.contains(to));
-                match index {
-                    Some(index) if in_sync && self.release.gating() & (1 << index) != 0 => {
+                match self.others.iter().position(|m| m.node_id == to) {
+                    Some(index) if self.gating_in_sync(index, to) => {
                         tracing::info!(role = %self.role, to, committed, "switchover: sequencing paused until the target holds everything");
                         self.handover = Some(Handover {
                             to,
@@ -641,12 +646,7 @@ impl Member {
             return;
         };
         let acked = self.release.acked(h.index);
-        let still_in_sync = self.release.gating() & (1 << h.index) != 0
-            && self
-                .in_sync
-                .as_ref()
-                .is_some_and(|s| s.pending.is_none() && s.recorded.contains(h.to));
-        if !still_in_sync {
+        if !self.gating_in_sync(h.index, h.to) {
             tracing::warn!(role = %self.role, to = h.to, "switchover abandoned: the target left the in-sync set; sequencing again");
             self.stats.switchovers_abandoned.incr();
             self.handover = None;
