@@ -34,7 +34,9 @@ pub struct Switchover {
 /// leadership to `to`, or, when `None`, to the lowest-numbered other member of the in-sync
 /// set; waits at most `timeout` for the new leader. The request lives on a lease of about
 /// `timeout` (whole seconds, at least 1), revoked before this returns, so a request nobody
-/// acts on never outlives it.
+/// acts on never outlives it. Each etcd call may take up to `timeout` (or the group's
+/// `call_timeout` if longer): the members' short call limit guards their fencing, while an
+/// operator's one-shot request should not fail because etcd was slow to sync its disk once.
 ///
 /// Errors: `Switchover` when no member leads, `to` leads already or is not in the in-sync set
 /// (or the group has none recorded and `to` is not given), or no new leader appeared within
@@ -57,7 +59,11 @@ async fn run(
     to: Option<u32>,
     timeout: Duration,
 ) -> Result<Switchover, Error> {
-    let mut c = connect(cfg).await?;
+    let mut c = connect(&ElectionConfig {
+        call_timeout: cfg.call_timeout.max(timeout),
+        ..cfg.clone()
+    })
+    .await?;
     let etcd = |e: etcd_client::Error| Error::Etcd(e.to_string());
     let keys = c
         .get(
