@@ -259,6 +259,8 @@ struct Replica {
     probe: Option<(u64, u32)>,
     /// Which upstream the next connect goes to: 0 is `upstream`, `i` is `alternates[i - 1]`.
     upstream_index: usize,
+    /// Cuts of the replica's tail begun ([`Follower::cuts`]).
+    cuts: u64,
 }
 
 /// A replica of one stream, kept up to date from an upstream: the replication client agent.
@@ -325,6 +327,7 @@ impl Follower {
             upstream_committed: None,
             probe: None,
             upstream_index: 0,
+            cuts: 0,
             cfg,
         };
         replica.publish_position();
@@ -378,6 +381,23 @@ impl Follower {
     /// Connects refused so far (`ECONNREFUSED`), over the follower's life.
     pub fn refused_connects(&self) -> u64 {
         self.refusals
+    }
+
+    /// Cuts of the replica's tail begun so far, over the follower's life (completed or not:
+    /// either way, frames a reader of the replica has read may be gone). A reader that keeps
+    /// state from the replica's frames starts again when this changes.
+    pub fn cuts(&self) -> u64 {
+        self.replica.cuts
+    }
+
+    /// Ends the follower (its connection dropped) and hands over its replica's appender, with
+    /// every frame received so far committed and nothing open; `None` when no replica was
+    /// created yet. A sequencer promoted on this store writes through it without reopening
+    /// (reopening validates every segment: time proportional to the store).
+    pub fn into_appender(mut self) -> Option<Appender> {
+        self.state = State::Disconnected { until_ns: 0 };
+        tracing::info!(role = %self.role, position = self.position(), next_seq = self.next_seq(), "stopped: its replica's appender handed over");
+        self.replica.appender.take()
     }
 
     /// Where the connection is.
@@ -730,6 +750,7 @@ impl Replica {
         }
         let cfg = self.cfg.store_config.clone();
         self.appender = None;
+        self.cuts += 1;
         let cut = seqstream_store::cut::cut_to(&self.cfg.store, &cfg, position);
         self.appender = Some(Appender::reopen_replica(&self.cfg.store, cfg)?);
         let cut = cut?;

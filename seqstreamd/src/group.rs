@@ -63,7 +63,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use seqstream_agent::counters::{Counter, CountersWriter};
@@ -76,9 +76,16 @@ use seqstream_replication::release::{Release, MAX_STANDBYS};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::cli::SequencerArgs;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_sequencer::source_positions::SourcePositions;
 
 /// How often (ns, by the duty cycle's clock) a member looks at its election and its state.
 const STEER_EVERY_NS: u64 = 1_000_000;
+
+/// Most frames of its store a standby reads for its source positions in one duty cycle: a
+/// bound on what that reading adds to a cycle (and to the ack it may delay). A follower that
+/// writes more in a cycle leaves the rest for idle cycles, or for the promotion to read.
+const POSITIONS_PER_CYCLE: usize = 1024;
+
 /// How close (bytes) a standby that left the in-sync set must come to the released position
 /// for the leader to freeze release until it gets there.
 const FREEZE_WINDOW: u64 = 1 << 20;
@@ -299,6 +306,7 @@ impl Role for GroupArgs {
             fence: election.fence(),
             election,
             sequencer: s.config()?,
+            positions: SourcePositions::new(&s.store),
             follow,
             others,
             release,
@@ -359,6 +367,8 @@ enum State {
     Standby {
         leader: u32,
         follower: Box<Follower>,
+        /// The follower's [`cuts`](Follower::cuts) the member's source positions reflect.
+        cuts_seen: u64,
     },
     /// Sequencing in a term, fenced by the election.
     Leading(Box<Sequencer>, u32),
@@ -450,6 +460,9 @@ pub struct Member {
     sequencer: SequencerConfig,
     /// The follower it runs as a standby (its upstream set to the leader's address).
     follow: FollowerConfig,
+    /// Each source's next `source_seq` in the member's store, read while it is a standby
+    /// ([`POSITIONS_PER_CYCLE`] frames a cycle) so that its promotion reads only the rest.
+    positions: SourcePositions,
     others: Vec<MemberSpec>,
     release: Arc<Release>,
     counters: CountersWriter,
@@ -533,7 +546,9 @@ impl Member {
                     return Ok(1);
                 }
             }
-            State::Standby { leader, follower } => {
+            State::Standby {
+                leader, follower, ..
+            } => {
                 // The leader's host refuses connections to its replication address: its
                 // process is gone. A member that may take over ends its lease now rather than
                 // a TTL later (see `Election::depose` for why this is safe).
@@ -755,12 +770,17 @@ impl Member {
         }
     }
 
-    /// Ends the current state's agent (its store closed, its socket shut).
-    fn close_state(&mut self) -> Result<(), AgentError> {
+    /// Ends the current state's bookkeeping and returns its agent, leaving `Idle`.
+    fn take_state(&mut self) -> State {
         self.release.set_serving(false);
         self.in_sync = None;
         self.handover = None;
-        match std::mem::replace(&mut self.state, State::Idle) {
+        std::mem::replace(&mut self.state, State::Idle)
+    }
+
+    /// Ends the current state's agent (its store closed, its socket shut).
+    fn close_state(&mut self) -> Result<(), AgentError> {
+        match self.take_state() {
             State::Idle => Ok(()),
             State::Standby { mut follower, .. } => follower.on_close(),
             State::Leading(mut sequencer, _) => sequencer.on_close(),
@@ -784,17 +804,36 @@ impl Member {
         tracing::info!(role = %self.role, leader, upstream = %m.replication, position = follower.position(), "following the leader as a standby");
         self.state = State::Standby {
             leader,
+            cuts_seen: follower.cuts(),
             follower: Box::new(follower),
         };
         Ok(())
     }
 
-    /// This member won `term`: ends its replica where it is, opens its sequencer on the same
-    /// store (each source's position recovered from it), which starts the term.
+    /// This member won `term`: ends its replica where it is and starts its sequencer on the
+    /// same store, which starts the term. A standby hands over its replica's appender and
+    /// the source positions it kept current, so the promotion reads only the frames those
+    /// have not (no reopening, which validates every segment, and no reading of the whole
+    /// store); otherwise the sequencer opens the store.
     fn promote(&mut self, term: u32, now_ns: u64) -> Result<(), AgentError> {
-        self.close_state()?;
-        let sequencer = Sequencer::open(self.sequencer.clone(), &self.counters)?
-            .fenced_by(Arc::new(self.fence.clone()));
+        let started = Instant::now();
+        let appender = match self.take_state() {
+            State::Standby { follower, .. } => follower.into_appender(),
+            State::Leading(mut sequencer, _) => {
+                sequencer.on_close()?;
+                None
+            }
+            State::Idle => None,
+        };
+        let positions = std::mem::replace(
+            &mut self.positions,
+            SourcePositions::new(&self.sequencer.store),
+        );
+        let sequencer = match appender {
+            Some(a) => Sequencer::resume(self.sequencer.clone(), &self.counters, a, positions)?,
+            None => Sequencer::open(self.sequencer.clone(), &self.counters)?,
+        }
+        .fenced_by(Arc::new(self.fence.clone()));
         self.stats.promotions.incr();
         // A new epoch: standbys' acks of an earlier leadership name positions of a history
         // this member may have cut since. Every standby gates until it leaves the set.
@@ -823,7 +862,7 @@ impl Member {
             freeze: None,
             no_freeze_until_ns: 0,
         });
-        tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), in_sync = %recorded, "leading");
+        tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), in_sync = %recorded, promoted_in_us = started.elapsed().as_micros() as u64, "leading");
         self.state = State::Leading(Box::new(sequencer), term);
         Ok(())
     }
@@ -837,7 +876,18 @@ impl Agent for Member {
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         let mut work = match &mut self.state {
             State::Idle => 0,
-            State::Standby { follower, .. } => follower.do_work(cycle)?,
+            State::Standby {
+                follower,
+                cuts_seen,
+                ..
+            } => {
+                let work = follower.do_work(cycle)?;
+                if follower.cuts() != *cuts_seen {
+                    *cuts_seen = follower.cuts();
+                    self.positions.restart();
+                }
+                work + self.positions.read(POSITIONS_PER_CYCLE)?
+            }
             // Handing over, or handed over: nothing more is sequenced.
             State::Leading(..) if self.handover.is_some() || self.resigned_at_ns.is_some() => 0,
             State::Leading(sequencer, _) => {

@@ -232,8 +232,24 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         .sum::<u64>();
     let (failover_p50, failover_max) = p50_max(&mut failovers_ms);
     let (switchover_p50, switchover_max) = p50_max(&mut switchovers_ms);
+    // The members' own measure of each promotion: from winning to a sequencer ready.
+    let mut promotions_ms: Vec<f64> = g
+        .logs()
+        .split("promoted_in_us=")
+        .skip(1)
+        .filter_map(|rest| {
+            let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+            Some(digits.parse::<f64>().ok()? / 1e3)
+        })
+        .collect();
+    assert!(
+        promotions_ms.len() >= kills + switchovers,
+        "{} promotions logged for {kills} kills and {switchovers} switchovers",
+        promotions_ms.len()
+    );
+    let (promotion_p50, promotion_max) = p50_max(&mut promotions_ms);
     println!(
-        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"seed\":{seed}}}",
+        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"promotion_p50_ms\":{promotion_p50:.2},\"promotion_max_ms\":{promotion_max:.2},\"seed\":{seed}}}",
         seqstream_testkit::relay::DROPPED,
     );
     assert_eq!((lost, duplicated), (0, 0), "per-source order broken");

@@ -3,9 +3,11 @@
 //! | module | owns |
 //! |---|---|
 //! | [`sequencer`] | UDP datagrams from sources → one gap-free sequenced stream |
+//! | [`source_positions`] | each source's next expected `source_seq`, read from a store |
 //! | [`compositor`] | merging component streams into one composite store |
 //! | [`cli`] | the roles' options (daemon flags, `seqstreamd` table keys) and their building |
 
 pub mod cli;
 pub mod compositor;
 pub mod sequencer;
+pub mod source_positions;

@@ -38,7 +38,9 @@ use seqstream_auth::{Keyring, Label, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
-use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError, Tailer, TailerOptions};
+use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError};
+
+use crate::source_positions::SourcePositions;
 
 /// What a fenced sequencer's duty cycle may do ([`Sequencer::fenced_by`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -452,10 +454,44 @@ pub struct Sequencer {
 }
 
 impl Sequencer {
-    /// Opens (or creates) the store, recovers each source's last `source_seq` from it, and
-    /// binds the socket.
+    /// Opens (or creates) the store, recovers each source's last `source_seq` from it (a
+    /// read of every frame), and binds the socket.
     pub fn open(cfg: SequencerConfig, counters: &CountersWriter) -> Result<Sequencer, Error> {
         let appender = Appender::open_or_create(&cfg.store, cfg.store_config.clone())?;
+        let positions = SourcePositions::new(&cfg.store);
+        Sequencer::resume(cfg, counters, appender, positions)
+    }
+
+    /// As [`open`](Self::open), on an `appender` already open on `cfg.store` (a standby's
+    /// replica, handed over at its promotion) and `positions` of that store read up to some
+    /// point: only the frames after it are read. The appender takes `cfg.store_config`'s
+    /// segment size for the segments it creates from now on, and keeps its other settings.
+    ///
+    /// Errors: `Config` when `appender` or `positions` is of another store; those of
+    /// [`open`](Self::open) otherwise.
+    pub fn resume(
+        cfg: SequencerConfig,
+        counters: &CountersWriter,
+        mut appender: Appender,
+        mut positions: SourcePositions,
+    ) -> Result<Sequencer, Error> {
+        if appender.dir() != cfg.store || positions.dir() != cfg.store {
+            return Err(Error::Config(format!(
+                "resuming on the store {} with the appender of {} and positions of {}",
+                cfg.store.display(),
+                appender.dir().display(),
+                positions.dir().display()
+            )));
+        }
+        appender.set_segment_size(cfg.store_config.segment_size)?;
+        let read = positions.read_to_end();
+        if read.is_err() || positions.position() != appender.position() {
+            // A reader left beyond the store's end (a tail cut it was not told of) fails or
+            // stops elsewhere: read again from the start; a second failure is the store's.
+            tracing::warn!(store = %cfg.store.display(), read_to = positions.position(), end = appender.position(), error = ?read.err(), "source positions disagree with the store's end: reading them again");
+            positions.restart();
+            positions.read_to_end()?;
+        }
         let mut sources: HashMap<u32, Source> = HashMap::new();
         for s in &cfg.sources {
             if sources
@@ -485,16 +521,8 @@ impl Sequencer {
             };
             s.auth = Some((keys.clone(), ReplayWindow::default()));
         }
-        // Every frame's checksum is checked: a source's position is never recovered from a
-        // frame that could be damaged (a wild source_seq would drop that source's new
-        // messages as duplicates).
-        let mut t = Tailer::open_with(&cfg.store, TailerOptions::default())?;
-        while let Some(f) = t.poll()? {
-            if let Some(s) = sources.get_mut(&f.source_id()) {
-                if !f.is_heartbeat() {
-                    s.next_source_seq = s.next_source_seq.max(f.source_seq() + 1);
-                }
-            }
+        for (id, s) in sources.iter_mut() {
+            s.next_source_seq = positions.next_source_seq(*id);
         }
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(cfg.listen),

@@ -221,6 +221,27 @@ impl Appender {
         self.cfg.max_payload()
     }
 
+    /// Sets the length (bytes) of the segments this appender creates from now on; the active
+    /// segment keeps its own. A segment prepared ahead with another length is discarded and
+    /// one of the new length prepared. A replica's appender takes its upstream's length; a
+    /// sequencer promoted on it sets its own.
+    ///
+    /// Errors: `Config` when `bytes` is not a valid segment size (nothing changes).
+    pub fn set_segment_size(&mut self, bytes: u64) -> Result<()> {
+        if bytes == self.cfg.segment_size {
+            return Ok(());
+        }
+        let cfg = self.cfg.clone().segment_size(bytes);
+        cfg.validate()?;
+        self.cfg = cfg;
+        if let Some(h) = self.preparing.take() {
+            let _ = h.join();
+        }
+        self.prepared = None;
+        self.start_preparing();
+        Ok(())
+    }
+
     /// Appends `payload` as one frame with default [`FrameFields`]; returns its
     /// `(seq, position)`.
     #[inline]

@@ -167,3 +167,27 @@ fn verify_finds_a_term_that_goes_back() {
         v.faults
     );
 }
+
+/// A replica's appender, handed to a sequencer at its promotion, takes the sequencer's
+/// segment size for the segments it creates from then on (the term's first among them); a
+/// size that is not valid changes nothing.
+#[test]
+fn set_segment_size_applies_to_the_next_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), cfg()).unwrap();
+    a.append(b"one").unwrap();
+    assert!(matches!(
+        a.set_segment_size(5000),
+        Err(StoreError::Config(_))
+    ));
+    a.set_segment_size(32 << 10).unwrap();
+    a.start_term(1, 1).unwrap();
+    a.append(b"two").unwrap();
+    let len = |i| {
+        std::fs::metadata(dir.path().join(segment_file_name(i)))
+            .unwrap()
+            .len()
+    };
+    assert_eq!((len(0), len(1)), (16 << 10, 32 << 10));
+    assert!(verify::verify(dir.path()).unwrap().is_ok());
+}

@@ -151,11 +151,15 @@ impl Etcd {
     }
 }
 
-/// etcd's data directory: on tmpfs (`/dev/shm`) when it has room, else in the temporary
-/// directory. etcd syncs its log on every write, and a disk busy with a build can hold one
-/// past a member's call limit (250 ms in the tests); a 1 GiB floor covers several etcds'
-/// preallocated 64 MiB log segments.
+/// etcd's data directory: under `$ETCD_TMPDIR` when set, else on tmpfs (`/dev/shm`) when it
+/// has room, else in the temporary directory. etcd syncs its log on every write, and a disk
+/// busy with a build can hold one past a member's call limit (250 ms in the tests); a 1 GiB
+/// floor covers several etcds' preallocated 64 MiB log segments. A benchmark that wants
+/// etcd's real cost sets `ETCD_TMPDIR` to a directory on disk.
 fn data_dir() -> std::io::Result<tempfile::TempDir> {
+    if let Some(dir) = std::env::var_os("ETCD_TMPDIR") {
+        return tempfile::tempdir_in(dir);
+    }
     const SHM: &str = "/dev/shm";
     let path = std::ffi::CString::new(SHM).expect("no NUL in a literal path");
     // SAFETY: `path` is NUL-terminated and outlives the call; `stat` is a plain out-value

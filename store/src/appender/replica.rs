@@ -204,17 +204,7 @@ impl Appender {
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
         let info = self.check_next_header(header)?;
         let version = format::get_u32(header, format::seg::VERSION);
-        if self.cfg.segment_size != info.length {
-            // The prepared segment (if any) has the wrong length: prepare again.
-            let mut cfg = self.cfg.clone();
-            cfg.segment_size = info.length;
-            cfg.validate()?;
-            self.cfg = cfg;
-            if let Some(h) = self.preparing.take() {
-                let _ = h.join();
-            }
-            self.prepared = None;
-        }
+        self.set_segment_size(info.length)?;
         self.roll_at(info.created_ns, info.term, version)?;
         debug_assert_eq!(self.segment_header(), *header);
         Ok(())
