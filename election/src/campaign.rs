@@ -243,13 +243,14 @@ async fn pause(cfg: &ElectionConfig, cmds: &mut mpsc::UnboundedReceiver<Cmd>) ->
 }
 
 pub(crate) async fn connect(cfg: &ElectionConfig) -> Result<Client, Error> {
-    // HTTP/2 pings, idle or not: a connection that stops carrying bytes without closing (a
-    // firewall dropping the flow) fails within a ping's timeout instead of never.
+    // HTTP/2 pings while a stream is open: a watch on a connection that stops carrying bytes
+    // without closing (a firewall dropping the flow) fails within a ping's timeout instead of
+    // never. Not while idle: etcd counts pings without a stream as abuse at any rate.
     let opts = ConnectOptions::new()
         .with_connect_timeout(cfg.call_timeout)
         .with_timeout(cfg.call_timeout)
-        .with_keep_alive(cfg.renew_every, cfg.call_timeout)
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive(cfg.ping_every, cfg.call_timeout)
+        .with_keep_alive_while_idle(false);
     timeout(
         cfg.call_timeout,
         Client::connect(&cfg.endpoints, Some(opts)),

@@ -27,6 +27,14 @@ pub struct ElectionConfig {
     pub call_timeout: Duration,
     /// Wait between attempts when etcd cannot be reached. Default 100 ms.
     pub retry_every: Duration,
+    /// How often the etcd connection sends an HTTP/2 ping while a stream (a watch, the
+    /// keep-alive) is open, so that a flow dropped without a close fails within a ping's
+    /// `call_timeout`. Default 5 s: etcd closes a connection that pings more often than its
+    /// `--grpc-keepalive-min-time` (5 s unless set), GOAWAY "too many pings", taking its
+    /// watches with it. Lower it only with that flag lowered too. Members do not need it to
+    /// see a dead connection in time: every call has `call_timeout`, a leader's keep-alives
+    /// are answered within it, and a standby reads the leader key again every `lease_ttl`.
+    pub ping_every: Duration,
 }
 
 impl ElectionConfig {
@@ -41,6 +49,7 @@ impl ElectionConfig {
             fence_margin: Duration::from_millis(200),
             call_timeout: Duration::from_millis(500),
             retry_every: Duration::from_millis(100),
+            ping_every: Duration::from_secs(5),
         }
     }
 
@@ -91,8 +100,8 @@ impl ElectionConfig {
                 self.renew_every, self.call_timeout, self.lease_ttl, self.fence_margin
             ));
         }
-        if self.call_timeout.is_zero() || self.renew_every.is_zero() {
-            return bad("renew_every and call_timeout must be above 0".into());
+        if self.call_timeout.is_zero() || self.renew_every.is_zero() || self.ping_every.is_zero() {
+            return bad("renew_every, call_timeout and ping_every must be above 0".into());
         }
         Ok(())
     }

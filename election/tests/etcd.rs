@@ -1,11 +1,14 @@
 //! Elections against a real etcd (Debian's `etcd-server`, started per test on free loopback
 //! ports): terms only grow, a leader cut off from etcd stops before another can start, etcd's
-//! loss ends a leadership within its lease, a resignation hands over at once, and only a
-//! member of the recorded in-sync set campaigns.
+//! loss ends a leadership within its lease, a resignation hands over at once, a switchover
+//! request nobody acts on times out on a live connection, and only a member of the recorded
+//! in-sync set campaigns.
 
 use std::time::{Duration, Instant};
 
-use seqstream_election::{Election, ElectionConfig, Fence, LeaderRecord, NodeSet, Role};
+use seqstream_election::{
+    request_switchover, Election, ElectionConfig, Fence, LeaderRecord, NodeSet, Role,
+};
 use seqstream_testkit::etcd::Etcd;
 use seqstream_testkit::proxy::TcpProxy;
 
@@ -56,6 +59,26 @@ fn a_lone_member_leads_and_every_new_leadership_raises_the_term() {
         assert!(!leads(&f));
         assert_eq!(f.stats().resignations, 1);
     }
+}
+
+/// A switchover request nobody acts on waits out its whole timeout on one etcd connection
+/// (a watch that sees nothing): it ends in a refusal that says so, not in a connection etcd
+/// closed for pinging it too often.
+#[test]
+fn a_switchover_nobody_acts_on_times_out_on_a_live_connection() {
+    let etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    wait("member 1 leads", || leads(&a.fence()));
+    record_in_sync(&a, &[1, 2]);
+    let cfg = ElectionConfig::new(vec![etcd.endpoint()], "/seqstream/test", 1).lease_ttl(TTL);
+    let started = Instant::now();
+    let err = request_switchover(&cfg, Some(2), Duration::from_secs(3)).unwrap_err();
+    assert!(
+        matches!(&err, seqstream_election::Error::Switchover(why) if why.contains("no new leader")),
+        "{err}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert_eq!(a.fence().term_if_leading(), Some(1));
 }
 
 #[test]
