@@ -15,7 +15,7 @@
 //!        │                                                                     │
 //!        └──── any session fault: counted, logged (rate-limited), ◀── Streaming ◀┘
 //!              backoff reconnect_min doubling to reconnect_max     (bounded reads, writes,
-//!              (reset by a session that wrote something)           acks, heartbeats,
+//!              (none, then reset, after a session that wrote)      acks, heartbeats,
 //!                                                                  peer_timeout)
 //! ```
 //!
@@ -103,7 +103,8 @@ pub struct FollowerConfig {
     pub heartbeat: Duration,
     /// Reconnect when the upstream is silent this long (it heartbeats when idle).
     pub peer_timeout: Duration,
-    /// First reconnect delay; doubles up to `reconnect_max`.
+    /// First reconnect delay (none after a session that wrote something); doubles up to
+    /// `reconnect_max`.
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
@@ -614,8 +615,10 @@ impl Follower {
         })
     }
 
-    /// A session fault: counts and logs it, and schedules the next connect after the backoff
-    /// (back to its minimum when the session wrote something).
+    /// A session fault: counts and logs it, and schedules the next connect: at once after a
+    /// session that wrote something (its upstream was there a moment ago: a leader that died
+    /// is found refusing, and replaced, without waiting a backoff), after the backoff
+    /// otherwise, which starts again at its minimum after such a session.
     fn fault(&mut self, e: Error, now: u64) -> State {
         let counters = &self.replica.counters;
         counters.errors.incr();
@@ -635,10 +638,12 @@ impl Follower {
                 .failed
                 .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
         }
-        if self.position() > self.session_from {
+        let until_ns = if self.position() > self.session_from {
             self.delay = self.replica.cfg.reconnect_min;
-        }
-        let until_ns = now + self.delay.as_nanos() as u64;
+            now
+        } else {
+            now + self.delay.as_nanos() as u64
+        };
         // The next upstream in turn (a rejoin probe stays with the upstream that answered it);
         // the delay doubles once a whole round of upstreams has failed.
         let upstreams = 1 + self.replica.cfg.alternates.len();

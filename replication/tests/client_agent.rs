@@ -257,6 +257,31 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
         ),
         "{hb:?}"
     );
+    // One frame: the session writes something.
+    let mut frame = [0u8; 48];
+    seqstream_store::format::write_frame_header(
+        &mut frame,
+        8,
+        1,
+        1_700_000_000_000_000_001,
+        &seqstream_store::FrameFields::default(),
+    );
+    let mut data = Vec::new();
+    protocol::encode_sealed(
+        &Msg::Data {
+            position: 0,
+            bytes: &frame,
+        },
+        &mut macs.from_upstream,
+        &mut data,
+    );
+    s.write_all(&data).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(d.path(), "frames received") == 0 {
+        assert!(Instant::now() < deadline, "the frame was never written");
+        inv.invoke().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // The upstream silent past the peer timeout (5 s): a session fault.
     clock.advance(4_900 * MS);
     inv.invoke().unwrap();
@@ -265,6 +290,14 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
     inv.invoke().unwrap();
     assert_eq!(inv.agent().phase(), Phase::Disconnected);
     assert_eq!(counter(d.path(), "session errors"), 2);
+    // The session wrote something: the next connect goes out at once, no backoff (a leader
+    // that just died is found refusing, and replaced, sooner).
+    inv.invoke().unwrap();
+    assert!(
+        matches!(inv.agent().phase(), Phase::Connecting | Phase::Handshaking),
+        "{:?}",
+        inv.agent().phase()
+    );
     assert_eq!(inv.errors(), 0);
     inv.close().unwrap();
 }
