@@ -317,7 +317,7 @@ fn parse_switchover(cfg: &ElectionConfig, value: &[u8]) -> Result<SwitchoverReco
     })
 }
 
-fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
+pub(crate) fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
     let r = InSyncRecord {
         term,
         nodes: set.nodes(),

@@ -25,6 +25,10 @@
 //!   in-sync member. While it stands for the current term, no other member campaigns; the
 //!   leader sees it ([`Fence::handover`]), resigns once its owner says the target holds
 //!   everything, and the target's campaign deletes it.
+//! - **A forced promotion** ([`force_promotion`]): with no leader, an operator rewrites the
+//!   in-sync set to name one member alone, which then campaigns. For groups whose set names
+//!   nobody else (the `immediate` release policy), and accepting the loss of what the dead
+//!   leader held beyond that member's store.
 //! - **The fence**: a leader may act (sequence, release) only while its [`Fence`] says so.
 //!   The permission is a deadline on the monotonic clock, `t_send + lease_ttl − fence_margin`,
 //!   where `t_send` is when the lease grant or the last acknowledged keep-alive was *sent*:
@@ -55,11 +59,13 @@
 mod campaign;
 mod config;
 mod fence;
+mod promote;
 mod switchover;
 
 pub use campaign::Election;
 pub use config::ElectionConfig;
 pub use fence::{ElectionStats, Fence, Role};
+pub use promote::{force_promotion, Promotion};
 pub use switchover::{request_switchover, Switchover};
 
 /// The highest node id: node sets are 64-bit masks ([`NodeSet`]).
@@ -166,4 +172,8 @@ pub enum Error {
     /// A switchover cannot be asked for, or did not happen in time (`reason` says which).
     #[error("switchover: {0}")]
     Switchover(String),
+    /// A forced promotion cannot be asked for, or did not happen in time (`reason` says
+    /// which).
+    #[error("promotion: {0}")]
+    Promotion(String),
 }

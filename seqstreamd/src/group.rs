@@ -18,7 +18,10 @@
 //! ([`seqstream_replication::release`]): the other members are its standbys (told apart by
 //! the address they connect from, their member address), every other allowed address a
 //! consumer that receives only what every standby holds. So every member's store holds every
-//! frame any consumer ever received, whichever member leads next.
+//! frame any consumer ever received, whichever member leads next. Under `immediate`,
+//! consumers receive what the leader commits, the in-sync set names the leader alone, and
+//! only a forced promotion (`seqstreamd --promote --accept-loss`,
+//! [`seqstream_election::force_promotion`]) makes a standby lead.
 //!
 //! **The in-sync set** (`<prefix>/in-sync` in etcd): the members that hold every released
 //! frame, the only ones that may take over. A winning member's campaign records it for its
@@ -134,9 +137,14 @@ impl FromStr for MemberSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReleasePolicy {
     /// A frame goes to consumers once every in-sync standby holds it. The only policy with
-    /// automatic failover (`immediate`, faster but able to lose what only the leader held,
-    /// needs a manual promotion, which is not built yet).
+    /// automatic failover: a member of the in-sync set holds everything ever released.
     StandbyAck,
+    /// A frame goes to consumers as soon as the leader commits it (no standby's round trip).
+    /// No standby is known to hold every released frame, so the in-sync set names the leader
+    /// alone and nobody takes over by itself: when the leader dies, an operator promotes a
+    /// standby with `seqstreamd --promote --accept-loss`, losing what only the leader held
+    /// (consumers holding it are refused as diverged). A restarted leader leads again.
+    Immediate,
 }
 
 /// The `[[sequencer_group]]` role: this host's member of a stream's sequencer group. Its
@@ -163,7 +171,9 @@ pub struct GroupArgs {
     /// after about this long.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
     pub lease_ttl_s: u64,
-    /// Release policy: standby-ack (consumers receive what every in-sync standby holds).
+    /// Release policy: standby-ack (consumers receive what every in-sync standby holds;
+    /// automatic failover) or immediate (what the leader commits; failover by
+    /// `--promote --accept-loss` only).
     #[arg(long, value_enum, default_value = "standby-ack")]
     pub release: ReleasePolicy,
     /// Degraded mode: a standby behind the leader that has acked nothing new for this long
@@ -197,6 +207,9 @@ impl GroupArgs {
             if self.members[..i].iter().any(|o| o.node_id == m.node_id) {
                 bail!("member {} is listed twice", m.node_id);
             }
+        }
+        if self.release == ReleasePolicy::Immediate && self.degrade_after_ms.is_some() {
+            bail!("degrade_after_ms is for release = \"standby-ack\": under \"immediate\" no standby gates release");
         }
         let me = self
             .members
@@ -316,6 +329,7 @@ impl Role for GroupArgs {
             eligible,
             marker,
             degrade_after_ns: self.degrade_after_ms.map(|ms| ms * 1_000_000),
+            policy: self.release,
             in_sync: None,
             handover: None,
             handled_handover: 0,
@@ -472,6 +486,8 @@ pub struct Member {
     marker: PathBuf,
     /// `degrade_after_ms` in ns; `None`: release blocks while a standby is behind.
     degrade_after_ns: Option<u64>,
+    /// The release policy.
+    policy: ReleasePolicy,
     /// While leading: the in-sync set's bookkeeping.
     in_sync: Option<InSync>,
     /// While handing over: to whom, and since when.
@@ -841,6 +857,20 @@ impl Member {
         self.release.set_serving(true);
         self.resigned_at_ns = None;
         let recorded = self.fence.in_sync_at_win();
+        if self.policy == ReleasePolicy::Immediate {
+            // Consumers receive what this member commits, whatever a standby holds: no
+            // standby gates, and none may take over (only a forced promotion makes one).
+            for i in 0..self.others.len() {
+                self.release.set_gating(i, false);
+            }
+            let alone = NodeSet::of([self.node_id]);
+            if recorded != alone {
+                self.election.publish_in_sync(alone);
+            }
+            tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), release = "immediate", promoted_in_us = started.elapsed().as_micros() as u64, "leading");
+            self.state = State::Leading(Box::new(sequencer), term);
+            return Ok(());
+        }
         let mut trusted = recorded;
         trusted.remove(self.node_id);
         if self.degrade_after_ns.is_some() {

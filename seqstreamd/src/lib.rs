@@ -763,8 +763,13 @@ allow = ["10.0.0.9"]
             e.contains("NODE=REPLICATION_ADDRESS") || e.contains("node id"),
             "{e}"
         );
-        let e = err(&GROUP.replace("node_id = 1", "node_id = 1\nrelease = \"immediate\""));
-        assert!(e.contains("standby-ack"), "{e}");
+        let e = err(&GROUP.replace("node_id = 1", "node_id = 1\nrelease = \"sometimes\""));
+        assert!(e.contains("standby-ack") && e.contains("immediate"), "{e}");
+        let e = err(&GROUP.replace(
+            "node_id = 1",
+            "node_id = 1\nrelease = \"immediate\"\ndegrade_after_ms = 100",
+        ));
+        assert!(e.contains("degrade_after_ms is for"), "{e}");
         let e = err(&format!(
             "{SEQ}{}",
             GROUP

@@ -39,11 +39,21 @@ struct Cli {
     /// member of the in-sync set).
     #[arg(long, requires = "switchover")]
     to: Option<u32>,
-    /// With --switchover: the `[[sequencer_group]]`'s name.
-    #[arg(long, requires = "switchover")]
+    /// Make this file's member of its sequencer group lead, when none leads and it may not
+    /// take over by itself (release = "immediate": the in-sync set names the dead leader
+    /// alone). Needs --accept-loss: what only the dead leader held beyond this member's
+    /// store is lost. Prints a JSON line (what the store holds) and exits.
+    #[arg(long, requires = "accept_loss", conflicts_with = "switchover")]
+    promote: bool,
+    /// With --promote: accept the loss of the frames only the dead leader held (consumers
+    /// that received them are refused as diverged and must be rebuilt).
+    #[arg(long, requires = "promote")]
+    accept_loss: bool,
+    /// With --switchover or --promote: the `[[sequencer_group]]`'s name.
+    #[arg(long)]
     group: Option<String>,
-    /// With --switchover: how long to wait for the new leader (ms).
-    #[arg(long, default_value_t = 5000, requires = "switchover")]
+    /// With --switchover or --promote: how long to wait for the new leader (ms).
+    #[arg(long, default_value_t = 5000)]
     timeout_ms: u64,
 }
 
@@ -84,6 +94,9 @@ groups:    the threads you list; every role in exactly one.
 
 seqstreamd --config member.toml --switchover [--to N] asks the sequencer group
 of a member's file for a planned hand-over (etcd only; prints a JSON line).
+seqstreamd --config member.toml --promote --accept-loss makes that member lead a
+group whose leader is dead and whose standbys may not take over (release =
+\"immediate\"), saying where its store ends: what the leader held beyond is lost.
 
 SIGINT or SIGTERM stops every role; an error under on_error = \"stop\" stops the
 daemon with it, \"restart:<N>ms\" restarts the thread's roles. See
@@ -96,6 +109,9 @@ fn main() -> Result<()> {
     let file = HostFile::read(&cli.config)?;
     if cli.switchover {
         return switchover(&file, &cli);
+    }
+    if cli.promote {
+        return promote(&file, &cli);
     }
     if cli.check {
         for (name, role) in &file.roles {
@@ -140,6 +156,81 @@ fn main() -> Result<()> {
 /// (`requested_ns`: when the request was written, ns since the Unix epoch; `ms`: from then to
 /// the new leader key).
 fn switchover(file: &HostFile, cli: &Cli) -> Result<()> {
+    let (name, group) = group_of(file, cli)?;
+    let done = seqstream_election::request_switchover(
+        &group.election_config(),
+        cli.to,
+        Duration::from_millis(cli.timeout_ms),
+    )
+    .with_context(|| format!("switchover of group {name}"))?;
+    println!(
+        "{{\"switchover\":\"ok\",\"group\":\"{name}\",\"from\":{},\"from_term\":{},\"to\":{},\"term\":{},\"requested_ns\":{},\"ms\":{:.3}}}",
+        done.from.node_id,
+        done.from.term,
+        done.to.node_id,
+        done.to.term,
+        done
+            .requested
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+        done.took.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// `--promote --accept-loss`: makes this file's member lead its group (see
+/// `seqstream_election::force_promotion`) and prints
+/// `{"promote":"ok","group":G,"node":N,"term":T,"last_term":L,"store_end_seq":S,
+/// "store_end_position":P,"store_end_term":E,"ms":F}`: the member's store ended at seq `S`
+/// (position `P`, a frame of term `E`) when it was promoted; what the leader of term `L`
+/// committed beyond that is lost. A warning on stderr says so in words.
+fn promote(file: &HostFile, cli: &Cli) -> Result<()> {
+    let (name, group) = group_of(file, cli)?;
+    if group.release != seqstreamd::group::ReleasePolicy::Immediate {
+        bail!(
+            "group {name} releases under standby-ack: a member of its in-sync set takes over by \
+             itself, holding every released frame; a forced promotion could lose released frames"
+        );
+    }
+    let store = &group.sequencer.store;
+    let (position, next_seq, term) =
+        store_end(store).with_context(|| format!("reading the end of {}", store.display()))?;
+    let cfg = group.election_config();
+    let node = cfg.node_id;
+    let done = seqstream_election::force_promotion(&cfg, Duration::from_millis(cli.timeout_ms))
+        .with_context(|| format!("promotion of node {node} in group {name}"))?;
+    tracing::warn!(group = %name, node = done.leader.node_id, term = done.leader.term, last_term = done.last_term, store_end_seq = next_seq - 1, store_end_position = position, "promoted with loss accepted: whatever the leader of the last term committed beyond this store's end is lost to the group; consumers that received it are refused as diverged and must be rebuilt; the old leader cuts it when it returns");
+    println!(
+        "{{\"promote\":\"ok\",\"group\":\"{name}\",\"node\":{},\"term\":{},\"last_term\":{},\"store_end_seq\":{},\"store_end_position\":{position},\"store_end_term\":{term},\"ms\":{:.3}}}",
+        done.leader.node_id,
+        done.leader.term,
+        done.last_term,
+        next_seq - 1,
+        done.took.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// Where the store in `dir` ends: its end position, the seq its next frame would get, and the
+/// term of its last frame (zeros and 1 for a store not created yet).
+fn store_end(dir: &std::path::Path) -> Result<(u64, u64, u32)> {
+    let mut t = match seqstream_store::Tailer::open(dir) {
+        Ok(t) => t,
+        Err(seqstream_store::StoreError::NoStore { .. }) => return Ok((0, 1, 0)),
+        Err(e) => return Err(e.into()),
+    };
+    // Past the end: the tailer stops at the end of the stream (BadPosition says so).
+    match t.seek_position(u64::MAX) {
+        Ok(()) | Err(seqstream_store::StoreError::BadPosition { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let position = t.position();
+    Ok((position, t.next_seq(), t.term_before(position)?))
+}
+
+/// The `[[sequencer_group]]` of `file` that `--group` names, or its only one.
+fn group_of<'f>(file: &'f HostFile, cli: &Cli) -> Result<(&'f String, &'f seqstreamd::GroupArgs)> {
     let groups: Vec<(&String, &seqstreamd::GroupArgs)> = file
         .roles
         .iter()
@@ -163,24 +254,5 @@ fn switchover(file: &HostFile, cli: &Cli) -> Result<()> {
             cli.config.display()
         ),
     };
-    let done = seqstream_election::request_switchover(
-        &group.election_config(),
-        cli.to,
-        Duration::from_millis(cli.timeout_ms),
-    )
-    .with_context(|| format!("switchover of group {name}"))?;
-    println!(
-        "{{\"switchover\":\"ok\",\"group\":\"{name}\",\"from\":{},\"from_term\":{},\"to\":{},\"term\":{},\"requested_ns\":{},\"ms\":{:.3}}}",
-        done.from.node_id,
-        done.from.term,
-        done.to.node_id,
-        done.to.term,
-        done
-            .requested
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-        done.took.as_secs_f64() * 1e3
-    );
-    Ok(())
+    Ok((name, group))
 }

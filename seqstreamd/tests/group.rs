@@ -641,3 +641,87 @@ fn a_switchover_hands_over_to_an_in_sync_member_or_is_refused_or_abandoned() {
     wait_messages(&g, &g.store(1), 130);
     assert_prefix_of(&g.store(1), &g.store(2), 130);
 }
+
+/// Runs `seqstreamd --promote --accept-loss` on `file`: its exit status and output.
+fn promote(file: &Path) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+        .arg("--config")
+        .arg(file)
+        .args(["--promote", "--accept-loss"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Under `immediate`, a consumer receives what the leader commits while no standby holds it;
+/// when the leader dies, nobody takes over by itself; `--promote --accept-loss` makes the
+/// standby lead (refused while a leader lives, and for a `standby-ack` group); the source's
+/// messages the dead leader alone held are sequenced again by the new leader, and the old
+/// leader, back, cuts the tail it alone held and follows.
+#[test]
+fn under_immediate_release_only_a_forced_promotion_replaces_a_dead_leader() {
+    const IMMEDIATE: &str = "release = \"immediate\"";
+    let g = Group::new();
+    let mut one = g.start_with(1, true, IMMEDIATE);
+    let mut two = g.start_with(2, false, IMMEDIATE);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 100);
+    wait_messages(&g, &g.store(2), 100);
+    let (ok, out) = promote(&g.path("member-2.toml"));
+    assert!(!ok && out.contains("node 1 leads term 1"), "{out}");
+    let standby_ack = g.path("standby-ack.toml");
+    let text = std::fs::read_to_string(g.path("member-2.toml")).unwrap();
+    std::fs::write(&standby_ack, text.replace(IMMEDIATE, "")).unwrap();
+    let (ok, out) = promote(&standby_ack);
+    assert!(!ok && out.contains("releases under standby-ack"), "{out}");
+
+    // The standby dies: the consumer still receives what the leader commits.
+    let consumer_store = g.path("consumer");
+    let consumer = Consumer::follow(
+        &consumer_store,
+        &g.path("consumer.counters"),
+        g.replication_addr(1),
+    );
+    two.0.kill().unwrap();
+    two.0.wait().unwrap();
+    send(&source, g.datagram_addr(1), 101, 150);
+    wait_messages(&g, &consumer_store, 150);
+    drop(consumer);
+
+    // The leader dies, the standby comes back (its store holds 1..=100): not in the in-sync
+    // set, it never campaigns.
+    one.0.kill().unwrap();
+    one.0.wait().unwrap();
+    let _two = g.start_with(2, false, IMMEDIATE);
+    wait_counter(
+        &g.counters(2),
+        "md member campaigns barred (not in sync)",
+        LONG,
+        |v| v > 0,
+    );
+    assert_ne!(counter(&g.counters(2), STATE), Some(2));
+
+    let (ok, out) = promote(&g.path("member-2.toml"));
+    assert!(ok, "{out}\n{}", g.logs());
+    assert!(
+        out.contains("\"node\":2")
+            && out.contains("\"term\":2")
+            && out.contains("\"last_term\":1")
+            && out.contains("\"store_end_term\":1"),
+        "{out}"
+    );
+    assert_eq!(messages(&g.store(2)).0.len(), 100, "the promoted store");
+    g.wait_state(2, 2);
+    send(&source, g.datagram_addr(2), 101, 160);
+    wait_messages(&g, &g.store(2), 160);
+
+    let _one = g.start_with(1, false, IMMEDIATE);
+    g.wait_state(1, 1);
+    wait_counter(&g.counters(1), "md frames cut", LONG, |v| v > 0);
+    wait_messages(&g, &g.store(1), 160);
+    assert_prefix_of(&g.store(1), &g.store(2), 160);
+}
