@@ -274,7 +274,7 @@ async fn call<T>(
 }
 
 /// Every key of the group (`<prefix>/…`) in one read, within `call_timeout`.
-async fn get_group(
+pub(crate) async fn get_group(
     cfg: &ElectionConfig,
     c: &mut Client,
 ) -> Result<etcd_client::GetResponse, Error> {
@@ -287,7 +287,7 @@ async fn get_group(
     .await
 }
 
-fn parse_leader(cfg: &ElectionConfig, value: &[u8]) -> Result<LeaderRecord, Error> {
+pub(crate) fn parse_leader(cfg: &ElectionConfig, value: &[u8]) -> Result<LeaderRecord, Error> {
     serde_json::from_slice(value).map_err(|e| Error::Corrupt {
         key: cfg.leader_key(),
         reason: e.to_string(),

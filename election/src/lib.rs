@@ -59,6 +59,7 @@
 mod campaign;
 mod config;
 mod fence;
+mod operator;
 mod promote;
 mod switchover;
 

@@ -16,10 +16,11 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
-use crate::campaign::{connect, in_sync_value};
+use crate::campaign::{get_group, in_sync_value, parse_leader};
 use crate::config::ElectionConfig;
+use crate::operator::{connect_for, next_leader};
 use crate::{Error, LeaderRecord, NodeSet};
 
 /// What a forced promotion did.
@@ -52,27 +53,13 @@ pub fn force_promotion(cfg: &ElectionConfig, timeout: Duration) -> Result<Promot
 }
 
 async fn run(cfg: &ElectionConfig, timeout: Duration) -> Result<Promotion, Error> {
-    let mut c = connect(&ElectionConfig {
-        call_timeout: cfg.call_timeout.max(timeout),
-        ..cfg.clone()
-    })
-    .await?;
+    let (mut c, timed) = connect_for(cfg, timeout).await?;
     let etcd = |e: etcd_client::Error| Error::Etcd(e.to_string());
     let refuse = |why: String| Err(Error::Promotion(why));
-    let keys = c
-        .get(
-            format!("{}/", cfg.prefix),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .map_err(etcd)?;
+    let keys = get_group(&timed, &mut c).await?;
     let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
     if let Some(kv) = kv_of(&cfg.leader_key()) {
-        let leader: LeaderRecord =
-            serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
-                key: cfg.leader_key(),
-                reason: e.to_string(),
-            })?;
+        let leader = parse_leader(cfg, kv.value())?;
         return refuse(format!(
             "node {} leads term {}: a live leader hands over with --switchover",
             leader.node_id, leader.term
@@ -102,40 +89,20 @@ async fn run(cfg: &ElectionConfig, timeout: Duration) -> Result<Promotion, Error
     let started = Instant::now();
     let done = c.txn(txn).await.map_err(etcd)?;
     if !done.succeeded() {
-        return refuse("the group changed while it was read (a leader appeared?): nothing was written; look again".into());
+        return refuse(
+            "the group changed while it was read (a leader appeared?): nothing was written; \
+             look again"
+                .into(),
+        );
     }
     let revision = done.header().map_or(0, |h| h.revision());
-    let opts = WatchOptions::new().with_start_revision(revision + 1);
-    let mut watch = c.watch(cfg.leader_key(), Some(opts)).await.map_err(etcd)?;
-    let wait = async {
-        while let Some(msg) = watch.message().await.map_err(etcd)? {
-            for e in msg
-                .events()
-                .iter()
-                .filter(|e| e.event_type() == EventType::Put)
-            {
-                let Some(kv) = e.kv() else { continue };
-                let next: LeaderRecord =
-                    serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
-                        key: cfg.leader_key(),
-                        reason: e.to_string(),
-                    })?;
-                if next.term > last_term {
-                    return Ok(next);
-                }
-            }
-        }
-        Err(Error::Etcd("the watch of the leader key ended".into()))
-    };
-    let leader = match tokio::time::timeout(timeout.saturating_sub(started.elapsed()), wait).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return refuse(format!(
-                "node {} did not lead within {timeout:?}: is its seqstreamd running, its store \
-                 eligible? (its log says; the in-sync set names it alone now)",
-                cfg.node_id
-            ))
-        }
+    let Some(leader) = next_leader(&mut c, cfg, revision, last_term, started + timeout).await?
+    else {
+        return refuse(format!(
+            "node {} did not lead within {timeout:?}: is its seqstreamd running, its store \
+             eligible? (its log says; the in-sync set names it alone now)",
+            cfg.node_id
+        ));
     };
     Ok(Promotion {
         last_term,

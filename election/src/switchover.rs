@@ -11,10 +11,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use etcd_client::{EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::PutOptions;
 
-use crate::campaign::{connect, parse_in_sync};
+use crate::campaign::{get_group, parse_in_sync, parse_leader};
 use crate::config::ElectionConfig;
+use crate::operator::{connect_for, next_leader};
 use crate::{Error, LeaderRecord, SwitchoverRecord};
 
 /// What a switchover did.
@@ -35,8 +36,7 @@ pub struct Switchover {
 /// set; waits at most `timeout` for the new leader. The request lives on a lease of about
 /// `timeout` (whole seconds, at least 1), revoked before this returns, so a request nobody
 /// acts on never outlives it. Each etcd call may take up to `timeout` (or the group's
-/// `call_timeout` if longer): the members' short call limit guards their fencing, while an
-/// operator's one-shot request should not fail because etcd was slow to sync its disk once.
+/// `call_timeout` if longer).
 ///
 /// Errors: `Switchover` when no member leads, `to` leads already or is not in the in-sync set
 /// (or the group has none recorded and `to` is not given), or no new leader appeared within
@@ -59,29 +59,15 @@ async fn run(
     to: Option<u32>,
     timeout: Duration,
 ) -> Result<Switchover, Error> {
-    let mut c = connect(&ElectionConfig {
-        call_timeout: cfg.call_timeout.max(timeout),
-        ..cfg.clone()
-    })
-    .await?;
+    let (mut c, timed) = connect_for(cfg, timeout).await?;
     let etcd = |e: etcd_client::Error| Error::Etcd(e.to_string());
-    let keys = c
-        .get(
-            format!("{}/", cfg.prefix),
-            Some(GetOptions::new().with_prefix()),
-        )
-        .await
-        .map_err(etcd)?;
+    let keys = get_group(&timed, &mut c).await?;
     let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
     let refuse = |why: String| Err(Error::Switchover(why));
     let Some(leader) = kv_of(&cfg.leader_key()) else {
         return refuse("no member leads".into());
     };
-    let from: LeaderRecord =
-        serde_json::from_slice(leader.value()).map_err(|e| Error::Corrupt {
-            key: cfg.leader_key(),
-            reason: e.to_string(),
-        })?;
+    let from = parse_leader(cfg, leader.value())?;
     let in_sync = kv_of(&cfg.in_sync_key())
         .map(|kv| parse_in_sync(cfg, kv.value()))
         .transpose()?;
@@ -117,35 +103,14 @@ async fn run(
             .await
             .map_err(etcd)?;
         let revision = put.header().map_or(0, |h| h.revision());
-        let opts = WatchOptions::new().with_start_revision(revision + 1);
-        let mut watch = c.watch(cfg.leader_key(), Some(opts)).await.map_err(etcd)?;
-        let wait = async {
-            while let Some(msg) = watch.message().await.map_err(etcd)? {
-                for e in msg
-                    .events()
-                    .iter()
-                    .filter(|e| e.event_type() == EventType::Put)
-                {
-                    let Some(kv) = e.kv() else { continue };
-                    let next: LeaderRecord =
-                        serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
-                            key: cfg.leader_key(),
-                            reason: e.to_string(),
-                        })?;
-                    if next.term > from.term {
-                        return Ok(next);
-                    }
-                }
-            }
-            Err(Error::Etcd("the watch of the leader key ended".into()))
-        };
-        match tokio::time::timeout(timeout.saturating_sub(started.elapsed()), wait).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Switchover(format!(
-                "no new leader within {timeout:?} (see node {}'s log)",
-                from.node_id
-            ))),
-        }
+        next_leader(&mut c, cfg, revision, from.term, started + timeout)
+            .await?
+            .ok_or_else(|| {
+                Error::Switchover(format!(
+                    "no new leader within {timeout:?} (see node {}'s log)",
+                    from.node_id
+                ))
+            })
     }
     .await;
     let took = started.elapsed();

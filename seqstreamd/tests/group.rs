@@ -575,19 +575,24 @@ fn a_dead_standby_leaves_the_in_sync_set_in_degraded_mode_and_may_not_take_over(
     drop((one, two));
 }
 
-/// Runs `seqstreamd --switchover` on member `node`'s file with `args`: its exit status and
-/// output.
-fn switchover(g: &Group, node: u32, args: &[&str]) -> (bool, String) {
+/// Runs `seqstreamd --config file` with `args`, an operator's one-shot command: its exit
+/// status and output.
+fn operator_command(file: &Path, args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
         .arg("--config")
-        .arg(g.path(&format!("member-{node}.toml")))
-        .arg("--switchover")
+        .arg(file)
         .args(args)
         .output()
         .unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
+}
+
+/// Runs `seqstreamd --switchover` on member `node`'s file with `args`.
+fn switchover(g: &Group, node: u32, args: &[&str]) -> (bool, String) {
+    let file = g.path(&format!("member-{node}.toml"));
+    operator_command(&file, &[&["--switchover"], args].concat())
 }
 
 /// A switchover hands the leadership to the in-sync member named, losing nothing; one to a
@@ -642,17 +647,9 @@ fn a_switchover_hands_over_to_an_in_sync_member_or_is_refused_or_abandoned() {
     assert_prefix_of(&g.store(1), &g.store(2), 130);
 }
 
-/// Runs `seqstreamd --promote --accept-loss` on `file`: its exit status and output.
+/// Runs `seqstreamd --promote --accept-loss` on `file`.
 fn promote(file: &Path) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
-        .arg("--config")
-        .arg(file)
-        .args(["--promote", "--accept-loss"])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    operator_command(file, &["--promote", "--accept-loss"])
 }
 
 /// Under `immediate`, a consumer receives what the leader commits while no standby holds it;
