@@ -629,6 +629,14 @@ async fn lead(
                         shared.count(Count::KeepAliveFailure);
                         let node = cfg.node_id;
                         warn.warn(format_args!("node {node} term {term}: renewal failed: {e}"));
+                        // The connection may have died without a close (pings are seconds
+                        // apart): the next renewal, and the watch, go over a new one, while
+                        // the fence still holds.
+                        if let Ok(fresh) = connect(cfg).await {
+                            *c = fresh;
+                            stream = None;
+                            requests = None;
+                        }
                         next_renew = tokio::time::Instant::now() + cfg.retry_every;
                     }
                 }

@@ -31,9 +31,10 @@ pub struct ElectionConfig {
     /// keep-alive) is open, so that a flow dropped without a close fails within a ping's
     /// `call_timeout`. Default 5 s: etcd closes a connection that pings more often than its
     /// `--grpc-keepalive-min-time` (5 s unless set), GOAWAY "too many pings", taking its
-    /// watches with it. Lower it only with that flag lowered too. Members do not need it to
-    /// see a dead connection in time: every call has `call_timeout`, a leader's keep-alives
-    /// are answered within it, and a standby reads the leader key again every `lease_ttl`.
+    /// watches with it. Lower it only with that flag lowered too. Members do not wait for it
+    /// to leave a dead connection: a leader whose renewal fails (each has `call_timeout`)
+    /// renews over a new connection, and a standby reads the leader key again every
+    /// `lease_ttl` and reconnects when that fails.
     pub ping_every: Duration,
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
-use crate::campaign::{get_group, in_sync_value, parse_leader};
+use crate::campaign::{get_group, in_sync_value, parse_in_sync, parse_leader};
 use crate::config::ElectionConfig;
 use crate::operator::{connect_for, next_leader};
 use crate::{Error, LeaderRecord, NodeSet};
@@ -40,7 +40,8 @@ pub struct Promotion {
 /// lead. Each etcd call may take up to `timeout` (or the group's `call_timeout` if longer).
 ///
 /// Errors: `Promotion` when a member leads (a live leader hands over with a switchover), the
-/// group changed between the read and the write (a leader appeared: nothing was written),
+/// in-sync set names more than one member (a standby-ack group: one of them takes over by
+/// itself), the group changed between the read and the write (a leader appeared: nothing was written),
 /// or the member did not lead within `timeout` (its `seqstreamd` not running, or its store
 /// not eligible: its log says; the set still names it); `Etcd` for a failed call; `Corrupt`
 /// for a key this crate did not write.
@@ -75,6 +76,16 @@ async fn run(cfg: &ElectionConfig, timeout: Duration) -> Result<Promotion, Error
                 reason: "not a decimal u32".into(),
             })?,
     };
+    if let Some(kv) = kv_of(&cfg.in_sync_key()) {
+        let set = parse_in_sync(cfg, kv.value())?;
+        if set.nodes().len() > 1 {
+            return refuse(format!(
+                "the in-sync set {set} names more than the last leader: those members hold \
+                 every released frame and one of them takes over by itself (a standby-ack \
+                 group)"
+            ));
+        }
+    }
     let in_sync_rev = kv_of(&cfg.in_sync_key()).map_or(0, |kv| kv.mod_revision());
     let txn = Txn::new()
         .when([

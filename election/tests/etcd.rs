@@ -78,7 +78,6 @@ fn a_switchover_nobody_acts_on_times_out_on_a_live_connection() {
         "{err}"
     );
     assert!(started.elapsed() >= Duration::from_secs(3));
-    assert_eq!(a.fence().term_if_leading(), Some(1));
 }
 
 #[test]

@@ -638,18 +638,18 @@ impl Follower {
                 .failed
                 .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
         }
-        let until_ns = if self.position() > self.session_from {
-            self.delay = self.replica.cfg.reconnect_min;
-            now
-        } else {
-            now + self.delay.as_nanos() as u64
-        };
+        let progressed = self.position() > self.session_from;
         // The next upstream in turn (a rejoin probe stays with the upstream that answered it);
         // the delay doubles once a whole round of upstreams has failed.
         let upstreams = 1 + self.replica.cfg.alternates.len();
         if self.replica.probe.is_none() {
             self.replica.upstream_index = (self.replica.upstream_index + 1) % upstreams;
         }
+        if progressed {
+            self.delay = self.replica.cfg.reconnect_min;
+            return State::Disconnected { until_ns: now };
+        }
+        let until_ns = now + self.delay.as_nanos() as u64;
         if self.replica.upstream_index == 0 {
             self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
         }

@@ -330,6 +330,7 @@ impl Role for GroupArgs {
             marker,
             degrade_after_ns: self.degrade_after_ms.map(|ms| ms * 1_000_000),
             policy: self.release,
+            solo_pending: None,
             in_sync: None,
             handover: None,
             handled_handover: 0,
@@ -357,8 +358,8 @@ impl Role for GroupArgs {
 }
 
 /// The marker a member keeps beside its store while it catches up into a store it began
-/// empty: `<store>.catching-up`.
-fn catching_up_marker(store: &Path) -> PathBuf {
+/// empty: `<store>.catching-up`. A member with one never campaigns.
+pub fn catching_up_marker(store: &Path) -> PathBuf {
     let mut name = store.as_os_str().to_owned();
     name.push(".catching-up");
     PathBuf::from(name)
@@ -488,6 +489,9 @@ pub struct Member {
     degrade_after_ns: Option<u64>,
     /// The release policy.
     policy: ReleasePolicy,
+    /// Under `immediate`, leading: the publication of the in-sync set naming this leader
+    /// alone, until etcd confirms it (standbys gate release meanwhile).
+    solo_pending: Option<u64>,
     /// While leading: the in-sync set's bookkeeping.
     in_sync: Option<InSync>,
     /// While handing over: to whom, and since when.
@@ -625,6 +629,13 @@ impl Member {
         {
             self.promote(term, now_ns)?;
             return Ok(1);
+        }
+        if let Some(generation) = self.solo_pending {
+            if self.fence.in_sync_published(generation) {
+                self.solo_pending = None;
+                tracing::info!(role = %self.role, "etcd names this leader alone in the in-sync set: release no longer waits for standbys");
+                self.ungate_all();
+            }
         }
         if let State::Leading(sequencer, _) = &self.state {
             let committed = sequencer.appender().position();
@@ -786,11 +797,19 @@ impl Member {
         }
     }
 
+    /// Under `immediate`: no standby gates release any more.
+    fn ungate_all(&self) {
+        for i in 0..self.others.len() {
+            self.release.set_gating(i, false);
+        }
+    }
+
     /// Ends the current state's bookkeeping and returns its agent, leaving `Idle`.
     fn take_state(&mut self) -> State {
         self.release.set_serving(false);
         self.in_sync = None;
         self.handover = None;
+        self.solo_pending = None;
         std::mem::replace(&mut self.state, State::Idle)
     }
 
@@ -860,12 +879,13 @@ impl Member {
         if self.policy == ReleasePolicy::Immediate {
             // Consumers receive what this member commits, whatever a standby holds: no
             // standby gates, and none may take over (only a forced promotion makes one).
-            for i in 0..self.others.len() {
-                self.release.set_gating(i, false);
-            }
+            // While etcd still names another member (a set recorded under standby-ack), that
+            // member could take over by itself: standbys gate until etcd names this one alone.
             let alone = NodeSet::of([self.node_id]);
-            if recorded != alone {
-                self.election.publish_in_sync(alone);
+            if recorded == alone {
+                self.ungate_all();
+            } else {
+                self.solo_pending = Some(self.election.publish_in_sync(alone));
             }
             tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), release = "immediate", promoted_in_us = started.elapsed().as_micros() as u64, "leading");
             self.state = State::Leading(Box::new(sequencer), term);

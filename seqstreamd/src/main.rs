@@ -194,6 +194,14 @@ fn promote(file: &HostFile, cli: &Cli) -> Result<()> {
         );
     }
     let store = &group.sequencer.store;
+    let marker = seqstreamd::group::catching_up_marker(store);
+    if marker.exists() {
+        bail!(
+            "{} exists: this member's store is still catching up with a leader, so it never \
+             campaigns; promote a member whose store is whole",
+            marker.display()
+        );
+    }
     let (position, next_seq, term) =
         store_end(store).with_context(|| format!("reading the end of {}", store.display()))?;
     let cfg = group.election_config();
