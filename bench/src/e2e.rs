@@ -33,6 +33,16 @@
 //! Variants in the same run, against the same floor: `_authenticated` (every source signs its
 //! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
 //! replication links always authenticate (handshake and session tags).
+//!
+//! Sequencer groups (`_group_immediate`, `_group_standby_ack`): the sequencer host runs
+//! member 1 of a two-member `[[sequencer_group]]` (leading, with `bootstrap`) and host B
+//! member 2, its standby, over an etcd started in the sequencer host; host A's files are the
+//! same, pointed at member 1; every host on one shared thread. Under `standby-ack` a frame
+//! reaches A only after the standby acked it: `standby_ack_cost_64B` is the difference of
+//! the two p50s, against two raw TCP one-way hops between the sequencer host and host B (the
+//! standby's round trip). On namespaces host B reaches member 1 through a host route over
+//! the sequencer host's link to A; on loopback member 1 serves on 127.0.0.4, so that A's
+//! replication client (which connects from 127.0.0.1) is not taken for a member.
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -302,8 +312,9 @@ impl Site {
         t
     }
 
-    /// Host `h`'s file: the replica of the stream and the forwarder of its outbox.
-    fn app_host(&self, h: &AppHost, layout: Layout, idle: &Idle) -> String {
+    /// Host `h`'s file: the replica of the stream (from the replication server at `upstream`)
+    /// and the forwarder of its outbox.
+    fn app_host(&self, h: &AppHost, upstream: SocketAddr, layout: Layout, idle: &Idle) -> String {
         let app_layout = if layout == Layout::Split {
             Layout::Shared
         } else {
@@ -311,8 +322,7 @@ impl Site {
         };
         let mut t = threading(app_layout, idle, false);
         t += &format!(
-            "[[follow]]\nname = \"rep\"\nupstream = \"{}\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\n",
-            SocketAddr::new(h.seq_from, self.server_port),
+            "[[follow]]\nname = \"rep\"\nupstream = \"{upstream}\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\n",
             h.replica.display(),
             self.secret.display()
         );
@@ -336,15 +346,147 @@ impl Site {
 
     /// Starts the sequencer host and the first `app_hosts` application hosts.
     fn start(&self, layout: Layout, idle: &Idle, app_hosts: usize) -> Result<Hosts> {
-        let mut hosts = Hosts(Vec::new());
-        let mut files = vec![(
-            "seq".to_string(),
-            &self.seq,
-            self.sequencer_host(layout, idle),
-        )];
+        let mut files = vec![("seq", &self.seq, self.sequencer_host(layout, idle))];
         for h in &self.hosts[..app_hosts] {
-            files.push((h.name.to_string(), &h.net, self.app_host(h, layout, idle)));
+            let upstream = SocketAddr::new(h.seq_from, self.server_port);
+            files.push((h.name, &h.net, self.app_host(h, upstream, layout, idle)));
         }
+        self.start_files(files)
+    }
+}
+
+/// The release policy of a sequencer group case: `immediate` or `standby-ack`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    Immediate,
+    StandbyAck,
+}
+
+impl Release {
+    fn name(self) -> &'static str {
+        match self {
+            Release::Immediate => "immediate",
+            Release::StandbyAck => "standby-ack",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Release::Immediate => "_group_immediate",
+            Release::StandbyAck => "_group_standby_ack",
+        }
+    }
+}
+
+impl Site {
+    /// The `[[sequencer_group]]` member `node` (1 on the sequencer host, leading; 2 on host
+    /// B, its standby) of a two-member group under `release`, on one shared thread.
+    fn member_host(
+        &self,
+        node: u32,
+        listen: SocketAddr,
+        members: &str,
+        etcd: &str,
+        release: Release,
+        idle: &Idle,
+    ) -> String {
+        let a = &self.hosts[0];
+        let sources: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("\"{}@{}\"", h.source, h.net.ip))
+            .collect();
+        let mut t = threading(Layout::Shared, idle, true);
+        t += &format!(
+            "[[sequencer_group]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{listen}\"\nsource = [{}]\nnode_id = {node}\nmember = [{members}]\netcd = [\"{etcd}\"]\netcd_prefix = \"/seqstream/bench-e2e\"\nlease_ttl_s = 2\nrelease = \"{}\"\nbootstrap = {}\nsecret_file = \"{}\"\n",
+            self.dir.join(format!("member-{node}")).display(),
+            sources.join(", "),
+            release.name(),
+            node == 1,
+            self.secret.display(),
+        );
+        if node == 1 {
+            // The consumer: host A's replication client (the standby is no consumer).
+            t += &format!("allow = [\"{}\"]\n", a.client_ip);
+        }
+        t
+    }
+
+    /// Starts etcd and a two-member sequencer group under `release` (member 1 on the
+    /// sequencer host at the addresses host A uses, so A's files are those of the single
+    /// sequencer; member 2, the standby, on host B), then host A; returns once member 1
+    /// leads. Host B reaches member 1 through the sequencer host's link to A (a route
+    /// added to B's namespace).
+    fn start_group(
+        &self,
+        net: &Network,
+        release: Release,
+        idle: &Idle,
+    ) -> Result<(seqstream_testkit::etcd::Etcd, Hosts)> {
+        let (a, b) = (&self.hosts[0], &self.hosts[1]);
+        if let (Some(ns), true) = (&b.net.netns, net.is_netns()) {
+            let via = net.seq_from_h2.to_string();
+            let status = std::process::Command::new("ip")
+                .args(["-n", ns, "route", "replace"])
+                .arg(format!("{}/32", a.seq_from))
+                .args(["via", &via])
+                .status()
+                .context("running ip route")?;
+            ensure!(status.success(), "ip route on host B failed: {status}");
+        }
+        let etcd = self
+            .seq
+            .enter(|| seqstream_testkit::etcd::Etcd::start_on(&[a.seq_from]))?;
+        let standby_port = b.net.enter(|| free_port(b.net.ip, false))??;
+        let standby_udp = b.net.enter(|| free_port(b.net.ip, true))??;
+        // On loopback every replication client connects from 127.0.0.1 (see
+        // `seqstream_apps::net`), host A's included: member 1 serves on an address of its own,
+        // so that A is not taken for a member.
+        let leader_ip = if net.is_netns() {
+            a.seq_from
+        } else {
+            IpAddr::from([127, 0, 0, 4])
+        };
+        let leader_replication = SocketAddr::new(leader_ip, self.server_port);
+        let members = format!(
+            "\"1={leader_replication}\", \"2={}\"",
+            SocketAddr::new(b.net.ip, standby_port)
+        );
+        let leader = self.member_host(
+            1,
+            SocketAddr::new(a.seq_from, self.sequencer_port),
+            &members,
+            &etcd.endpoint(),
+            release,
+            idle,
+        );
+        let standby = self.member_host(
+            2,
+            SocketAddr::new(b.net.ip, standby_udp),
+            &members,
+            &etcd.endpoint(),
+            release,
+            idle,
+        );
+        let files = [
+            ("member-1", &self.seq, leader),
+            ("member-2", &b.net, standby),
+            (
+                a.name,
+                &a.net,
+                self.app_host(a, leader_replication, Layout::Shared, idle),
+            ),
+        ];
+        let hosts = self.start_files(files)?;
+        Ok((etcd, hosts))
+    }
+
+    /// Starts one in-process host per `(name, network host, file)`, in order.
+    fn start_files<'n>(
+        &self,
+        files: impl IntoIterator<Item = (&'n str, &'n NetHost, String)>,
+    ) -> Result<Hosts> {
+        let mut hosts = Hosts(Vec::new());
         for (name, net, text) in files {
             let file = HostFile::parse(&text)
                 .with_context(|| format!("the bench's host file {name}:\n{text}"))?;
@@ -477,17 +619,27 @@ struct OwnReplica {
 /// `offer()` on host A → seen in A's replica, one message in flight. The split at the frame's
 /// timestamp compares two clocks (the sequencer's TSC-derived wall clock and
 /// `CLOCK_REALTIME` here), which agree to well under a microsecond in one process.
+/// With `group`, the sequencer is a two-member sequencer group under that release policy
+/// (shared threading, plain security), its standby on host B.
+#[allow(clippy::too_many_arguments)]
 fn offer_to_own_replica(
     root: &Path,
     net: &Network,
     name: &str,
     layout: Layout,
     security: Security,
+    group: Option<Release>,
     idle: &Idle,
     samples: u64,
 ) -> Result<OwnReplica> {
     let site = Site::new(root, name, net, security)?;
-    let hosts = site.start(layout, idle, 1)?;
+    let (etcd, hosts) = match group {
+        None => (None, site.start(layout, idle, 1)?),
+        Some(release) => {
+            let (etcd, hosts) = site.start_group(net, release, idle)?;
+            (Some(etcd), hosts)
+        }
+    };
     let a = &site.hosts[0];
     let mut out = a.open_outbox()?;
     let mut tailer = tailer(&a.replica)?;
@@ -529,6 +681,7 @@ fn offer_to_own_replica(
         },
     )?;
     hosts.stop()?;
+    drop(etcd);
     Ok(OwnReplica {
         whole,
         to_sequenced,
@@ -773,6 +926,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
                     &format!("survey-{}", layout.name()),
                     layout,
                     Security::Plain,
+                    None,
                     idle,
                     (samples / 4).max(100),
                 )?;
@@ -806,6 +960,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             &format!("own{}", security.suffix()),
             layout,
             security,
+            None,
             idle,
             samples,
         )?;
@@ -829,6 +984,43 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             )?;
         }
     }
+    // A sequencer group: what standby-ack adds over immediate is the standby's round trip
+    // (the leader's frame to host B's standby, its ack back) before the sender may send.
+    let mut p50 = [0u64; 2];
+    for (i, release) in [Release::Immediate, Release::StandbyAck]
+        .into_iter()
+        .enumerate()
+    {
+        let h = offer_to_own_replica(
+            root,
+            net,
+            &format!("own{}", release.suffix()),
+            Layout::Shared,
+            Security::Plain,
+            Some(release),
+            idle,
+            samples,
+        )?;
+        emit_percentiles(
+            reporter,
+            BENCH,
+            &format!("offer_to_own_replica_64B{}", release.suffix()),
+            &h.whole,
+            &floor,
+        )?;
+        p50[i] = h.whole.value_at_quantile(0.5);
+    }
+    let (tx, rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
+    let standby_tcp = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
+    reporter.emit(&Figure::new(
+        BENCH,
+        "standby_ack_cost_64B",
+        "p50",
+        "ns",
+        p50[1].saturating_sub(p50[0]) as f64,
+        2.0 * standby_tcp.value_at_quantile(0.5) as f64,
+        Better::Lower,
+    ));
     let rt_floor = pingpong_floor(samples, idle, net)?;
     let h = pingpong(root, net, "pingpong", layout, idle, samples)?;
     emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;

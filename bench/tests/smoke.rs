@@ -309,10 +309,16 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
         "offer_to_own_replica_64B_sequenced_to_replica",
         "offer_to_own_replica_64B_authenticated",
         "offer_to_own_replica_64B_tls",
+        "offer_to_own_replica_64B_group_immediate",
+        "offer_to_own_replica_64B_group_standby_ack",
         "pingpong_64B",
     ] {
         for m in ["p50", "p99", "p99.9", "max"] {
             assert!(cases.contains(&format!("{case}/{m}")), "{cases:?}");
         }
     }
+    assert!(
+        cases.contains(&"standby_ack_cost_64B/p50".to_string()),
+        "{cases:?}"
+    );
 }
