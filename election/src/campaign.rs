@@ -192,9 +192,10 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                 }
             },
         };
-        let next = match follow(&cfg, &shared, c, &mut cmds, &mut last_lease).await {
+        let mut read = None;
+        let next = match follow(&cfg, &shared, c, &mut cmds, &mut last_lease, &mut read).await {
             Ok(Next::Vacant) if shared.eligible.load(Ordering::Relaxed) => {
-                campaign(&cfg, &shared, c).await
+                campaign(&cfg, &shared, c, read).await
             }
             Ok(Next::Vacant) => Ok(Next::Barred),
             other => other,
@@ -326,7 +327,9 @@ pub(crate) fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
 }
 
 /// Follow phase: returns `Vacant` once there is no leader key and the lease of the last
-/// leader seen (`last_lease`) is gone, `Stop` on request. A leader key deleted while its
+/// leader seen (`last_lease`) is gone, with the group's keys as read then in `read` (the
+/// campaign starts from them: its transaction compares every revision it relies on, so a
+/// read one round trip old is as safe as a new one), `Stop` on request. A leader key deleted while its
 /// lease lives (by hand) does not make the post vacant: that leader's fence may still be
 /// open until the lease expires. The watch is bounded by the lease TTL: the key is read
 /// again then, so a connection that went silent is found by that call's time limit.
@@ -336,6 +339,7 @@ async fn follow(
     c: &mut Client,
     cmds: &mut mpsc::UnboundedReceiver<Cmd>,
     last_lease: &mut Option<i64>,
+    read: &mut Option<etcd_client::GetResponse>,
 ) -> Result<Next, Error> {
     let key = cfg.leader_key();
     let in_sync_key = cfg.in_sync_key();
@@ -362,6 +366,7 @@ async fn follow(
                 }
                 *last_lease = None;
             }
+            *read = Some(resp);
             return Ok(Next::Vacant);
         };
         let lease = kv.lease();
@@ -415,14 +420,24 @@ async fn follow(
 /// transaction that creates the leader key on a new lease if it is absent, raises the term
 /// counter it read and records the in-sync set it read (plus this member) for the new term,
 /// both unchanged since.
-async fn campaign(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Result<Next, Error> {
+///
+/// `read`: the group's keys as the follow phase last read them, if it did.
+async fn campaign(
+    cfg: &ElectionConfig,
+    shared: &Shared,
+    c: &mut Client,
+    read: Option<etcd_client::GetResponse>,
+) -> Result<Next, Error> {
     let (leader_key, term_key, in_sync_key, switchover_key) = (
         cfg.leader_key(),
         cfg.term_key(),
         cfg.in_sync_key(),
         cfg.switchover_key(),
     );
-    let keys = get_group(cfg, c).await?;
+    let keys = match read {
+        Some(keys) => keys,
+        None => get_group(cfg, c).await?,
+    };
     let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
     if kv_of(&leader_key).is_some() {
         return Ok(Next::Vacant); // a leader won meanwhile: follow it
