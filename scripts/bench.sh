@@ -41,6 +41,8 @@ elif [[ $out != /* ]]; then
 fi
 cd "$root"
 
+# protoc for the build; etcd for `bench e2e`'s sequencer group cases.
+scripts/deps.sh --tests
 echo "== building bench (release)" >&2
 cargo build --release --quiet -p bench
 target=${CARGO_TARGET_DIR:-target}
