@@ -13,7 +13,7 @@ use seqstream_agent::host::Hosted;
 use seqstream_auth::sources::SourceKeyArgs;
 use seqstream_store::{FlushPolicy, StoreConfig};
 
-use crate::compositor::{Compositor, CompositorConfig, MergePolicy};
+use crate::compositor::{CompositorAgent, CompositorConfig, MergePolicy};
 use crate::sequencer::{Sequencer, SequencerConfig, SourceSpec};
 
 /// The sequencer role: UDP datagrams of allow-listed sources into one gap-free stream.
@@ -126,9 +126,8 @@ impl Role for CompositorArgs {
             store_config: StoreConfig::new(self.stream_id).segment_size(self.segment_size),
             policy: self.policy,
         };
-        let compositor = Compositor::open(cfg, &ctx.counters)
+        let compositor = CompositorAgent::new(cfg, &ctx.counters)
             .with_context(|| format!("opening the composite {}", self.output.display()))?;
-        tracing::info!(output = %self.output.display(), policy = ?self.policy, next_seq = compositor.output().next_seq(), "merging");
         Ok(vec![Hosted {
             agent: Box::new(compositor),
             placement: self.placement.placement(),

@@ -16,6 +16,10 @@
 //! Heartbeats are not copied into the composite. After a crash the compositor resumes from its
 //! own store: it reads the last seq it wrote for each component and continues after it, so
 //! nothing is lost or written twice. It only reads the component stores.
+//!
+//! As a role ([`CompositorAgent`]) it waits for component stores that do not exist yet: a
+//! composite built on a consumer host merges replicas, and a replica exists only once its
+//! first frame has arrived.
 
 use std::path::PathBuf;
 
@@ -25,6 +29,12 @@ use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::format::{flags, FrameFields};
 use seqstream_store::{Appender, StoreConfig, StoreError, Tailer, TailerOptions};
+
+/// How often (ns, by the duty cycle's clock) a [`CompositorAgent`] waiting for its components
+/// looks whether they exist.
+const WAIT_CHECK_EVERY_NS: u64 = 100_000_000;
+/// How often (ns) a waiting [`CompositorAgent`] says which components it still waits for.
+const WAIT_WARN_EVERY_NS: u64 = 10_000_000_000;
 
 /// Most frames one duty cycle merges, so a cycle stays short and the owner's loop keeps
 /// checking for shutdown.
@@ -329,5 +339,98 @@ impl Agent for Compositor {
     fn on_close(&mut self) -> Result<(), AgentError> {
         tracing::info!(role = %self.role, next_seq = self.out.next_seq(), "stopped");
         Ok(())
+    }
+}
+
+/// The compositor role's agent: waits until every component store exists (holds a segment),
+/// then opens a [`Compositor`] on them and merges.
+///
+/// While it waits it looks every 100 ms (by the duty cycle's clock) which components exist,
+/// shows how many do not in the gauge `components missing`, and names them in a WARN line
+/// every 10 s; its output store is not opened (nor created) before they all exist. Anything
+/// else [`Compositor::open`] refuses (a corrupt store, two components of one stream) is an
+/// error of the agent at once.
+pub struct CompositorAgent {
+    cfg: CompositorConfig,
+    counters: CountersWriter,
+    merging: Option<Compositor>,
+    missing: Counter,
+    role: String,
+    next_check_ns: u64,
+    next_warn_ns: u64,
+}
+
+impl CompositorAgent {
+    /// The agent of `cfg`, its counters in `counters`; opens the compositor at once when
+    /// every component exists.
+    ///
+    /// Errors: what [`Compositor::open`] returns, and a counter the file refuses.
+    pub fn new(cfg: CompositorConfig, counters: &CountersWriter) -> Result<Self, Error> {
+        let mut agent = CompositorAgent {
+            role: format!("compositor stream {}", cfg.store_config.stream_id),
+            missing: counters.gauge("components missing")?,
+            counters: counters.clone(),
+            cfg,
+            merging: None,
+            next_check_ns: 0,
+            next_warn_ns: 0,
+        };
+        agent.try_open(0)?;
+        Ok(agent)
+    }
+
+    /// The compositor, once it merges.
+    pub fn compositor(&self) -> Option<&Compositor> {
+        self.merging.as_ref()
+    }
+
+    /// Opens the compositor if every component exists; otherwise counts and, at most every
+    /// [`WAIT_WARN_EVERY_NS`], names the missing ones.
+    fn try_open(&mut self, now_ns: u64) -> Result<(), Error> {
+        let missing: Vec<&PathBuf> = self
+            .cfg
+            .components
+            .iter()
+            .filter(|dir| !seqstream_store::layout::list(dir).is_ok_and(|l| !l.segments.is_empty()))
+            .collect();
+        self.missing.set(missing.len() as u64);
+        if missing.is_empty() {
+            let c = Compositor::open(self.cfg.clone(), &self.counters)?;
+            tracing::info!(role = %self.role, output = %self.cfg.output.display(), next_seq = c.output().next_seq(), "merging");
+            self.merging = Some(c);
+        } else if now_ns >= self.next_warn_ns {
+            self.next_warn_ns = now_ns + WAIT_WARN_EVERY_NS;
+            let names: Vec<String> = missing.iter().map(|d| d.display().to_string()).collect();
+            tracing::warn!(role = %self.role, missing = %names.join(", "), "waiting for component stores that do not exist yet");
+        }
+        Ok(())
+    }
+}
+
+impl Agent for CompositorAgent {
+    fn role_name(&self) -> &str {
+        &self.role
+    }
+
+    fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        if let Some(c) = &mut self.merging {
+            return Agent::do_work(c, cycle);
+        }
+        if cycle.now_ns >= self.next_check_ns {
+            self.next_check_ns = cycle.now_ns + WAIT_CHECK_EVERY_NS;
+            self.try_open(cycle.now_ns)?;
+            return Ok(usize::from(self.merging.is_some()));
+        }
+        Ok(0)
+    }
+
+    fn on_close(&mut self) -> Result<(), AgentError> {
+        match &mut self.merging {
+            Some(c) => c.on_close(),
+            None => {
+                tracing::info!(role = %self.role, "stopped before every component existed");
+                Ok(())
+            }
+        }
     }
 }

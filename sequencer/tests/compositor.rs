@@ -361,3 +361,63 @@ fn an_output_segment_deleted_under_the_compositor_agent_is_an_error() {
     let e = agent.invoke().unwrap_err();
     assert!(e.to_string().contains("the file was deleted"), "{e}");
 }
+
+/// The role's agent on a consumer host: a component that is a replica exists only once its
+/// first frame has arrived. The agent waits for it (counting it missing, creating no output),
+/// then merges everything.
+#[test]
+fn the_role_waits_for_a_component_store_that_does_not_exist_yet() {
+    use seqstream_agent::{Agent, DutyCycle};
+    use seqstream_sequencer::compositor::CompositorAgent;
+
+    let d = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir, out) = (d.path().join("a"), d.path().join("b"), d.path().join("c"));
+    let mut a = Appender::open_or_create(&a_dir, cfg(1)).unwrap();
+    put(&mut a, None);
+    let counters = d.path().join("c.counters");
+    let w = CountersWriter::create(&counters, 64).unwrap();
+    let mut agent = CompositorAgent::new(
+        CompositorConfig {
+            components: vec![a_dir.clone(), b_dir.clone()],
+            output: out.clone(),
+            store_config: cfg(50),
+            policy: MergePolicy::Arrival,
+        },
+        &w,
+    )
+    .unwrap();
+    let missing = || {
+        seqstream_agent::counters::read(&counters)
+            .unwrap()
+            .get("components missing")
+    };
+    let cycle = |ms: u64| DutyCycle {
+        now_ns: ms * 1_000_000,
+    };
+    assert!(agent.compositor().is_none());
+    assert_eq!(agent.do_work(&cycle(0)).unwrap(), 0);
+    assert_eq!(missing(), Some(1));
+    assert!(
+        !out.exists(),
+        "the output was created before every component existed"
+    );
+
+    let mut b = Appender::open_or_create(&b_dir, cfg(2)).unwrap();
+    put(&mut b, None);
+    put(&mut b, None);
+    // Looked at 0 ms: the next look is due at 100 ms.
+    assert_eq!(agent.do_work(&cycle(50)).unwrap(), 0);
+    assert!(agent.compositor().is_none());
+    assert_eq!(agent.do_work(&cycle(100)).unwrap(), 1);
+    assert_eq!(missing(), Some(0));
+    while agent.do_work(&cycle(200)).unwrap() > 0 {}
+    assert_eq!(agent.compositor().unwrap().output().next_seq(), 4);
+    let origins: Vec<(u32, u64)> = read_composite(&out)
+        .iter()
+        .map(|(o, _)| (o.stream_id, o.seq))
+        .collect();
+    let mut sorted = origins.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![(1, 1), (2, 1), (2, 2)]);
+    agent.on_close().unwrap();
+}
