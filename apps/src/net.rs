@@ -1,16 +1,26 @@
-//! Three simulated hosts for the demo and `bench e2e`: three network namespaces joined by
-//! veth links (as root), or three loopback addresses (otherwise). Processes enter a host with
-//! `ip netns exec`; threads of one process with [`Host::enter`].
+//! The simulated hosts of the demo, `bench e2e` and the network-namespace tests: network
+//! namespaces on one bridge (as root), or loopback addresses (otherwise). Processes enter a
+//! host with `ip netns exec`; threads of one process with [`Host::enter`].
 //!
-//! With namespaces, the sequencer host has one link to each application host:
+//! With namespaces, every host has one veth link to a bridge that lives in the coordination
+//! host's namespace (where the demo runs etcd), all in one subnet:
 //!
 //! ```text
-//!   h1 10.77.1.2 ── veth ── 10.77.1.1  seq  10.77.2.1 ── veth ── 10.77.2.2 h2
+//!   seq 10.77.0.1   seq2 10.77.0.4   h1 10.77.0.2   h2 10.77.0.3
+//!       │               │                │              │
+//!       └──── veth ─────┴──── veth ──────┴──── veth ────┘
+//!                  bridge in `<tag>-coord`, which is 10.77.0.5 on it
 //! ```
 //!
-//! On loopback, the sequencer host is 127.0.0.1 and the application hosts 127.0.0.2 and
-//! 127.0.0.3 (Linux routes all of 127/8 to `lo`); a TCP client's source address is then
-//! 127.0.0.1 whatever host it plays, which the replication allow-lists account for.
+//! A host's link can go down on the bridge's side ([`Network::set_link`]): the host is then
+//! cut off from every other, as a pulled cable would cut it.
+//!
+//! On loopback the sequencer hosts are 127.0.0.4 and 127.0.0.5, the application hosts
+//! 127.0.0.2 and 127.0.0.3, the coordination host 127.0.0.1 (Linux routes all of 127/8 to
+//! `lo`). A TCP client that does not bind then connects from 127.0.0.1 whatever host it
+//! plays ([`Network::client_ip`]), which the replication allow-lists account for; no
+//! sequencer host is 127.0.0.1, so a sequencer group's members (which connect from their
+//! own address) are never taken for a consumer.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
@@ -23,9 +33,9 @@ use anyhow::{bail, Context, Result};
 pub enum NetworkKind {
     /// Namespaces when run as root and `ip netns` works, loopback otherwise.
     Auto,
-    /// Network namespaces joined by veth links (root).
+    /// Network namespaces on one bridge (root).
     Netns,
-    /// Loopback addresses 127.0.0.1-3.
+    /// Loopback addresses 127.0.0.1-5.
     Loopback,
 }
 
@@ -44,26 +54,28 @@ pub fn is_root() -> bool {
 /// One simulated host.
 #[derive(Debug, Clone)]
 pub struct Host {
-    /// `seq`, `h1` or `h2`.
+    /// `seq`, `seq2`, `h1`, `h2` or `coord`.
     pub name: &'static str,
     /// Its namespace, when namespaces are used.
     pub netns: Option<String>,
-    /// The address its processes bind to.
+    /// Its address: what its processes bind to, and how every other host reaches it.
     pub ip: IpAddr,
+    /// Its link's port on the bridge (namespaces only; the coordination host has none).
+    link: Option<String>,
 }
 
-/// The three hosts, and how the sequencer host is reached from each application host.
+/// The hosts.
 pub struct Network {
-    /// The sequencer host.
+    /// The sequencer host (member 1 of the demo's sequencer groups).
     pub seq: Host,
+    /// The second sequencer host (member 2: the standby).
+    pub seq2: Host,
     /// Application host 1 (algo).
     pub h1: Host,
-    /// Application host 2 (OMS, feed handler).
+    /// Application host 2 (OMS, feed handlers).
     pub h2: Host,
-    /// The sequencer host's address on h1's link.
-    pub seq_from_h1: IpAddr,
-    /// The sequencer host's address on h2's link.
-    pub seq_from_h2: IpAddr,
+    /// The coordination host (etcd); with namespaces, the bridge's.
+    pub coord: Host,
     namespaces: Vec<String>,
 }
 
@@ -89,7 +101,8 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 impl Host {
     /// Runs `f` on a thread inside this host's namespace and returns what it returns; on
     /// loopback, runs it here. Sockets keep the namespace they were made in, and threads
-    /// inherit their creator's, so what `f` binds, connects and spawns lives in the host.
+    /// and child processes inherit their creator's, so what `f` binds, connects and spawns
+    /// lives in the host.
     ///
     /// Errors: the namespace's file cannot be opened or entered (`setns`).
     pub fn enter<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
@@ -132,81 +145,81 @@ impl Network {
         })
     }
 
-    /// Three loopback addresses.
+    /// Loopback addresses (see the module's documentation).
     pub fn loopback() -> Network {
         let host = |name, d| Host {
             name,
             netns: None,
             ip: v4(127, 0, 0, d),
+            link: None,
         };
         Network {
-            seq: host("seq", 1),
+            seq: host("seq", 4),
+            seq2: host("seq2", 5),
             h1: host("h1", 2),
             h2: host("h2", 3),
-            seq_from_h1: v4(127, 0, 0, 1),
-            seq_from_h2: v4(127, 0, 0, 1),
+            coord: host("coord", 1),
             namespaces: Vec::new(),
         }
     }
 
-    /// Three namespaces named `<tag>-seq`, `<tag>-h1`, `<tag>-h2`, joined by veth links.
-    /// `tag` must be at most 8 characters (interface names are limited to 15).
+    /// Namespaces `<tag>-seq`, `<tag>-seq2`, `<tag>-h1`, `<tag>-h2` and `<tag>-coord`, the
+    /// latter holding the bridge (see the module's documentation). `tag` must be at most 8
+    /// characters (interface names are limited to 15). On an error, what was made is
+    /// removed.
     pub fn namespaces(tag: &str) -> Result<Network> {
+        let host = |name: &'static str, d: u8| Host {
+            name,
+            netns: Some(format!("{tag}-{name}")),
+            ip: v4(10, 77, 0, d),
+            link: (name != "coord").then(|| format!("{tag}p{d}")),
+        };
         let mut net = Network {
-            seq: Host {
-                name: "seq",
-                netns: Some(format!("{tag}-seq")),
-                ip: v4(0, 0, 0, 0),
-            },
-            h1: Host {
-                name: "h1",
-                netns: Some(format!("{tag}-h1")),
-                ip: v4(10, 77, 1, 2),
-            },
-            h2: Host {
-                name: "h2",
-                netns: Some(format!("{tag}-h2")),
-                ip: v4(10, 77, 2, 2),
-            },
-            seq_from_h1: v4(10, 77, 1, 1),
-            seq_from_h2: v4(10, 77, 2, 1),
+            seq: host("seq", 1),
+            seq2: host("seq2", 4),
+            h1: host("h1", 2),
+            h2: host("h2", 3),
+            coord: host("coord", 5),
             namespaces: Vec::new(),
         };
-        for h in [&net.seq, &net.h1, &net.h2] {
-            let ns = h.netns.clone().expect("set above");
+        let coord = net.coord.netns.clone().expect("set above");
+        let names: Vec<String> = net.hosts().iter().filter_map(|h| h.netns.clone()).collect();
+        for ns in names {
             ip(&["netns", "add", &ns])?;
             net.namespaces.push(ns.clone());
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
-        let seq_ns = net.seq.netns.clone().expect("set above");
-        for (host, n) in [(&net.h1, 1), (&net.h2, 2)] {
-            let ns = host.netns.clone().expect("set above");
-            let (a, b) = (format!("{tag}s{n}"), format!("{tag}h{n}"));
-            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
-            ip(&["link", "set", &a, "netns", &seq_ns])?;
-            ip(&["link", "set", &b, "netns", &ns])?;
-            ip(&[
-                "-n",
-                &seq_ns,
-                "addr",
-                "add",
-                &format!("10.77.{n}.1/24"),
-                "dev",
-                &a,
-            ])?;
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("10.77.{n}.2/24"),
-                "dev",
-                &b,
-            ])?;
-            ip(&["-n", &seq_ns, "link", "set", &a, "up"])?;
-            ip(&["-n", &ns, "link", "set", &b, "up"])?;
+        let bridge = format!("{tag}br");
+        ip(&["-n", &coord, "link", "add", &bridge, "type", "bridge"])?;
+        ip(&["-n", &coord, "link", "set", &bridge, "up"])?;
+        let cidr = |h: &Host| format!("{}/24", h.ip);
+        ip(&[
+            "-n",
+            &coord,
+            "addr",
+            "add",
+            &cidr(&net.coord),
+            "dev",
+            &bridge,
+        ])?;
+        for h in [&net.seq, &net.seq2, &net.h1, &net.h2] {
+            let ns = h.netns.as_deref().expect("set above");
+            let port = h.link.as_deref().expect("set above");
+            let end = format!("{tag}v{}", &port[tag.len() + 1..]);
+            ip(&["link", "add", &end, "type", "veth", "peer", "name", port])?;
+            ip(&["link", "set", &end, "netns", ns])?;
+            ip(&["link", "set", port, "netns", &coord])?;
+            ip(&["-n", &coord, "link", "set", port, "master", &bridge])?;
+            ip(&["-n", &coord, "link", "set", port, "up"])?;
+            ip(&["-n", ns, "addr", "add", &cidr(h), "dev", &end])?;
+            ip(&["-n", ns, "link", "set", &end, "up"])?;
         }
         Ok(net)
+    }
+
+    /// Every host.
+    pub fn hosts(&self) -> [&Host; 5] {
+        [&self.seq, &self.seq2, &self.h1, &self.h2, &self.coord]
     }
 
     /// Whether the hosts are namespaces.
@@ -214,19 +227,32 @@ impl Network {
         !self.namespaces.is_empty()
     }
 
-    /// The address the sequencer host's servers bind to.
-    pub fn seq_bind(&self) -> IpAddr {
-        self.seq.ip
-    }
-
-    /// The source address replication clients of host `h` connect from, as the sequencer
-    /// host sees it.
+    /// The source address the other hosts see on a connection from host `h` that did not
+    /// bind: `h`'s own with namespaces, 127.0.0.1 on loopback.
     pub fn client_ip(&self, h: &Host) -> IpAddr {
         if self.is_netns() {
             h.ip
         } else {
-            self.seq.ip
+            v4(127, 0, 0, 1)
         }
+    }
+
+    /// Takes host `h`'s link up or down at the bridge. Down, `h` reaches no other host and
+    /// none reaches it; its own sockets see nothing (no error), as with a pulled cable.
+    ///
+    /// Errors: on loopback, or for the coordination host (which has no link); `ip` fails.
+    pub fn set_link(&self, h: &Host, up: bool) -> Result<()> {
+        let (Some(port), Some(coord)) = (&h.link, &self.coord.netns) else {
+            bail!("host {} has no link to take down", h.name);
+        };
+        ip(&[
+            "-n",
+            coord,
+            "link",
+            "set",
+            port,
+            if up { "up" } else { "down" },
+        ])
     }
 }
 

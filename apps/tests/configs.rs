@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-const HOSTS: [&str; 3] = ["seq-host", "host1", "host2"];
+const HOSTS: [&str; 4] = ["seq-host", "seq-host-2", "host1", "host2"];
 
 #[test]
 fn config_is_the_demo_topology_for_real_hosts_and_seqstreamd_accepts_it() {

@@ -1,10 +1,11 @@
-//! The demo topology, smaller and on loopback: one seqstreamd per host (the seq host's two
-//! sequencers, compositor and three replication servers; each application host's
-//! replication clients and forwarder), the feed handler (first 1,000 frames of the CME
-//! capture), the algo and the OMS. Asserts what the demo's summary asserts: nothing lost,
-//! nothing duplicated, every store verified, every replica byte-identical, every order
-//! answered by exactly one report; and that `shared` and `dedicated` threading end with the
-//! same audit.
+//! The demo topology, smaller and on loopback: etcd and one seqstreamd per host (two
+//! sequencer hosts, each a member of every stream's sequencer group; each application host's
+//! replication clients and forwarder, and host 2's compositor), the feed handler (first
+//! 1,000 frames of the CME capture), the algo and the OMS. Asserts what the demo's summary
+//! asserts: nothing lost, nothing duplicated, every store verified, every member's store and
+//! every replica byte-identical, every order answered by exactly one report; and that
+//! `shared` threading, and `dedicated` threading with a SIGKILL of the leaders half way
+//! (`--failover`), end with the same audit.
 //!
 //! Segments of 64 KiB make every store roll several times during the run. The demo kills its
 //! processes when it ends in any way; this test kills the demo if it overruns its time.
@@ -20,11 +21,15 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
     let (j, work) = common::small_demo(port_base, &["--threading", "shared"]);
     assert_eq!(
         (j["daemons"].as_u64(), j["threading"].as_str()),
-        (Some(3), Some("shared"))
+        (Some(4), Some("shared"))
     );
-    // The same run with a thread per role and per sender: the same audit, frame for frame.
-    let (d, _) = common::small_demo(port_base, &["--threading", "dedicated"]);
+    assert_eq!(j["failovers"], 0);
+    // The same run with a thread per role and per sender, and the leaders killed half way:
+    // the same audit, frame for frame.
+    let (d, _) = common::small_demo(port_base, &["--threading", "dedicated", "--failover"]);
     assert_eq!(d["threading"], "dedicated");
+    assert_eq!(d["failovers"], 2, "md and orders failed over: {d}");
+    assert_eq!(d["failover_ms"].as_array().unwrap().len(), 2);
     for key in ["streams", "orders", "execution_reports", "capture"] {
         assert_eq!(d[key], j[key], "{key}: dedicated vs shared");
     }
@@ -32,7 +37,7 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
         j["streams"]["composite"].as_u64().unwrap(),
         j["streams"]["market_data"].as_u64().unwrap() + j["streams"]["orders"].as_u64().unwrap()
     );
-    let segments = std::fs::read_dir(work.path().join("seq/composite"))
+    let segments = std::fs::read_dir(work.path().join("h2/composite"))
         .unwrap()
         .filter(|e| {
             e.as_ref()

@@ -46,7 +46,7 @@ fn demo_with_both_feeds_merges_every_itch_message_once() {
     .unwrap();
     assert_eq!(itch.len(), 46);
     let mut altered = 0;
-    for_each_message(&seq.join("composite"), |f| {
+    for_each_message(&work.path().join("h2/composite"), |f| {
         let (origin, payload) = Origin::read(f.payload()).expect("a composite frame");
         if origin.stream_id == ITCH {
             let (expected, seen) = itch.get_mut(&origin.seq).expect("an ITCH stream seq");

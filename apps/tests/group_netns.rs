@@ -1,12 +1,14 @@
 //! A sequencer group's leader cut off from etcd and from its standby by its link going down
-//! (issue 14), with real hosts: network namespaces (root only; CI runs as root).
+//! (issue 14), with real hosts: network namespaces (root only; CI runs as root), the
+//! demo's (`seqstream_apps::net`):
 //!
 //! ```text
-//!   member 1  10.77.1.2 ── veth ── 10.77.1.1  hub  10.77.2.1 ── veth ── 10.77.2.2  member 2
-//!                                  etcd, the client (a replica of the stream), the source
+//!   member 1 (seq 10.77.0.1) ── veth ──┐
+//!   member 2 (seq2 10.77.0.4) ── veth ─┴─ bridge in the hub (coord 10.77.0.5):
+//!                                         etcd, the client (a replica of the stream), the source
 //! ```
 //!
-//! The hub routes between the members. Member 1 leads; its link goes down. It must stop
+//! Member 1 leads; its link goes down. It must stop
 //! acting (its fence lapses) before member 2 can lead term 2, which the test checks from the
 //! order of what each left behind, not from times: member 1's lapse is seen before the
 //! timestamp of member 2's term-start frame. A link down is not a dead process: member 2
@@ -32,16 +34,6 @@ const SOURCE: u32 = 1;
 const LONG: Duration = Duration::from_secs(30);
 const DATAGRAM_PORT: u16 = 7001;
 const REPLICATION_PORT: u16 = 7101;
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -84,12 +76,20 @@ struct Hosts {
 }
 
 impl Hosts {
-    fn member_ip(&self, n: u32) -> IpAddr {
-        [10, 77, n as u8, 2].into()
+    fn member(&self, n: u32) -> &seqstream_apps::net::Host {
+        if n == 1 {
+            &self.net.seq
+        } else {
+            &self.net.seq2
+        }
     }
 
-    fn hub_ip(&self, n: u32) -> IpAddr {
-        [10, 77, n as u8, 1].into()
+    fn member_ip(&self, n: u32) -> IpAddr {
+        self.member(n).ip
+    }
+
+    fn hub_ip(&self) -> IpAddr {
+        self.net.coord.ip
     }
 
     fn path(&self, p: &str) -> PathBuf {
@@ -97,8 +97,7 @@ impl Hosts {
     }
 
     fn ns(&self, n: u32) -> String {
-        let h = if n == 1 { &self.net.h1 } else { &self.net.h2 };
-        h.netns.clone().unwrap()
+        self.member(n).netns.clone().unwrap()
     }
 
     /// Starts `seqstreamd` on `text` in namespace `ns`; its log in `<name>.log`.
@@ -133,7 +132,7 @@ name = "md"
 store = "{store}"
 stream_id = {STREAM}
 listen = "{me}:{DATAGRAM_PORT}"
-source = ["{SOURCE}@{hub1}"]
+source = ["{SOURCE}@{hub}"]
 heartbeat_ms = 20
 segment_size = 1048576
 node_id = {n}
@@ -143,15 +142,14 @@ etcd_prefix = "/seqstream/netns-test"
 lease_ttl_s = 1
 bootstrap = {bootstrap}
 secret_file = "{secret}"
-allow = ["{hub1}", "{hub2}"]
+allow = ["{hub}"]
 "#,
             store = self.path(&format!("store-{n}")).display(),
             me = self.member_ip(n),
-            hub1 = self.hub_ip(1),
-            hub2 = self.hub_ip(2),
+            hub = self.hub_ip(),
             m1 = self.member_ip(1),
             m2 = self.member_ip(2),
-            etcd = etcd.endpoint_on(self.hub_ip(n)),
+            etcd = etcd.endpoint(),
             bootstrap = n == 1,
             secret = self.path("secret").display(),
         );
@@ -221,31 +219,7 @@ fn a_leader_whose_link_goes_down_stops_before_its_standby_leads_and_rejoins_afte
     let phase = |what: &str| eprintln!("{:>8.3} s  {what}", t0.elapsed().as_secs_f64());
     let tag = format!("gn{}", std::process::id() % 100_000);
     let net = Network::namespaces(&tag).unwrap();
-    let hub = net.seq.netns.clone().unwrap();
-    for n in [1u32, 2] {
-        let other = 3 - n;
-        ip(&[
-            "-n",
-            &format!("{tag}-h{n}"),
-            "route",
-            "add",
-            &format!("10.77.{other}.0/24"),
-            "via",
-            &format!("10.77.{n}.1"),
-        ]);
-    }
-    let forward = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &hub,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-        ])
-        .status()
-        .unwrap();
-    assert!(forward.success());
+    let hub = net.coord.netns.clone().unwrap();
     let h = Hosts {
         dir: tempfile::tempdir().unwrap(),
         net,
@@ -253,11 +227,7 @@ fn a_leader_whose_link_goes_down_stops_before_its_standby_leads_and_rejoins_afte
     };
     write_key(&h.path("secret"), "the replication key of the netns test");
 
-    let etcd = h
-        .net
-        .seq
-        .enter(|| Etcd::start_on(&[h.hub_ip(1), h.hub_ip(2)]))
-        .unwrap();
+    let etcd = h.net.coord.enter(|| Etcd::start_on(&[h.hub_ip()])).unwrap();
     let _one = h.start_member(1, &etcd);
     let _two = h.start_member(2, &etcd);
     let state = "md member state (0 idle 1 standby 2 leader)";
@@ -267,7 +237,7 @@ fn a_leader_whose_link_goes_down_stops_before_its_standby_leads_and_rejoins_afte
     });
     let in_sync = || {
         h.net
-            .seq
+            .coord
             .enter(|| etcd.get("/seqstream/netns-test/in-sync"))
             .unwrap()
     };
@@ -296,8 +266,8 @@ max_segment_size = 1048576
     let _client = h.spawn(&hub, "client", &client);
     let source = h
         .net
-        .seq
-        .enter(|| UdpSocket::bind(SocketAddr::new(h.hub_ip(1), 0)).unwrap())
+        .coord
+        .enter(|| UdpSocket::bind(SocketAddr::new(h.hub_ip(), 0)).unwrap())
         .unwrap();
     let to = |n: u32| SocketAddr::new(h.member_ip(n), DATAGRAM_PORT);
     phase("member 1 leads, member 2 in sync");
@@ -305,7 +275,7 @@ max_segment_size = 1048576
     phase("200 messages at the client");
 
     // Member 1's link goes down: it loses etcd and its standby at once.
-    ip(&["-n", &hub, "link", "set", &format!("{tag}s1"), "down"]);
+    h.net.set_link(&h.net.seq, false).unwrap();
     let lapses = h.counters("member-1");
     let deadline = Instant::now() + LONG;
     while counter(&lapses, "md member lapses").unwrap_or(0) == 0 {
@@ -348,7 +318,7 @@ max_segment_size = 1048576
 
     // The link comes back: member 1 finds term 2, cuts what it sequenced alone, follows;
     // release resumes.
-    ip(&["-n", &hub, "link", "set", &format!("{tag}s1"), "up"]);
+    h.net.set_link(&h.net.seq, true).unwrap();
     wait_counter(&h.counters("member-1"), state, LONG, |v| v == 1);
     phase("member 1's link up: it follows");
     wait_counter(&h.counters("member-1"), "md frames cut", LONG, |v| v > 0);

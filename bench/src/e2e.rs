@@ -7,10 +7,10 @@
 //!
 //! Three hosts run in this process, each one [`seqstreamd::Host`] started from the TOML a
 //! user would write: the sequencer host (`[[sequencer]]`, `[[serve]]`) and hosts A and B
-//! (`[[forward]]`, `[[follow]]`). As root they are network namespaces joined by veth links
+//! (`[[forward]]`, `[[follow]]`). As root they are network namespaces on one bridge
 //! (`seqstream_apps::net`, the demo's hosts): each host is started from a thread that entered
 //! its namespace, so its sockets and runner threads live there. Otherwise (or with
-//! `--network loopback`) they are the loopback addresses 127.0.0.1-3.
+//! `--network loopback`) they are loopback addresses.
 //!
 //! The floors are measured in the same run over the same links: a UDP datagram from host A to
 //! a relay thread on the sequencer host, which writes it to a TCP connection read on A (raw
@@ -35,14 +35,12 @@
 //! replication links always authenticate (handshake and session tags).
 //!
 //! Sequencer groups (`_group_immediate`, `_group_standby_ack`): the sequencer host runs
-//! member 1 of a two-member `[[sequencer_group]]` (leading, with `bootstrap`) and host B
-//! member 2, its standby, over an etcd started in the sequencer host; host A's files are the
+//! member 1 of a two-member `[[sequencer_group]]` (leading, with `bootstrap`) and the second
+//! sequencer host member 2, its standby, over an etcd on the coordination host; host A's files are the
 //! same, pointed at member 1; every host on one shared thread. Under `standby-ack` a frame
 //! reaches A only after the standby acked it: `standby_ack_cost_64B` is the difference of
-//! the two p50s, against two raw TCP one-way hops between the sequencer host and host B (the
-//! standby's round trip). On namespaces host B reaches member 1 through a host route over
-//! the sequencer host's link to A; on loopback member 1 serves on 127.0.0.4, so that A's
-//! replication client (which connects from 127.0.0.1) is not taken for a member.
+//! the two p50s, against two raw TCP one-way hops between the two sequencer hosts (the
+//! standby's round trip).
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -73,8 +71,8 @@ pub(crate) struct Args {
     /// The thread layout of every host; `all` surveys them and runs the cases on the fastest.
     #[arg(long, value_enum, default_value = "all")]
     layout: LayoutChoice,
-    /// The hosts: network namespaces joined by veth links (`auto` as root, when `ip netns`
-    /// works), or loopback addresses 127.0.0.1-3.
+    /// The hosts: network namespaces on one bridge (`auto` as root, when `ip netns`
+    /// works), or loopback addresses.
     #[arg(long, value_enum, default_value = "auto")]
     network: NetworkKind,
     /// Idle strategy of every host thread; with `busy-spin`, the application threads spin too.
@@ -218,8 +216,8 @@ impl Site {
             replica: dir.join(format!("{name}-replica")),
         };
         let hosts = [
-            host("a", &net.h1, net.seq_from_h1, 1),
-            host("b", &net.h2, net.seq_from_h2, 2),
+            host("a", &net.h1, net.seq.ip, 1),
+            host("b", &net.h2, net.seq.ip, 2),
         ];
         for h in &hosts {
             if security != Security::Plain {
@@ -234,11 +232,11 @@ impl Site {
         let certs = match security {
             Security::Tls => Some(crate::certs::write(
                 &dir,
-                &[net.seq_from_h1.to_string(), net.seq_from_h2.to_string()],
+                &[net.seq.ip.to_string(), net.seq.ip.to_string()],
             )?),
             _ => None,
         };
-        let seq_bind = net.seq_bind();
+        let seq_bind = net.seq.ip;
         Ok(Site {
             sequencer_port: net.seq.enter(|| free_port(seq_bind, true))??,
             server_port: net.seq.enter(|| free_port(seq_bind, false))??,
@@ -379,8 +377,9 @@ impl Release {
 }
 
 impl Site {
-    /// The `[[sequencer_group]]` member `node` (1 on the sequencer host, leading; 2 on host
-    /// B, its standby) of a two-member group under `release`, on one shared thread.
+    /// The `[[sequencer_group]]` member `node` (1 on the sequencer host, leading; 2 on the
+    /// second sequencer host, its standby) of a two-member group under `release`, on one
+    /// shared thread.
     fn member_host(
         &self,
         node: u32,
@@ -412,57 +411,39 @@ impl Site {
         t
     }
 
-    /// Starts etcd and a two-member sequencer group under `release` (member 1 on the
-    /// sequencer host at the addresses host A uses, so A's files are those of the single
-    /// sequencer; member 2, the standby, on host B), then host A; returns once member 1
-    /// leads. Host B reaches member 1 through the sequencer host's link to A (a route
-    /// added to B's namespace).
+    /// Starts etcd (on the coordination host) and a two-member sequencer group under
+    /// `release` (member 1 on the sequencer host at the addresses host A uses, so A's files
+    /// are those of the single sequencer; member 2, the standby, on the second sequencer
+    /// host), then host A; returns once they are started.
     fn start_group(
         &self,
         net: &Network,
         release: Release,
         idle: &Idle,
     ) -> Result<(seqstream_testkit::etcd::Etcd, Hosts)> {
-        let (a, b) = (&self.hosts[0], &self.hosts[1]);
-        if let (Some(ns), true) = (&b.net.netns, net.is_netns()) {
-            let via = net.seq_from_h2.to_string();
-            let status = std::process::Command::new("ip")
-                .args(["-n", ns, "route", "replace"])
-                .arg(format!("{}/32", a.seq_from))
-                .args(["via", &via])
-                .status()
-                .context("running ip route")?;
-            ensure!(status.success(), "ip route on host B failed: {status}");
-        }
-        let etcd = self
-            .seq
-            .enter(|| seqstream_testkit::etcd::Etcd::start_on(&[a.seq_from]))?;
-        let standby_port = b.net.enter(|| free_port(b.net.ip, false))??;
-        let standby_udp = b.net.enter(|| free_port(b.net.ip, true))??;
-        // On loopback every replication client connects from 127.0.0.1 (see
-        // `seqstream_apps::net`), host A's included: member 1 serves on an address of its own,
-        // so that A is not taken for a member.
-        let leader_ip = if net.is_netns() {
-            a.seq_from
-        } else {
-            IpAddr::from([127, 0, 0, 4])
-        };
-        let leader_replication = SocketAddr::new(leader_ip, self.server_port);
+        let a = &self.hosts[0];
+        let etcd = net
+            .coord
+            .enter(|| seqstream_testkit::etcd::Etcd::start_on(&[net.coord.ip]))?;
+        let standby = &net.seq2;
+        let standby_port = standby.enter(|| free_port(standby.ip, false))??;
+        let standby_udp = standby.enter(|| free_port(standby.ip, true))??;
+        let leader_replication = SocketAddr::new(net.seq.ip, self.server_port);
         let members = format!(
             "\"1={leader_replication}\", \"2={}\"",
-            SocketAddr::new(b.net.ip, standby_port)
+            SocketAddr::new(standby.ip, standby_port)
         );
         let leader = self.member_host(
             1,
-            SocketAddr::new(a.seq_from, self.sequencer_port),
+            SocketAddr::new(net.seq.ip, self.sequencer_port),
             &members,
             &etcd.endpoint(),
             release,
             idle,
         );
-        let standby = self.member_host(
+        let standby_file = self.member_host(
             2,
-            SocketAddr::new(b.net.ip, standby_udp),
+            SocketAddr::new(standby.ip, standby_udp),
             &members,
             &etcd.endpoint(),
             release,
@@ -470,7 +451,7 @@ impl Site {
         );
         let files = [
             ("member-1", &self.seq, leader),
-            ("member-2", &b.net, standby),
+            ("member-2", standby, standby_file),
             (
                 a.name,
                 &a.net,
@@ -620,7 +601,7 @@ struct OwnReplica {
 /// timestamp compares two clocks (the sequencer's TSC-derived wall clock and
 /// `CLOCK_REALTIME` here), which agree to well under a microsecond in one process.
 /// With `group`, the sequencer is a two-member sequencer group under that release policy
-/// (shared threading, plain security), its standby on host B.
+/// (shared threading, plain security), its standby on the second sequencer host.
 #[allow(clippy::too_many_arguments)]
 fn offer_to_own_replica(
     root: &Path,
@@ -844,8 +825,8 @@ fn udp_pair(
 /// TCP from it back to A.
 fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
     let pins = pinning(idle);
-    let (tx, relay_udp) = udp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
-    let (to_a, from_relay) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let (tx, relay_udp) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
+    let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
     let mut reader = StampReader::new(from_relay);
     ping(
@@ -859,13 +840,13 @@ fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
 fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
     let pins = pinning(idle);
-    let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq_bind(), 0)))??;
+    let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq.ip, 0)))??;
     relay_udp.set_nonblocking(true)?;
     let port = relay_udp.local_addr()?.port();
-    let a_tx = udp_sender(&net.h1, SocketAddr::new(net.seq_from_h1, port))?;
-    let b_tx = udp_sender(&net.h2, SocketAddr::new(net.seq_from_h2, port))?;
-    let (to_a, a_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
-    let (to_b, b_rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
+    let a_tx = udp_sender(&net.h1, SocketAddr::new(net.seq.ip, port))?;
+    let b_tx = udp_sender(&net.h2, SocketAddr::new(net.seq.ip, port))?;
+    let (to_a, a_rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
+    let (to_b, b_rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h2)?;
     let relay = Relay::start(relay_udp, vec![to_a, to_b], pins.yield_while_waiting);
     let stop = Arc::new(AtomicBool::new(false));
     let b = {
@@ -906,7 +887,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     eprintln!(
         "bench e2e: hosts on {}",
         if net.is_netns() {
-            "network namespaces joined by veth links"
+            "network namespaces on one bridge"
         } else {
             "loopback addresses"
         }
@@ -949,9 +930,9 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         "bench e2e: every case below runs on the {} layout, idle {idle}",
         layout.name()
     );
-    let (tx, rx) = udp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let (tx, rx) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let udp_floor = udp_one_way_over(tx, rx, samples, pinning(idle))?;
-    let (tx, rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h1, &net.h1)?;
+    let (tx, rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let tcp_floor = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
     for security in [Security::Plain, Security::SourceKeys, Security::Tls] {
         let h = offer_to_own_replica(
@@ -985,7 +966,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         }
     }
     // A sequencer group: what standby-ack adds over immediate is the standby's round trip
-    // (the leader's frame to host B's standby, its ack back) before the sender may send.
+    // (the leader's frame to the standby, its ack back) before the sender may send.
     let mut p50 = [0u64; 2];
     for (i, release) in [Release::Immediate, Release::StandbyAck]
         .into_iter()
@@ -1010,7 +991,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         )?;
         p50[i] = h.whole.value_at_quantile(0.5);
     }
-    let (tx, rx) = tcp_pair(&net.seq, net.seq_bind(), net.seq_from_h2, &net.h2)?;
+    let (tx, rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.seq2)?;
     let standby_tcp = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
     reporter.emit(&Figure::new(
         BENCH,

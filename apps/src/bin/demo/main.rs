@@ -1,51 +1,64 @@
 //! `demo`: seqstream's main job, end to end on one machine (see `scripts/demo.sh`).
 //!
-//! It starts, on three simulated hosts (network namespaces as root, loopback addresses
-//! otherwise), one `seqstreamd` each, from the host files the topology module writes (the
-//! same topology as `config/`), and the applications:
+//! It starts, on four simulated hosts (network namespaces as root, loopback addresses
+//! otherwise) and an etcd on a fifth, one `seqstreamd` each, from the host files the topology
+//! module writes (the same topology as `config/`), and the applications:
 //!
 //! ```text
-//!  seq host : seqstreamd: sequencer md (stream 1), sequencer orders (stream 2), compositor
-//!             (stream 3 = 1 + 2), a replication server per stream; netfloor serve
-//!  host 1   : seqstreamd: replicas of 2 and 3, forwarder (routes 2); algo
-//!  host 2   : seqstreamd: replicas of 1 and 2, forwarder (routes 1 and 2); oms, feedhandler
+//!  seq host  : seqstreamd: member 1 of the sequencer groups md (stream 1) and orders
+//!              (stream 2), leading; netfloor serve
+//!  seq2 host : seqstreamd: member 2 of each, the standby
+//!  host 1    : seqstreamd: replicas of 2 and 3, forwarder (routes 2); algo
+//!  host 2    : seqstreamd: replicas of 1 and 2, compositor (stream 3 = 1 + 2, from those
+//!              replicas) and its replication server, forwarder (routes 1 and 2); oms,
+//!              feedhandler
+//!  coord     : etcd (who leads each group, and its in-sync set)
 //! ```
+//!
+//! Each group releases under `standby-ack`: a frame reaches a replica only once the
+//! standby holds it. `--failover` kills the seq host's seqstreamd with SIGKILL half way
+//! through the replay (by the feed handler's packets): each stream's standby takes over, the
+//! forwarders resend what no replica showed, the replicas follow the new leader; once every
+//! stream has its new leader the killed daemon starts again, cuts the tail it sequenced that
+//! was never released, and follows as the standby. The summary says how many streams failed
+//! over and, for each, the time from the kill to the new leader's first frame (its term-start
+//! frame's timestamp).
 //!
 //! `--threading shared` (the default) runs each seqstreamd's roles on one thread,
 //! `dedicated` gives each role and each replica's sender a thread of its own.
 //!
 //! With `--feeds itch` or `--feeds both` a second market-data stream joins: Nasdaq ITCH 5.0
 //! (stream 4, `streams::ITCH`) from a second feed handler on host 2 (`feedhandler --feed
-//! itch`, source 4), with its own sequencer and replication server on the seq host, a route
-//! and a replica on host 2, and the compositor merges it too (stream 3 = 1 + 2 + 4 for
-//! `both`, 2 + 4 for `itch`, where stream 1 and the CME feed handler are not started). The
-//! algo trades on CME books only and counts the ITCH messages; with `itch` it sends no
-//! orders, and the audit expects none.
+//! itch`, source 4), with its own sequencer group, a route and a replica on host 2, and the
+//! compositor merges it too (stream 3 = 1 + 2 + 4 for `both`, 2 + 4 for `itch`, where stream
+//! 1 and the CME feed handler are not started). The algo trades on CME books only and counts
+//! the ITCH messages; with `itch` it sends no orders, and the audit expects none.
 //!
 //! It measures the network floor (netfloor), replays the captures through the feed handlers,
 //! waits until the algo has seen all the market data and every order has its report, stops
-//! the applications, waits until the composite holds every component message, stops the
-//! sequencer host (whose replication senders drain: each sends what its store holds until
-//! its replica has acknowledged all of it), waits until every replica has its primary's
-//! final end, stops the application hosts, and then audits the
+//! the applications, waits until the composite holds every component message and every
+//! store of a stream (both members', every replica) ends at the same position, stops the
+//! standby host, then the leading one, then the application hosts, and then audits the
 //! stores: each source's messages present exactly once, every order answered by exactly one
 //! report, the composite holding each component message once, every store passing `storetool
-//! verify`, every replica's digest equal to its primary's. The last line printed is one JSON
-//! object; the exit status is 0 only if every check passed. `--write-config DIR` writes the
-//! topology's host files for real hosts instead (the files of `config/`).
+//! verify`, every member's store and every replica byte-identical to the seq host's. The last
+//! line printed is one JSON object; the exit status is 0 only if every check passed.
+//! `--write-config DIR` writes the topology's host files for real hosts instead (the files
+//! of `config/`).
 //!
 //! | module | owns |
 //! |---|---|
 //! | `topology` | what runs where: each host's seqstreamd file (the same as `config/`) |
-//! | `seqstream_apps::net` | the simulated hosts: network namespaces and veth links, or loopback addresses |
+//! | `seqstream_apps::net` | the simulated hosts: network namespaces on a bridge, or loopback addresses |
 //! | `procs` | the child processes: logs, stop, kill on every way out |
 //! | `report` | the audit of the stopped run and its JSON line |
-//! | this file | the orchestration: start, measure the floor, replay, stop |
+//! | this file | the orchestration: start, measure the floor, replay, fail over, stop |
 
 mod procs;
 mod report;
 mod topology;
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -60,7 +73,7 @@ use serde_json::{json, Value};
 
 use procs::Procs;
 use seqstream_apps::net::{Host, Network, NetworkKind};
-use topology::{Site, Threading, ITCH_SOURCE};
+use topology::{stream_name, Site, Threading, ITCH_SOURCE, SEQ_HOSTS};
 
 /// The market-data feeds a run replays.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -127,7 +140,7 @@ struct Cli {
     /// Keep the working directory.
     #[arg(long)]
     keep: bool,
-    /// First of the ports used (about 25 above it).
+    /// First of the ports used (about 32 above it).
     #[arg(long, default_value_t = 47100)]
     port_base: u16,
     /// Segment size of every store, bytes (small segments exercise rolls).
@@ -158,6 +171,15 @@ struct Cli {
     /// Give up (and fail) after this many seconds (default: 60 plus the replay's duration).
     #[arg(long)]
     timeout_s: Option<u64>,
+    /// Kill the seq host's seqstreamd (every stream's leader) with SIGKILL half way through
+    /// the replay; the standbys on seq2 take over, and the killed daemon is started again
+    /// to rejoin as their standby.
+    #[arg(long)]
+    failover: bool,
+    /// The sequencer groups' lease TTL, s (a leader that dies is deposed at once by its
+    /// standby; a silent one is replaced after about this).
+    #[arg(long, default_value_t = 2)]
+    lease_ttl_s: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -254,6 +276,39 @@ fn u(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)
 }
 
+/// A group member's state counter (`<stream>-seq member state …`): 1 standby, 2 leader.
+const MEMBER_STATE: &str = "member state (0 idle 1 standby 2 leader)";
+/// A group member's view of its in-sync set (bit n-1: node n).
+const MEMBER_IN_SYNC: &str = "member in-sync set (bit n-1: node n)";
+
+/// One stream's failover under `--failover`.
+struct Failover {
+    stream: u32,
+    /// The new leader's term.
+    term: u32,
+    /// From the SIGKILL to the new leader's term-start frame (its timestamp), ms.
+    ms: f64,
+}
+
+/// The wall clock, ns since the Unix epoch (the clock of the frames' timestamps).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The term and timestamp (ns) of the last term-start frame in the store `dir`.
+fn last_term_start(dir: &Path) -> Result<Option<(u32, u64)>> {
+    let mut t = seqstream_store::Tailer::open(dir).with_context(|| s(dir))?;
+    let mut last = None;
+    while let Some(f) = t.poll().with_context(|| s(dir))? {
+        if let Some(start) = f.term_start() {
+            last = Some((start.term, f.timestamp_ns()));
+        }
+    }
+    Ok(last)
+}
+
 struct Run<'a> {
     cli: &'a Cli,
     l: Layout,
@@ -263,6 +318,12 @@ struct Run<'a> {
     deadline: Instant,
     /// Each host's seqstreamd threads once everything had started: (host, thread names).
     threads: Vec<(&'static str, Vec<String>)>,
+    /// `--failover` kills the leaders once the feed handler has replayed this many packets.
+    kill_at_packets: u64,
+    /// What `--failover` did, per stream.
+    failovers: Vec<Failover>,
+    /// Frames the killed leader cut when it rejoined (its `<stream>-seq frames cut`).
+    frames_cut: u64,
 }
 
 impl Run<'_> {
@@ -270,7 +331,7 @@ impl Run<'_> {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// The composite's components on the seq host (stream id, store), in merge order.
+    /// The composite's components: host 2's replicas (stream id, store), in merge order.
     fn components(&self) -> Vec<(u32, PathBuf)> {
         let f = self.cli.feeds;
         [
@@ -280,7 +341,7 @@ impl Run<'_> {
         ]
         .into_iter()
         .filter(|(on, _, _)| *on)
-        .map(|(_, id, dir)| (id, self.l.store("seq", dir)))
+        .map(|(_, id, dir)| (id, self.l.store("h2", dir)))
         .collect()
     }
 
@@ -307,10 +368,11 @@ impl Run<'_> {
         Site {
             cme: cli.feeds.cme(),
             itch: cli.feeds.itch(),
-            seq_bind: net.seq_bind(),
-            seq_from: [net.seq_from_h1, net.seq_from_h2],
+            seq_ip: [net.seq.ip, net.seq2.ip],
             host_ip: [net.h1.ip, net.h2.ip],
             client_ip: [net.client_ip(&net.h1), net.client_ip(&net.h2)],
+            etcd: vec![format!("http://{}:{}", net.coord.ip, cli.port_base + 30)],
+            lease_ttl_s: cli.lease_ttl_s,
             stores: |site, host| site.work.join(host),
             outboxes: |site, host| site.work.join(host),
             counters: |site, host| {
@@ -325,7 +387,10 @@ impl Run<'_> {
             work: self.l.work.clone(),
             port_base: cli.port_base,
             segment_size: cli.segment_size,
-            heartbeat_ms: Some(100),
+            // No heartbeats: once the applications stop nothing more is appended, so every
+            // store of a stream can end identical (a heartbeat after the standby stopped
+            // would stay in the leader's store alone).
+            heartbeat_ms: None,
             threading: cli.threading,
             idle: cli.idle.clone(),
             pinned: false,
@@ -343,7 +408,7 @@ impl Run<'_> {
     /// Starts every daemon and application; returns once the feed handler may start.
     fn start(&mut self) -> Result<()> {
         let net = &self.net;
-        let seq = net.seq.clone();
+        let (seq, seq2, coord) = (net.seq.clone(), net.seq2.clone(), net.coord.clone());
         let (h1, h2) = (net.h1.clone(), net.h2.clone());
         let site = self.site();
         write_key(
@@ -366,14 +431,17 @@ impl Run<'_> {
                     .with_context(|| s(&path))?;
             }
         }
-        // The sequencer host, then the application hosts once its stores exist (their
-        // replication clients would otherwise be refused until then).
+        self.start_etcd(&coord)?;
+        // Member 1 of every group bootstraps it and leads; member 2 follows it as the standby
+        // and joins the in-sync set once it holds everything released.
         self.start_host(&seq, &files[0].1)?;
-        for stream in site.sequenced().into_iter().chain([COMPOSITE]) {
-            self.wait_store(&site.store("seq", stream))?;
-        }
-        self.start_host(&h1, &files[1].1)?;
-        self.start_host(&h2, &files[2].1)?;
+        self.start_host(&seq2, &files[1].1)?;
+        self.wait_leader(0, true)?;
+        // Host 2 merges the composite from its replicas; host 1's replica of it follows host
+        // 2's server, which refuses it until the composite exists.
+        self.start_host(&h2, &files[3].1)?;
+        self.wait_store(&site.store("h2", COMPOSITE))?;
+        self.start_host(&h1, &files[2].1)?;
         let idle = self.cli.idle.clone();
 
         let args = vec![
@@ -427,9 +495,116 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Starts etcd on the coordination host (its data in the work directory) and waits
+    /// until it reports itself healthy (`etcdctl endpoint health`: it has elected itself, so
+    /// the members' first calls do not time out).
+    fn start_etcd(&mut self, coord: &Host) -> Result<()> {
+        let (ip, port) = (coord.ip, self.cli.port_base + 30);
+        let client = format!("http://{ip}:{port}");
+        let peer = format!("http://{ip}:{}", self.cli.port_base + 31);
+        let args: Vec<String> = [
+            "--name",
+            "demo",
+            "--data-dir",
+            &s(&self.l.work.join("etcd")),
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &format!("demo={peer}"),
+            "--logger",
+            "zap",
+            "--log-level",
+            "warn",
+        ]
+        .map(String::from)
+        .to_vec();
+        let program =
+            std::env::var_os("ETCD_BIN").map_or_else(|| PathBuf::from("etcd"), PathBuf::from);
+        self.procs
+            .spawn("etcd", coord.netns.as_deref(), &program, &args)
+            .context("etcd is Debian's etcd-server (scripts/deps.sh --tests installs it; ETCD_BIN names another binary)")?;
+        let netns = coord.netns.clone();
+        let healthy = || {
+            let mut c = match &netns {
+                Some(ns) => {
+                    let mut c = std::process::Command::new("ip");
+                    c.args(["netns", "exec", ns, "etcdctl"]);
+                    c
+                }
+                None => std::process::Command::new("etcdctl"),
+            };
+            c.env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={client}"))
+                .args(["endpoint", "health", "--command-timeout=500ms"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let left = self.left();
+        wait_until(
+            &format!("etcd on {client} to report itself healthy (etcdctl endpoint health; etcdctl is Debian's etcd-client)"),
+            left,
+            &mut self.procs,
+            &self.stop,
+            || Ok(healthy()),
+        )
+    }
+
+    /// The counters file of host `host`'s seqstreamd.
+    fn daemon_counters(&self, host: &str) -> PathBuf {
+        let site = self.site();
+        (site.counters)(&site, host).expect("the demo names every counters file")
+    }
+
+    /// Sequencer host `host`'s (0: `seq`, 1: `seq2`) counters file, and the label of
+    /// `<stream>-seq <what>` for every stream.
+    fn member_counters(&self, host: usize, what: &str) -> (PathBuf, Vec<String>) {
+        let labels = self
+            .site()
+            .sequenced()
+            .into_iter()
+            .map(|st| format!("{}-seq {what}", stream_name(st)))
+            .collect();
+        (self.daemon_counters(SEQ_HOSTS[host]), labels)
+    }
+
+    /// Whether sequencer host `host` leads every stream (by its counters).
+    fn leads_all(&self, host: usize) -> bool {
+        let (file, states) = self.member_counters(host, MEMBER_STATE);
+        states.iter().all(|l| counter(&file, l) == 2)
+    }
+
+    /// Waits until sequencer host `host` (0: `seq`, 1: `seq2`) leads every stream, and with
+    /// `in_sync` until each group's in-sync set holds both members.
+    fn wait_leader(&mut self, host: usize, in_sync: bool) -> Result<()> {
+        let (file, states) = self.member_counters(host, MEMBER_STATE);
+        let (_, sets) = self.member_counters(host, MEMBER_IN_SYNC);
+        let what = format!(
+            "{} to lead every stream{}",
+            SEQ_HOSTS[host],
+            if in_sync {
+                " with both members in sync"
+            } else {
+                ""
+            }
+        );
+        let left = self.left();
+        wait_until(&what, left, &mut self.procs, &self.stop, || {
+            Ok(states.iter().all(|l| counter(&file, l) == 2)
+                && (!in_sync || sets.iter().all(|l| counter(&file, l) == 3)))
+        })
+    }
+
     /// Records the threads of each host's seqstreamd (from `/proc/<pid>/task`).
     fn sample_threads(&mut self) -> Result<()> {
-        for host in ["seq", "h1", "h2"] {
+        for host in ["seq", "seq2", "h1", "h2"] {
             let pid = self.procs.pid(&format!("seqstreamd-{host}"))?;
             let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))?
                 .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
@@ -441,19 +616,20 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// netfloor: one UDP one-way h1 → seq plus one TCP one-way seq → h1, per round trip.
+    /// netfloor: one UDP one-way h1 → seq plus one TCP one-way seq → h1, per round trip
+    /// (the path of an order without the standby's round trip).
     fn floor(&mut self) -> Result<Value> {
         let (seq, h1) = (self.net.seq.clone(), self.net.h1.clone());
         let port = self.cli.port_base + 21;
         let serve = vec![
             "serve".into(),
             "--udp".into(),
-            format!("{}:{port}", self.net.seq_bind()),
+            format!("{}:{port}", self.net.seq.ip),
             "--tcp".into(),
-            format!("{}:{port}", self.net.seq_bind()),
+            format!("{}:{port}", self.net.seq.ip),
         ];
         self.spawn("netfloor-serve", &seq, "netfloor", serve)?;
-        let target = self.net.seq_from_h1;
+        let target = self.net.seq.ip;
         let ping = vec![
             "ping".into(),
             "--udp".into(),
@@ -532,6 +708,9 @@ impl Run<'_> {
             self.spawn("feedhandler-itch", &h2, "feedhandler", args)?;
             names.push("feedhandler-itch");
         }
+        if self.cli.failover {
+            self.fail_over(names[0])?;
+        }
         let left = self.left();
         self.procs.wait_all(&names, left)?;
         let summary = |name: &str| read_json(&self.l.file("h2", &format!("{name}.json")));
@@ -561,17 +740,70 @@ impl Run<'_> {
         Ok((cme, itch))
     }
 
-    /// Stops everything so that every store ends complete: applications, then sequencers,
-    /// then the compositor once it has merged all, then — once every replica equals its
-    /// primary — the replication servers and iodaemons.
+    /// `--failover`: once the feed handler `feed` has replayed `kill_at_packets` packets (or
+    /// has finished), kills the seq host's seqstreamd with SIGKILL, waits until seq2 leads
+    /// every stream, records each stream's failover time (kill → the new leader's term-start
+    /// frame), and starts the killed daemon again, which rejoins as the standby.
+    fn fail_over(&mut self, feed: &str) -> Result<()> {
+        let feed_counters = self.l.counters(feed);
+        let deadline = Instant::now() + self.left();
+        loop {
+            let replayed = counter(&feed_counters, "packets replayed");
+            if replayed >= self.kill_at_packets || !self.procs.running(feed)? {
+                break;
+            }
+            self.procs.check_running()?;
+            if self.stop.load(Ordering::Relaxed) || Instant::now() > deadline {
+                bail!("interrupted or out of time before the failover");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let replayed = counter(&feed_counters, "packets replayed");
+        let killed_ns = wall_ns();
+        self.procs.kill("seqstreamd-seq")?;
+        println!("== failover: SIGKILL to the seq host's seqstreamd, the leader of every stream ({replayed} packets replayed)");
+        self.wait_leader(1, false)?;
+        let site = self.site();
+        for stream in site.sequenced() {
+            let dir = site.store("seq2", stream);
+            let (term, at_ns) = last_term_start(&dir)?
+                .with_context(|| format!("{} holds no term-start frame", dir.display()))?;
+            if at_ns < killed_ns {
+                bail!("stream {stream}: seq2's last term ({term}) began before the kill");
+            }
+            let ms = (at_ns - killed_ns) as f64 / 1e6;
+            println!(
+                "   stream {stream} ({}): seq2 leads term {term}, its first frame {ms:.1} ms after the kill",
+                stream_name(stream)
+            );
+            self.failovers.push(Failover { stream, term, ms });
+        }
+        // A supervisor would start it again: it finds a newer term, cuts the tail it
+        // sequenced that was never released, and follows seq2 as the standby.
+        let seq = self.net.seq.clone();
+        self.start_host(&seq, &site.files()[0].1)?;
+        let (file, states) = self.member_counters(0, MEMBER_STATE);
+        let left = self.left();
+        wait_until(
+            "the restarted seq host to follow as the standby",
+            left,
+            &mut self.procs,
+            &self.stop,
+            || Ok(states.iter().all(|l| counter(&file, l) == 1)),
+        )?;
+        println!("== failover: the seq host is back as the standby of every stream");
+        Ok(())
+    }
+
+    /// Stops everything so that every store ends complete: the applications; then, once
+    /// the composite holds every component message and every store of each stream (both
+    /// members', every replica) ends at the same position, the standby sequencer host and
+    /// then the leading one (a leader stopping first would hand over to its standby, which
+    /// would start a term of its own); then the application hosts.
     fn shut_down(&mut self) -> Result<(Value, Value)> {
         self.procs.stop("algo")?;
         self.procs.stop("oms")?;
-        // Nothing but heartbeat frames reaches a primary now; once the compositor has merged
-        // every component message, the sequencer host stops: its replication senders drain
-        // (they send what their stores hold until their replicas have acknowledged it all),
-        // so every primary's end is final and held by its replicas.
-        let composite = self.l.store("seq", "composite");
+        let composite = self.l.store("h2", "composite");
         let components = self.components();
         let components: Vec<(u32, &Path)> = components
             .iter()
@@ -588,50 +820,64 @@ impl Run<'_> {
                 Ok(a.missing == 0)
             },
         )?;
-        self.procs.stop("seqstreamd-seq")?;
-        let ends = self
-            .replica_pairs()
-            .into_iter()
-            .map(|(primary, replica)| Ok((digest(&primary)?.end_position, replica)))
-            .collect::<Result<Vec<_>>>()?;
+        let pairs = self.replica_pairs();
         let left = self.left();
         wait_until(
-            "every replica to catch up",
+            "every store of each stream to end at the same position",
             left,
             &mut self.procs,
             &self.stop,
             || {
-                Ok(ends
-                    .iter()
-                    .all(|(end, replica)| digest(replica).map_or(0, |d| d.end_position) == *end))
+                Ok(pairs.iter().all(|(primary, copy)| {
+                    let end = |d: &Path| digest(d).map_or(u64::MAX, |d| d.end_position);
+                    end(primary) == end(copy)
+                }))
             },
         )?;
+        let leader = (0..2)
+            .find(|&h| self.leads_all(h))
+            .context("neither sequencer host leads every stream")?;
+        self.frames_cut = self
+            .site()
+            .sequenced()
+            .into_iter()
+            .map(|st| {
+                counter(
+                    &self.daemon_counters("seq"),
+                    &format!("{}-seq frames cut", stream_name(st)),
+                )
+            })
+            .sum();
+        for host in [SEQ_HOSTS[1 - leader], SEQ_HOSTS[leader]] {
+            self.procs.stop(&format!("seqstreamd-{host}"))?;
+        }
         for name in ["seqstreamd-h1", "seqstreamd-h2"] {
             self.procs.stop(name)?;
         }
+        self.procs.stop_foreign("etcd")?;
         Ok((
             read_json(&self.l.file("h1", "algo.json"))?,
             read_json(&self.l.file("h2", "oms.json"))?,
         ))
     }
 
+    /// Every pair of stores that must end byte-identical, (the reference, a copy): each
+    /// sequenced stream's store on seq against seq2's and every replica; host 2's composite
+    /// against host 1's replica of it.
     fn replica_pairs(&self) -> Vec<(PathBuf, PathBuf)> {
-        let f = self.cli.feeds;
-        [
-            (f.cme(), "md", "h2"),
-            (true, "orders", "h1"),
-            (true, "orders", "h2"),
-            (true, "composite", "h1"),
-            (f.itch(), "itch", "h2"),
-        ]
-        .into_iter()
-        .filter(|(on, _, _)| *on)
-        .map(|(_, stream, host)| (stream, host))
-        .map(|(stream, host)| (self.l.store("seq", stream), self.l.store(host, stream)))
-        .collect()
+        let site = self.site();
+        let mut pairs = Vec::new();
+        for stream in site.sequenced() {
+            let primary = site.store("seq", stream);
+            pairs.push((primary.clone(), site.store("seq2", stream)));
+            for h in site.replicated_to(stream) {
+                pairs.push((primary.clone(), site.store(["h1", "h2"][h], stream)));
+            }
+        }
+        pairs.push((site.store("h2", COMPOSITE), site.store("h1", COMPOSITE)));
+        pairs
     }
 }
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let started = Instant::now();
@@ -674,9 +920,13 @@ fn main() -> Result<()> {
             path
         }
     };
-    for d in ["seq", "h1", "h2", "counters"] {
+    for d in ["seq", "seq2", "h1", "h2", "counters"] {
         std::fs::create_dir_all(work.join(d))?;
     }
+    // etcd wants its data directory private.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(work.join("etcd"))?;
     // Read the captures first: a bad file fails here, before anything starts, and their
     // spans size the default timeout.
     if !(cli.speed.is_finite() && cli.speed > 0.0) {
@@ -687,10 +937,17 @@ fn main() -> Result<()> {
         _ => 0.0,
     };
     let mut span = 0.0f64;
+    // `--failover` kills the leaders half way through the first feed's packets (or once it
+    // has replayed them all, if that comes first).
+    let mut kill_at_packets = 0;
     if cli.feeds.cme() {
         let (packets, _) =
             seqstream_apps::feed::read_mdp3(std::slice::from_ref(&cli.capture), cli.max_frames)
                 .with_context(|| format!("reading {}", cli.capture.display()))?;
+        // The feed handler replays each MsgSeqNum once (A/B arbitration).
+        let distinct: std::collections::HashSet<u32> =
+            packets.iter().map(|p| p.msg_seq_num).collect();
+        kill_at_packets = distinct.len() as u64 / 2;
         span = span.max(span_s(
             packets.first().map(|p| p.sending_time_ns),
             packets.last().map(|p| p.sending_time_ns),
@@ -700,6 +957,9 @@ fn main() -> Result<()> {
         let files = seqstream_apps::feed::capture_files(std::slice::from_ref(&cli.itch_capture))?;
         let (packets, _, _) = seqstream_apps::feed::read_itch(&files, None)
             .with_context(|| format!("reading {}", cli.itch_capture.display()))?;
+        if !cli.feeds.cme() {
+            kill_at_packets = packets.len() as u64 / 2;
+        }
         span = span.max(span_s(
             packets.first().map(|p| p.timestamp_ns),
             packets.last().map(|p| p.timestamp_ns),
@@ -727,6 +987,9 @@ fn main() -> Result<()> {
         stop,
         deadline: started + timeout,
         threads: Vec::new(),
+        kill_at_packets,
+        failovers: Vec::new(),
+        frames_cut: 0,
     };
     let result = (|| {
         run.start()?;
@@ -739,7 +1002,7 @@ fn main() -> Result<()> {
             );
         }
         let streams = 1 + usize::from(cli.feeds.cme()) + usize::from(cli.feeds.itch());
-        println!("== started ({} feeds, {} threading): 3 seqstreamd ({streams} sequencers, compositor, {} replication servers; 2 hosts' replicas and forwarders), algo, oms ({:.1} s)", cli.feeds.name(), cli.threading.name(), streams + 1, started.elapsed().as_secs_f64());
+        println!("== started ({} feeds, {} threading): etcd, 4 seqstreamd (2 sequencer hosts: {streams} sequencer groups of 2 members under standby-ack; 2 application hosts: replicas, forwarders, the compositor), algo, oms ({:.1} s)", cli.feeds.name(), cli.threading.name(), started.elapsed().as_secs_f64());
         let floor = run.floor()?;
         println!("== floor measured: {}", floor["udp_plus_tcp_oneway_ns"]);
         let (feed, itch_feed) = run.replay()?;

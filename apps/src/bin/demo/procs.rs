@@ -2,7 +2,6 @@
 //! (then SIGKILL), and killed when the demo ends in any way — by `Drop` on an error or a
 //! panic, and by the kernel (`PR_SET_PDEATHSIG`) if the demo itself is killed.
 
-use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -43,7 +42,11 @@ impl Procs {
         })
     }
 
-    /// Starts `program args…`, inside network namespace `netns` when given.
+    /// Starts `program args…`, inside network namespace `netns` when given. A process of the
+    /// same name that has exited (one that was killed) is replaced: the new one's output is
+    /// appended to its logs.
+    ///
+    /// Errors: a process of that name still runs; the program cannot be started.
     pub(crate) fn spawn(
         &mut self,
         name: &str,
@@ -51,8 +54,21 @@ impl Procs {
         program: &Path,
         args: &[String],
     ) -> Result<()> {
+        if let Some(i) = self.procs.iter().position(|p| p.name == name) {
+            if self.procs[i].exit.is_none() {
+                bail!("{name} runs already");
+            }
+            self.procs.remove(i);
+        }
         let log = self.logs.join(format!("{name}.log"));
         let out = self.logs.join(format!("{name}.out"));
+        let append = |path: &Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| path.display().to_string())
+        };
         let mut cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -63,8 +79,8 @@ impl Procs {
         };
         cmd.args(args)
             .stdin(Stdio::null())
-            .stdout(File::create(&out)?)
-            .stderr(File::create(&log)?)
+            .stdout(append(&out)?)
+            .stderr(append(&log)?)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -107,6 +123,32 @@ impl Procs {
             .iter_mut()
             .find(|p| p.name == name)
             .with_context(|| format!("no process {name}"))
+    }
+
+    /// Sends SIGKILL to `name` and reaps it: a crash on purpose, never reported as one.
+    pub(crate) fn kill(&mut self, name: &str) -> Result<()> {
+        let p = self.get(name)?;
+        if p.exit.is_some() {
+            bail!("{name} has exited already");
+        }
+        p.child.kill()?;
+        p.exit = Some(p.child.wait()?);
+        Ok(())
+    }
+
+    /// Whether `name` still runs (reaping it if it has exited).
+    ///
+    /// Errors: it has exited with a failure status.
+    pub(crate) fn running(&mut self, name: &str) -> Result<bool> {
+        let p = self.get(name)?;
+        if p.exit.is_none() {
+            p.exit = p.child.try_wait()?;
+        }
+        match p.exit {
+            None => Ok(true),
+            Some(s) if s.success() => Ok(false),
+            Some(s) => bail!("{name} failed ({s}):\n{}", tail(&p.log)),
+        }
     }
 
     /// Fails, naming it and showing its log, if a process that should still run has exited.
@@ -176,6 +218,17 @@ impl Procs {
 
     /// Sends SIGTERM to `name` and waits for it (SIGKILL after 10 s); fails unless it exits 0.
     pub(crate) fn stop(&mut self, name: &str) -> Result<()> {
+        self.terminate(name, false)
+    }
+
+    /// [`stop`](Self::stop) for a program that is not ours and may end by the SIGTERM itself
+    /// (etcd): that counts as a clean stop too.
+    pub(crate) fn stop_foreign(&mut self, name: &str) -> Result<()> {
+        self.terminate(name, true)
+    }
+
+    fn terminate(&mut self, name: &str, sigterm_ok: bool) -> Result<()> {
+        use std::os::unix::process::ExitStatusExt;
         let p = self.get(name)?;
         if p.exit.is_none() {
             // SAFETY: kill(2) on the pid of our own child, which `wait` has not reaped yet
@@ -198,6 +251,7 @@ impl Procs {
         }
         match p.exit {
             Some(s) if s.success() => Ok(()),
+            Some(s) if sigterm_ok && s.signal() == Some(libc::SIGTERM) => Ok(()),
             Some(s) => bail!("{name} exited with {s}:\n{}", tail(&p.log)),
             None => unreachable!("set above"),
         }

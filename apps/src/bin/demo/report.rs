@@ -52,7 +52,7 @@ pub(crate) fn audit_run(
     let (md_dir, orders_dir, composite_dir, itch_dir) = (
         l.store("seq", "md"),
         l.store("seq", "orders"),
-        l.store("seq", "composite"),
+        l.store("h2", "composite"),
         l.store("seq", "itch"),
     );
     let md = feed.map(|_| audit::stream(&md_dir)).transpose()?;
@@ -131,7 +131,7 @@ pub(crate) fn audit_run(
     println!("\n== stores (storetool verify, digest)");
     let mut verified = true;
     let mut digests: BTreeMap<String, StoreDigest> = BTreeMap::new();
-    for host in ["seq", "h1", "h2"] {
+    for host in ["seq", "seq2", "h1", "h2"] {
         for stream in ["md", "orders", "composite", "itch"] {
             let dir = l.store(host, stream);
             if !dir.exists() {
@@ -167,7 +167,7 @@ pub(crate) fn audit_run(
         let same_files = same_live_files(&primary, &replica)?;
         identical &= same_digest && same_files;
         println!(
-            "  replica {} vs primary {}: digest {}, live segment and index files {}",
+            "  {} vs {}: digest {}, live segment and index files {}",
             key(&replica),
             key(&primary),
             if same_digest { "equal" } else { "DIFFERENT" },
@@ -230,7 +230,25 @@ pub(crate) fn audit_run(
         ratio("p99")
     );
 
+    println!("\n== sequencer groups (2 members each, standby-ack)");
+    if run.cli.failover {
+        for f in &run.failovers {
+            println!(
+                "  stream {}: failed over to seq2 (term {}) in {:.1} ms (SIGKILL → its first frame)",
+                f.stream, f.term, f.ms
+            );
+        }
+        println!(
+            "  the killed member cut {} frames it had sequenced but never released, and rejoined as the standby",
+            run.frames_cut
+        );
+    } else {
+        println!("  no failover (run with --failover to kill the leaders half way through)");
+    }
+    let failovers_ok = !run.cli.failover || run.failovers.len() == run.components().len();
+
     let ok = lost == 0
+        && failovers_ok
         && duplicated == 0
         && gaps == 0
         && identical
@@ -251,7 +269,11 @@ pub(crate) fn audit_run(
         "demo": if ok { "ok" } else { "failed" },
         "feeds": feeds.name(),
         "network": if run.net.is_netns() { "netns" } else { "loopback" },
-        "daemons": 3,
+        "daemons": 4,
+        "sequencer_groups": {"members": 2, "release": "standby-ack"},
+        "failovers": run.failovers.len(),
+        "failover_ms": run.failovers.iter().map(|f| (f.ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        "frames_cut": run.frames_cut,
         "threads": run.threads.iter().map(|(h, n)| (h.to_string(), json!(n.len()))).collect::<serde_json::Map<_, _>>(),
         "threading": run.cli.threading.name(),
         "streams": streams,

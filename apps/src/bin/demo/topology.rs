@@ -5,11 +5,18 @@
 //! deployment cannot drift apart.
 //!
 //! ```text
-//!  seq host : md-seq (stream 1), orders-seq (2), itch-seq (4), composite (3 = 1 + 2 [+ 4]),
-//!             a replication server per stream (<stream>-serve)
-//!  host 1   : orders-rep, composite-rep, fwd (the algo's outbox → orders-seq)
-//!  host 2   : md-rep, orders-rep, itch-rep, fwd (the OMS's and feed handlers' outboxes)
+//!  seq host  : member 1 of each stream's sequencer group (`<stream>-seq`, bootstrap)
+//!  seq2 host : member 2 of each (its standby): md-seq (stream 1), orders-seq (2), itch-seq (4)
+//!  host 1    : orders-rep, composite-rep, fwd (the algo's outbox → orders-seq)
+//!  host 2    : md-rep, orders-rep, itch-rep, composite (3 = 1 + 2 [+ 4], merged from those
+//!              replicas), composite-serve, fwd (the OMS's and feed handlers' outboxes)
 //! ```
+//!
+//! Every sequenced stream is a two-member sequencer group under `standby-ack` (`DESIGN.md`,
+//! "Sequencer failover"; etcd on a host of its own): consumers receive a frame only once
+//! the standby holds it, so either member can take over without loss. The composite is merged
+//! on host 2 from its replicas, which hold only released frames: a compositor on a
+//! sequencer host would merge frames its standby might never have had, and would die with it.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -51,15 +58,18 @@ pub(crate) struct Site {
     pub cme: bool,
     /// See `cme`.
     pub itch: bool,
-    /// The address the seq host's sequencers and servers bind to.
-    pub seq_bind: IpAddr,
-    /// The seq host's address as host 1 and host 2 reach it.
-    pub seq_from: [IpAddr; 2],
+    /// The sequencer hosts' addresses: `seq` (member 1 of every group) and `seq2` (member 2).
+    pub seq_ip: [IpAddr; 2],
     /// Host 1's and host 2's own addresses (their datagrams' source).
     pub host_ip: [IpAddr; 2],
-    /// Host 1's and host 2's addresses as the seq host sees their connections.
+    /// Host 1's and host 2's addresses as the other hosts see their connections.
     pub client_ip: [IpAddr; 2],
-    /// The directory of host `seq`, `h1` or `h2`'s stores.
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    /// The sequencer groups' lease TTL, s: a dead leader that is not deposed at once is
+    /// replaced after about this.
+    pub lease_ttl_s: u64,
+    /// The directory of host `seq`, `seq2`, `h1` or `h2`'s stores.
     pub stores: fn(&Site, &str) -> PathBuf,
     /// The directory of a host's outboxes.
     pub outboxes: fn(&Site, &str) -> PathBuf,
@@ -72,7 +82,9 @@ pub(crate) struct Site {
     pub keys: PathBuf,
     /// The work directory of the demo (unused for real hosts).
     pub work: PathBuf,
-    /// Sequencer `n` listens on UDP `port_base + n`, its server on TCP `port_base + 10 + n`.
+    /// The group of stream port `n` listens on UDP `port_base + n`, its members' replication
+    /// servers on TCP `port_base + 10 + n` (each member on its own host's address); the
+    /// composite's server on host 2, TCP `port_base + 13`.
     pub port_base: u16,
     /// Segment size of every store, bytes.
     pub segment_size: u64,
@@ -209,7 +221,7 @@ impl Site {
     }
 
     /// The hosts (indexes) that keep a replica of `stream`.
-    fn replicated_to(&self, stream: u32) -> Vec<usize> {
+    pub(crate) fn replicated_to(&self, stream: u32) -> Vec<usize> {
         (0..2)
             .filter(|&h| self.replicas(h).contains(&stream))
             .collect()
@@ -244,24 +256,35 @@ impl Site {
         }
     }
 
-    /// The sequencer host's file.
-    pub(crate) fn seq_host(&self) -> Table {
-        let mut file = self.header("seq");
-        let mut next_core = 2i64;
-        let mut core = || {
-            let c = next_core;
-            next_core += 1;
-            c
-        };
-        let mut sequencers = Vec::new();
-        for stream in self.sequenced() {
+    /// The replication address of member `node` (1 or 2) of the group of `stream`.
+    fn member_address(&self, node: usize, stream: u32) -> String {
+        format!(
+            "{}:{}",
+            self.seq_ip[node - 1],
+            self.port_base + 10 + port(stream)
+        )
+    }
+
+    /// Sequencer host `node`'s file (1: `seq`, 2: `seq2`): its member of every stream's
+    /// sequencer group.
+    pub(crate) fn seq_member(&self, node: usize) -> Table {
+        let host = SEQ_HOSTS[node - 1];
+        let mut file = self.header(host);
+        let mut groups = Vec::new();
+        for (i, stream) in self.sequenced().into_iter().enumerate() {
+            let name = stream_name(stream);
             let mut t = Table::new();
-            t.insert("name".into(), format!("{}-seq", stream_name(stream)).into());
-            t.insert("store".into(), s(&self.store("seq", stream)));
+            t.insert("name".into(), format!("{name}-seq").into());
+            t.insert("store".into(), s(&self.store(host, stream)));
             t.insert("stream_id".into(), i64::from(stream).into());
             t.insert(
                 "listen".into(),
-                format!("{}:{}", self.seq_bind, self.port_base + port(stream)).into(),
+                format!(
+                    "{}:{}",
+                    self.seq_ip[node - 1],
+                    self.port_base + port(stream)
+                )
+                .into(),
             );
             t.insert(
                 "source".into(),
@@ -280,54 +303,35 @@ impl Site {
                 Some(ms) => t.insert("heartbeat_ms".into(), (ms as i64).into()),
                 None => t.insert("no_heartbeat".into(), true.into()),
             };
-            self.place(&mut t, "core", core().into());
-            sequencers.push(Value::Table(t));
-        }
-        file.insert("sequencer".into(), Value::Array(sequencers));
-        let mut c = Table::new();
-        c.insert("name".into(), "composite".into());
-        c.insert(
-            "component".into(),
-            strings(
-                self.sequenced()
-                    .into_iter()
-                    .map(|st| self.store("seq", st).display().to_string()),
-            ),
-        );
-        c.insert("output".into(), s(&self.store("seq", COMPOSITE)));
-        c.insert("stream_id".into(), i64::from(COMPOSITE).into());
-        c.insert("policy".into(), "arrival".into());
-        c.insert("segment_size".into(), (self.segment_size as i64).into());
-        self.place(&mut c, "core", core().into());
-        file.insert("compositor".into(), Value::Array(vec![Value::Table(c)]));
-        let mut servers = Vec::new();
-        let mut served = self.sequenced();
-        let orders = served.iter().position(|&st| st == ORDERS).unwrap_or(0);
-        served.insert(orders + 1, COMPOSITE);
-        for stream in served {
-            let to = self.replicated_to(stream);
-            let mut t = Table::new();
+            t.insert("node_id".into(), (node as i64).into());
             t.insert(
-                "name".into(),
-                format!("{}-serve", stream_name(stream)).into(),
+                "member".into(),
+                strings((1..=2).map(|n| format!("{n}={}", self.member_address(n, stream)))),
             );
-            t.insert("store".into(), s(&self.store("seq", stream)));
-            t.insert("stream_id".into(), i64::from(stream).into());
+            t.insert("etcd".into(), strings(self.etcd.iter().cloned()));
+            t.insert("etcd_prefix".into(), format!("/seqstream/{name}").into());
+            t.insert("lease_ttl_s".into(), (self.lease_ttl_s as i64).into());
+            t.insert("release".into(), "standby-ack".into());
+            t.insert("bootstrap".into(), (node == 1).into());
             t.insert("secret_file".into(), s(&self.secret));
-            t.insert(
-                "listen".into(),
-                format!("{}:{}", self.seq_bind, self.port_base + 10 + port(stream)).into(),
-            );
-            let mut allow: Vec<String> =
-                to.iter().map(|&h| self.client_ip[h].to_string()).collect();
-            allow.dedup();
-            t.insert("allow".into(), strings(allow));
-            let cores: Vec<Value> = to.iter().map(|_| Value::from(core())).collect();
-            self.place(&mut t, "cores", Value::Array(cores));
-            servers.push(Value::Table(t));
+            t.insert("allow".into(), self.consumers(stream));
+            self.place(&mut t, "core", (2 + i as i64).into());
+            groups.push(Value::Table(t));
         }
-        file.insert("serve".into(), Value::Array(servers));
+        file.insert("sequencer_group".into(), Value::Array(groups));
         file
+    }
+
+    /// The `allow` list of `stream`'s replication server(s): the addresses of the hosts
+    /// that keep a replica of it.
+    fn consumers(&self, stream: u32) -> Value {
+        let mut allow: Vec<String> = self
+            .replicated_to(stream)
+            .iter()
+            .map(|&h| self.client_ip[h].to_string())
+            .collect();
+        allow.dedup();
+        strings(allow)
     }
 
     /// Application host `host`'s file (0: host 1, 1: host 2).
@@ -335,6 +339,10 @@ impl Site {
         let me = ["h1", "h2"][host];
         let mut file = self.header(me);
         let mut next_core = 2i64;
+        let mut core = || {
+            next_core += 1;
+            next_core
+        };
         let mut follows = Vec::new();
         for stream in self.replicas(host) {
             let mut t = Table::new();
@@ -342,17 +350,17 @@ impl Site {
             t.insert("store".into(), s(&self.store(me, stream)));
             t.insert("stream_id".into(), i64::from(stream).into());
             t.insert("secret_file".into(), s(&self.secret));
-            t.insert(
-                "upstream".into(),
-                format!(
+            let upstream = if stream == COMPOSITE {
+                Value::String(format!(
                     "{}:{}",
-                    self.seq_from[host],
-                    self.port_base + 10 + port(stream)
-                )
-                .into(),
-            );
-            next_core += 1;
-            self.place(&mut t, "core", next_core.into());
+                    self.host_ip[1],
+                    self.port_base + 10 + port(COMPOSITE)
+                ))
+            } else {
+                strings((1..=2).map(|n| self.member_address(n, stream)))
+            };
+            t.insert("upstream".into(), upstream);
+            self.place(&mut t, "core", core().into());
             follows.push(Value::Table(t));
         }
         let mut f = Table::new();
@@ -375,10 +383,14 @@ impl Site {
         f.insert(
             "route".into(),
             strings(routes.into_iter().map(|st| {
+                let members: Vec<String> = self
+                    .seq_ip
+                    .iter()
+                    .map(|ip| format!("{ip}:{}", self.port_base + port(st)))
+                    .collect();
                 format!(
-                    "{st}={}:{}={}",
-                    self.seq_from[host],
-                    self.port_base + port(st),
+                    "{st}={}={}",
+                    members.join(","),
                     self.store(me, st).display()
                 )
             })),
@@ -391,31 +403,85 @@ impl Site {
         self.place(&mut f, "core", 2.into());
         file.insert("follow".into(), Value::Array(follows));
         file.insert("forward".into(), Value::Array(vec![Value::Table(f)]));
+        if host == 1 {
+            self.composite_roles(&mut file, &mut core);
+        }
         file
     }
 
-    /// Every host's file as TOML text: (`seq`/`h1`/`h2`, text).
+    /// Host 2's compositor (merging its replicas of the sequenced streams) and the
+    /// composite's replication server.
+    fn composite_roles(&self, file: &mut Table, core: &mut impl FnMut() -> i64) {
+        let mut c = Table::new();
+        c.insert("name".into(), "composite".into());
+        c.insert(
+            "component".into(),
+            strings(
+                self.sequenced()
+                    .into_iter()
+                    .map(|st| self.store("h2", st).display().to_string()),
+            ),
+        );
+        c.insert("output".into(), s(&self.store("h2", COMPOSITE)));
+        c.insert("stream_id".into(), i64::from(COMPOSITE).into());
+        c.insert("policy".into(), "arrival".into());
+        c.insert("segment_size".into(), (self.segment_size as i64).into());
+        self.place(&mut c, "core", core().into());
+        file.insert("compositor".into(), Value::Array(vec![Value::Table(c)]));
+        let mut t = Table::new();
+        t.insert("name".into(), "composite-serve".into());
+        t.insert("store".into(), s(&self.store("h2", COMPOSITE)));
+        t.insert("stream_id".into(), i64::from(COMPOSITE).into());
+        t.insert("secret_file".into(), s(&self.secret));
+        t.insert(
+            "listen".into(),
+            format!(
+                "{}:{}",
+                self.host_ip[1],
+                self.port_base + 10 + port(COMPOSITE)
+            )
+            .into(),
+        );
+        t.insert("allow".into(), self.consumers(COMPOSITE));
+        let cores: Vec<Value> = self
+            .replicated_to(COMPOSITE)
+            .iter()
+            .map(|_| Value::from(core()))
+            .collect();
+        self.place(&mut t, "cores", Value::Array(cores));
+        file.insert("serve".into(), Value::Array(vec![Value::Table(t)]));
+    }
+
+    /// Every host's file as TOML text: (`seq`/`seq2`/`h1`/`h2`, text).
     pub(crate) fn files(&self) -> Vec<(&'static str, String)> {
         let text = |t: Table| toml::to_string(&t).expect("a host file serializes");
         vec![
-            ("seq", text(self.seq_host())),
+            ("seq", text(self.seq_member(1))),
+            ("seq2", text(self.seq_member(2))),
             ("h1", text(self.app_host(0))),
             ("h2", text(self.app_host(1))),
         ]
     }
 }
 
-/// Writes the topology's files for three real hosts into `dir` (`seq-host/`, `host1/`,
-/// `host2/`, each a `seqstreamd.toml`): the example files of `config/`.
+/// The sequencer hosts: member 1 and member 2 of every sequencer group.
+pub(crate) const SEQ_HOSTS: [&str; 2] = ["seq", "seq2"];
+
+/// Writes the topology's files for four real hosts into `dir` (`seq-host/`, `seq-host-2/`,
+/// `host1/`, `host2/`, each a `seqstreamd.toml`): the example files of `config/`.
 pub(crate) fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> anyhow::Result<()> {
     let ip = |d: u8| IpAddr::from([10, 0, 0, d]);
     let site = Site {
         cme,
         itch,
-        seq_bind: ip(1),
-        seq_from: [ip(1), ip(1)],
+        seq_ip: [ip(1), ip(4)],
         host_ip: [ip(2), ip(3)],
         client_ip: [ip(2), ip(3)],
+        etcd: ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
+            .iter()
+            .map(|h| format!("http://{h}:2379"))
+            .collect(),
+        lease_ttl_s: 2,
         stores: |_, _| PathBuf::from("/var/lib/seqstream"),
         outboxes: |_, _| PathBuf::from("/dev/shm/seqstream"),
         counters: |_, _| Some(PathBuf::from("/dev/shm/seqstream/seqstreamd.counters")),
@@ -429,7 +495,11 @@ pub(crate) fn write_real_hosts(dir: &std::path::Path, cme: bool, itch: bool) -> 
         idle: "busy-spin".into(),
         pinned: true,
     };
-    for ((_, text), host) in site.files().into_iter().zip(["seq-host", "host1", "host2"]) {
+    for ((_, text), host) in
+        site.files()
+            .into_iter()
+            .zip(["seq-host", "seq-host-2", "host1", "host2"])
+    {
         let d = dir.join(host);
         std::fs::create_dir_all(&d)?;
         let header = format!(
