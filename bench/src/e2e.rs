@@ -39,8 +39,8 @@
 //! sequencer host member 2, its standby, over an etcd on the coordination host; host A's files are the
 //! same, pointed at member 1; every host on one shared thread. Under `standby-ack` a frame
 //! reaches A only after the standby acked it: `standby_ack_cost_64B` is the difference of
-//! the two p50s, against two raw TCP one-way hops between the two sequencer hosts (the
-//! standby's round trip).
+//! the two p50s (0 when noise puts the standby-ack p50 below the immediate one), against two
+//! raw TCP one-way hops between the two sequencer hosts (the standby's round trip).
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -47,7 +47,13 @@ fn check_shape(figures: &[serde_json::Value], bench: &str) {
             f["floor"].as_f64().unwrap(),
             f["ratio"].as_f64().unwrap(),
         );
-        assert!(value > 0.0 && floor > 0.0, "{f}");
+        // A cost is a difference of two p50s measured apart: on a noisy machine it can come
+        // out at 0 (the bench clamps a negative difference there).
+        let may_be_zero = f["case"].as_str().is_some_and(|c| c.contains("_cost_"));
+        assert!(
+            (value > 0.0 || (may_be_zero && value == 0.0)) && floor > 0.0,
+            "{f}"
+        );
         assert!(
             (ratio - value / floor).abs() <= 1e-9 * ratio.abs().max(1.0),
             "{f}"

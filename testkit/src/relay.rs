@@ -2,7 +2,7 @@
 //! drops, duplicates and reorders datagrams in both directions (NAKs included), on a thread of
 //! its own, stopped and joined when dropped. Deterministic for a seed, up to thread timing.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -27,8 +27,14 @@ pub struct LossyRelay {
 impl LossyRelay {
     /// A relay on 127.0.0.1 to `to`, its losses drawn from `seed`.
     pub fn start(to: SocketAddr, seed: u64) -> LossyRelay {
-        let front = UdpSocket::bind("127.0.0.1:0").expect("binding the relay's front");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("binding the relay's back");
+        LossyRelay::start_on(IpAddr::from([127, 0, 0, 1]), to, seed)
+    }
+
+    /// A relay whose two sockets are bound to `ip` (the destination sees its datagrams come
+    /// from `ip`), in the network namespace of the calling thread.
+    pub fn start_on(ip: IpAddr, to: SocketAddr, seed: u64) -> LossyRelay {
+        let front = UdpSocket::bind((ip, 0)).expect("binding the relay's front");
+        let back = UdpSocket::bind((ip, 0)).expect("binding the relay's back");
         front.set_nonblocking(true).expect("non-blocking");
         back.set_nonblocking(true).expect("non-blocking");
         let addr = front.local_addr().expect("bound");

@@ -1,15 +1,21 @@
-//! What the sequencer group tests share: a group of `seqstreamd` members over a real etcd on
-//! loopback (member 1 on 127.0.0.3, 2 on 127.0.0.2, 3 on 127.0.0.4), a client host (a
-//! `seqstreamd` on 127.0.0.1 replicating the stream and forwarding its applications'
-//! messages), and readers of the stores they write.
+//! What the sequencer group tests share: a group of `seqstreamd` members over a real etcd, a
+//! client host (a `seqstreamd` replicating the stream and forwarding its applications'
+//! messages), and readers of the stores they write. The hosts are loopback addresses
+//! ([`Group::with`]: member 1 on 127.0.0.3, 2 on 127.0.0.2, 3 on 127.0.0.4, the client and
+//! etcd on 127.0.0.1), or network namespaces ([`Group::in_namespaces`], root only: the demo's
+//! hosts of `seqstream_apps::net`, member 1 on `seq`, 2 on `seq2`, the client on `h1`, etcd
+//! on `coord`).
+#![allow(dead_code)] // each test crate uses a different part of this module
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use seqstream_apps::net::Network;
 use seqstream_store::Tailer;
 use seqstream_testkit::etcd::Etcd;
+use seqstream_testkit::relay::LossyRelay;
 use seqstream_testkit::{free_tcp_port, free_udp_port, wait_counter, write_key, KillOnDrop};
 
 pub(crate) const STREAM: u32 = 4;
@@ -21,15 +27,22 @@ pub(crate) const STATE: &str = "md member state (0 idle 1 standby 2 leader)";
 /// One member: its node id, address, ports and files.
 pub(crate) struct Member {
     pub(crate) node: u32,
-    ip: &'static str,
+    ip: IpAddr,
     datagram: u16,
     replication: u16,
+    /// Its host's network namespace (`None` on loopback).
+    netns: Option<String>,
 }
 
 pub(crate) struct Group {
     dir: tempfile::TempDir,
     pub(crate) etcd: Etcd,
     members: Vec<Member>,
+    /// The client host's address: where its replication connections and its relays'
+    /// datagrams come from.
+    client_ip: IpAddr,
+    /// The namespaces, when the hosts are namespaces (dropped last: it removes them).
+    net: Option<Network>,
 }
 
 impl Group {
@@ -37,27 +50,54 @@ impl Group {
         Group::with(2)
     }
 
-    /// A group of `n` members (2 or 3).
+    /// A group of `n` members (2 or 3) on loopback addresses.
     pub(crate) fn with(n: usize) -> Group {
         let dir = tempfile::tempdir().unwrap();
         write_key(&dir.path().join("secret"), KEY);
-        let member = |node, ip| Member {
+        let member = |node, d: u8| Member {
             node,
-            ip,
+            ip: IpAddr::from([127, 0, 0, d]),
             datagram: free_udp_port(),
             replication: free_tcp_port(),
+            netns: None,
         };
         Group {
             dir,
             etcd: Etcd::start(),
-            members: [
-                member(1, "127.0.0.3"),
-                member(2, "127.0.0.2"),
-                member(3, "127.0.0.4"),
-            ]
-            .into_iter()
-            .take(n)
-            .collect(),
+            members: [member(1, 3), member(2, 2), member(3, 4)]
+                .into_iter()
+                .take(n)
+                .collect(),
+            client_ip: IpAddr::from([127, 0, 0, 1]),
+            net: None,
+        }
+    }
+
+    /// A group of two members on hosts of their own: network namespaces named after `tag`
+    /// (at most 8 characters). Needs root.
+    pub(crate) fn in_namespaces(tag: &str) -> Group {
+        assert!(
+            seqstream_apps::net::is_root(),
+            "this test makes network namespaces and needs root (CI runs as root)"
+        );
+        let net = Network::namespaces(tag).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        write_key(&dir.path().join("secret"), KEY);
+        let coord = net.coord.ip;
+        let etcd = net.coord.enter(|| Etcd::start_on(&[coord])).unwrap();
+        let member = |node, host: &seqstream_apps::net::Host| Member {
+            node,
+            ip: host.ip,
+            datagram: free_udp_port(),
+            replication: free_tcp_port(),
+            netns: host.netns.clone(),
+        };
+        Group {
+            dir,
+            etcd,
+            members: vec![member(1, &net.seq), member(2, &net.seq2)],
+            client_ip: net.h1.ip,
+            net: Some(net),
         }
     }
 
@@ -79,12 +119,26 @@ impl Group {
 
     pub(crate) fn datagram_addr(&self, node: u32) -> SocketAddr {
         let m = self.member(node);
-        format!("{}:{}", m.ip, m.datagram).parse().unwrap()
+        SocketAddr::new(m.ip, m.datagram)
     }
 
     pub(crate) fn replication_addr(&self, node: u32) -> SocketAddr {
         let m = self.member(node);
-        format!("{}:{}", m.ip, m.replication).parse().unwrap()
+        SocketAddr::new(m.ip, m.replication)
+    }
+
+    /// A lossy relay ([`LossyRelay`]) on the client host to member `node`'s datagram address.
+    pub(crate) fn relay(&self, node: u32, seed: u64) -> LossyRelay {
+        let (ip, to) = (self.client_ip, self.datagram_addr(node));
+        match &self.net {
+            Some(net) => net.h1.enter(|| LossyRelay::start_on(ip, to, seed)).unwrap(),
+            None => LossyRelay::start_on(ip, to, seed),
+        }
+    }
+
+    /// `seqstreamd` run on member `node`'s host (in its namespace, if any).
+    pub(crate) fn seqstreamd(&self, node: u32) -> Command {
+        command(self.member(node).netns.as_deref())
     }
 
     /// Starts member `node`'s seqstreamd.
@@ -97,7 +151,7 @@ impl Group {
         let members: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("\"{}={}:{}\"", m.node, m.ip, m.replication))
+            .map(|m| format!("\"{}={}\"", m.node, SocketAddr::new(m.ip, m.replication)))
             .collect();
         let text = format!(
             r#"
@@ -106,7 +160,7 @@ name = "md"
 store = "{store}"
 stream_id = {STREAM}
 listen = "{listen}"
-source = ["1@127.0.0.1", "2@127.0.0.1", "3@127.0.0.1"]
+source = ["1@{client}", "2@{client}", "3@{client}"]
 segment_size = 1048576
 heartbeat_ms = 20
 node_id = {node}
@@ -116,7 +170,7 @@ etcd_prefix = "/seqstream/group-test"
 lease_ttl_s = 1
 bootstrap = {bootstrap}
 secret_file = "{secret}"
-allow = ["127.0.0.1"]
+allow = ["{client}"]
 {extra}
 "#,
             store = self.store(node).display(),
@@ -124,13 +178,16 @@ allow = ["127.0.0.1"]
             members = members.join(", "),
             etcd = self.etcd.endpoint(),
             secret = self.path("secret").display(),
+            client = self.client_ip,
         );
-        self.spawn(&format!("member-{node}"), &text)
+        let netns = self.member(node).netns.clone();
+        self.spawn(&format!("member-{node}"), netns.as_deref(), &text)
     }
 
-    /// Starts a `seqstreamd` on `text` as `<name>.toml`, its counters in `<name>.counters`,
-    /// its log appended to `<name>.log` (a restarted member's log goes on).
-    fn spawn(&self, name: &str, text: &str) -> KillOnDrop {
+    /// Starts a `seqstreamd` on `text` as `<name>.toml` in namespace `netns` (if any), its
+    /// counters in `<name>.counters`, its log appended to `<name>.log` (a restarted member's
+    /// log goes on).
+    fn spawn(&self, name: &str, netns: Option<&str>, text: &str) -> KillOnDrop {
         let file = self.path(&format!("{name}.toml"));
         std::fs::write(&file, text).unwrap();
         let log = std::fs::OpenOptions::new()
@@ -139,7 +196,7 @@ allow = ["127.0.0.1"]
             .open(self.path(&format!("{name}.log")))
             .unwrap();
         KillOnDrop::spawn(
-            Command::new(env!("CARGO_BIN_EXE_seqstreamd"))
+            command(netns)
                 .arg("--config")
                 .arg(&file)
                 .arg("--counters")
@@ -194,7 +251,8 @@ resend_timeout_ms = 100
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        self.spawn("client", &text)
+        let netns = self.net.as_ref().and_then(|n| n.h1.netns.clone());
+        self.spawn("client", netns.as_deref(), &text)
     }
 
     pub(crate) fn logs(&self) -> String {
@@ -209,7 +267,11 @@ resend_timeout_ms = 100
 
     /// The node ids of the in-sync set etcd holds (`None`: no in-sync key).
     pub(crate) fn in_sync(&self) -> Option<Vec<u32>> {
-        let v = self.etcd.get("/seqstream/group-test/in-sync")?;
+        let key = "/seqstream/group-test/in-sync";
+        let v = match &self.net {
+            Some(net) => net.coord.enter(|| self.etcd.get(key)).unwrap(),
+            None => self.etcd.get(key),
+        }?;
         let r: serde_json::Value = serde_json::from_str(&v).unwrap();
         Some(
             r["nodes"]
@@ -223,6 +285,19 @@ resend_timeout_ms = 100
 
     pub(crate) fn wait_state(&self, node: u32, state: u64) {
         wait_counter(&self.counters(node), STATE, LONG, |v| v == state);
+    }
+}
+
+/// `seqstreamd` in namespace `netns` (`ip netns exec` execs it: the child is seqstreamd).
+fn command(netns: Option<&str>) -> Command {
+    let bin = env!("CARGO_BIN_EXE_seqstreamd");
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, bin]);
+            c
+        }
+        None => Command::new(bin),
     }
 }
 
