@@ -17,7 +17,8 @@
 # to one on disk for etcd's real cost of a synced write.
 #
 # and fails if any message was lost, duplicated or reordered, or a store is not a prefix of
-# the leader's. Needs what the tests need (scripts/deps.sh --tests installs it).
+# the leader's. Every host is a network namespace (the demo's, on one bridge): run it as root.
+# Needs what the tests need (scripts/deps.sh --tests installs it).
 #
 # Usage: scripts/failover.sh [KILLS] [SEED] [SWITCHOVERS]     Works from any directory.
 set -euo pipefail

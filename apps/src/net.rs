@@ -72,7 +72,7 @@ pub struct Network {
     pub seq2: Host,
     /// Application host 1 (algo).
     pub h1: Host,
-    /// Application host 2 (OMS, feed handlers).
+    /// Application host 2 (OMS, feed handlers; the demo's compositor).
     pub h2: Host,
     /// The coordination host (etcd); with namespaces, the bridge's.
     pub coord: Host,
@@ -96,6 +96,14 @@ fn ip(args: &[&str]) -> Result<()> {
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+/// The last byte of a host's IPv4 address: its number in its interfaces' names.
+fn host_number(h: &Host) -> u8 {
+    match h.ip {
+        IpAddr::V4(a) => a.octets()[3],
+        IpAddr::V6(a) => a.octets()[15],
+    }
 }
 
 impl Host {
@@ -168,6 +176,11 @@ impl Network {
     /// characters (interface names are limited to 15). On an error, what was made is
     /// removed.
     pub fn namespaces(tag: &str) -> Result<Network> {
+        if tag.len() > 8 {
+            bail!(
+                "namespace tag {tag:?}: at most 8 characters (interface names are limited to 15)"
+            );
+        }
         let host = |name: &'static str, d: u8| Host {
             name,
             netns: Some(format!("{tag}-{name}")),
@@ -205,10 +218,13 @@ impl Network {
         for h in [&net.seq, &net.seq2, &net.h1, &net.h2] {
             let ns = h.netns.as_deref().expect("set above");
             let port = h.link.as_deref().expect("set above");
-            let end = format!("{tag}v{}", &port[tag.len() + 1..]);
-            ip(&["link", "add", &end, "type", "veth", "peer", "name", port])?;
-            ip(&["link", "set", &end, "netns", ns])?;
-            ip(&["link", "set", port, "netns", &coord])?;
+            let end = format!("{tag}v{}", host_number(h));
+            // Made in place, each end in its namespace: nothing is left in this one, and
+            // deleting the namespaces deletes the pair.
+            ip(&[
+                "link", "add", &end, "netns", ns, "type", "veth", "peer", "name", port, "netns",
+                &coord,
+            ])?;
             ip(&["-n", &coord, "link", "set", port, "master", &bridge])?;
             ip(&["-n", &coord, "link", "set", port, "up"])?;
             ip(&["-n", ns, "addr", "add", &cidr(h), "dev", &end])?;

@@ -23,13 +23,21 @@ fn demo_topology_loses_nothing_duplicates_nothing_and_replicas_are_identical() {
         (j["daemons"].as_u64(), j["threading"].as_str()),
         (Some(4), Some("shared"))
     );
-    assert_eq!(j["failovers"], 0);
+    assert_eq!(
+        (j["failovers"].as_u64(), j["packets_at_kill"].as_u64()),
+        (Some(0), Some(0))
+    );
     // The same run with a thread per role and per sender, and the leaders killed half way:
     // the same audit, frame for frame.
     let (d, _) = common::small_demo(port_base, &["--threading", "dedicated", "--failover"]);
     assert_eq!(d["threading"], "dedicated");
     assert_eq!(d["failovers"], 2, "md and orders failed over: {d}");
     assert_eq!(d["failover_ms"].as_array().unwrap().len(), 2);
+    assert_eq!(d["failover_terms"], serde_json::json!([2, 2]), "{d}");
+    // Killed in the middle of the replay (of the 500 packets A/B arbitration keeps), not
+    // after it.
+    let at = d["packets_at_kill"].as_u64().unwrap();
+    assert!(0 < at && at < 500, "killed at packet {at}");
     for key in ["streams", "orders", "execution_reports", "capture"] {
         assert_eq!(d[key], j[key], "{key}: dedicated vs shared");
     }

@@ -7,7 +7,7 @@
 //!
 //! Three hosts run in this process, each one [`seqstreamd::Host`] started from the TOML a
 //! user would write: the sequencer host (`[[sequencer]]`, `[[serve]]`) and hosts A and B
-//! (`[[forward]]`, `[[follow]]`). As root they are network namespaces on one bridge
+//! (`[[forward]]`, `[[follow]]`); the group cases run the second sequencer host instead of B. As root they are network namespaces on one bridge
 //! (`seqstream_apps::net`, the demo's hosts): each host is started from a thread that entered
 //! its namespace, so its sockets and runner threads live there. Otherwise (or with
 //! `--network loopback`) they are loopback addresses.
@@ -153,8 +153,6 @@ struct AppHost {
     name: &'static str,
     /// Its network host (namespace or loopback address).
     net: NetHost,
-    /// The sequencer host's address as this host reaches it.
-    seq_from: IpAddr,
     /// The address its replication client connects from, as the sequencer host sees it.
     client_ip: IpAddr,
     source: u32,
@@ -178,9 +176,8 @@ impl AppHost {
 /// The files and ports every host of one case names.
 struct Site {
     dir: PathBuf,
-    /// The sequencer host, and the address its sockets bind.
+    /// The sequencer host (its sockets bind its address, which every host reaches).
     seq: NetHost,
-    seq_bind: IpAddr,
     /// The sequencer's UDP port and the replication server's TCP port.
     sequencer_port: u16,
     server_port: u16,
@@ -206,19 +203,15 @@ impl Site {
         std::fs::create_dir_all(&dir)?;
         let secret = dir.join("replication.key");
         crate::certs::write_private(&secret, b"the e2e bench's replication key")?;
-        let host = |name: &'static str, h: &NetHost, seq_from: IpAddr, source: u32| AppHost {
+        let host = |name: &'static str, h: &NetHost, source: u32| AppHost {
             name,
             net: h.clone(),
-            seq_from,
             client_ip: net.client_ip(h),
             source,
             outbox: dir.join(format!("{name}.outbox")),
             replica: dir.join(format!("{name}-replica")),
         };
-        let hosts = [
-            host("a", &net.h1, net.seq.ip, 1),
-            host("b", &net.h2, net.seq.ip, 2),
-        ];
+        let hosts = [host("a", &net.h1, 1), host("b", &net.h2, 2)];
         for h in &hosts {
             if security != Security::Plain {
                 crate::certs::write_private(
@@ -230,18 +223,14 @@ impl Site {
             drop(h.open_outbox()?);
         }
         let certs = match security {
-            Security::Tls => Some(crate::certs::write(
-                &dir,
-                &[net.seq.ip.to_string(), net.seq.ip.to_string()],
-            )?),
+            Security::Tls => Some(crate::certs::write(&dir, &[net.seq.ip.to_string()])?),
             _ => None,
         };
-        let seq_bind = net.seq.ip;
+        let ip = net.seq.ip;
         Ok(Site {
-            sequencer_port: net.seq.enter(|| free_port(seq_bind, true))??,
-            server_port: net.seq.enter(|| free_port(seq_bind, false))??,
+            sequencer_port: net.seq.enter(|| free_port(ip, true))??,
+            server_port: net.seq.enter(|| free_port(ip, false))??,
             seq: net.seq.clone(),
-            seq_bind,
             secret,
             hosts,
             certs,
@@ -282,7 +271,7 @@ impl Site {
         t += &format!(
             "[[sequencer]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{}\"\nsource = [{}]\n",
             store.display(),
-            SocketAddr::new(self.seq_bind, self.sequencer_port),
+            SocketAddr::new(self.seq.ip, self.sequencer_port),
             sources.join(", ")
         );
         if !keys.is_empty() {
@@ -293,7 +282,7 @@ impl Site {
             "[[serve]]\nname = \"serve\"\nstore = \"{}\"\nstream_id = {STREAM}\nsecret_file = \"{}\"\nlisten = \"{}\"\nallow = [{}]\n",
             store.display(),
             self.secret.display(),
-            SocketAddr::new(self.seq_bind, self.server_port),
+            SocketAddr::new(self.seq.ip, self.server_port),
             allow.join(", ")
         );
         if let Some(c) = &self.certs {
@@ -331,7 +320,7 @@ impl Site {
         t += &format!(
             "[[forward]]\nname = \"fwd\"\noutbox = [\"{}\"]\nroute = [\"{STREAM}={}={}\"]\nbind = \"{}:0\"\n",
             h.outbox.display(),
-            SocketAddr::new(h.seq_from, self.sequencer_port),
+            SocketAddr::new(self.seq.ip, self.sequencer_port),
             h.replica.display(),
             h.net.ip
         );
@@ -346,7 +335,7 @@ impl Site {
     fn start(&self, layout: Layout, idle: &Idle, app_hosts: usize) -> Result<Hosts> {
         let mut files = vec![("seq", &self.seq, self.sequencer_host(layout, idle))];
         for h in &self.hosts[..app_hosts] {
-            let upstream = SocketAddr::new(h.seq_from, self.server_port);
+            let upstream = SocketAddr::new(self.seq.ip, self.server_port);
             files.push((h.name, &h.net, self.app_host(h, upstream, layout, idle)));
         }
         self.start_files(files)

@@ -391,7 +391,7 @@ impl CompositorAgent {
             .cfg
             .components
             .iter()
-            .filter(|dir| !seqstream_store::layout::list(dir).is_ok_and(|l| !l.segments.is_empty()))
+            .filter(|dir| !seqstream_store::layout::holds_store(dir))
             .collect();
         self.missing.set(missing.len() as u64);
         if missing.is_empty() {

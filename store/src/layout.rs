@@ -52,6 +52,12 @@ pub fn list(dir: &Path) -> Result<Listing> {
     Ok(listing)
 }
 
+/// Whether `dir` holds a store: a readable directory with at least one segment file (a
+/// replica's directory holds none until its first segment arrives).
+pub fn holds_store(dir: &Path) -> bool {
+    list(dir).is_ok_and(|l| !l.segments.is_empty())
+}
+
 /// The files that make a store's content, in name order: every live (active or sealed)
 /// segment and the index files beside them. Two stores with the same live files byte for byte
 /// are identical replicas; prepared segments (empty, made ahead of need) are left out.

@@ -66,7 +66,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use seqstream_apps::audit;
-use seqstream_apps::streams::{COMPOSITE, ITCH, MARKET_DATA, ORDERS};
+use seqstream_apps::streams::{COMPOSITE, ITCH};
+use seqstream_feeds::mdp3::{Arbiter, Arbitration};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_store::digest::digest;
 use serde_json::{json, Value};
@@ -164,8 +165,9 @@ struct Cli {
     /// or dedicated (a thread per role and per replica's sender).
     #[arg(long, value_enum, default_value = "shared")]
     threading: Threading,
-    /// Write the topology's host files for real hosts (10.0.0.1-3, /var/lib/seqstream,
-    /// pinned, busy-spinning: the files of config/) into this directory, and exit.
+    /// Write the topology's host files for real hosts (10.0.0.1-4, etcd on 10.0.0.5-7,
+    /// /var/lib/seqstream, pinned, busy-spinning: the files of config/) into this directory,
+    /// and exit.
     #[arg(long)]
     write_config: Option<PathBuf>,
     /// Give up (and fail) after this many seconds (default: 60 plus the replay's duration).
@@ -263,10 +265,6 @@ fn write_key(path: &Path, material: &str) -> Result<()> {
     Ok(())
 }
 
-fn store_exists(dir: &Path) -> Result<bool> {
-    Ok(seqstream_store::layout::list(dir).is_ok_and(|l| !l.segments.is_empty()))
-}
-
 fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| s(path))?;
     serde_json::from_str(text.trim()).with_context(|| format!("{}: not JSON", path.display()))
@@ -280,6 +278,22 @@ fn u(v: &Value, key: &str) -> u64 {
 const MEMBER_STATE: &str = "member state (0 idle 1 standby 2 leader)";
 /// A group member's view of its in-sync set (bit n-1: node n).
 const MEMBER_IN_SYNC: &str = "member in-sync set (bit n-1: node n)";
+
+/// A sequencer host's leadership of every stream, as its counters show it.
+struct Leadership {
+    file: PathBuf,
+    /// `<stream>-seq member state` of every stream: 2 when it leads.
+    states: Vec<String>,
+    /// `<stream>-seq member in-sync set` of every stream, when both members must be in it.
+    sets: Vec<String>,
+}
+
+impl Leadership {
+    fn holds(&self) -> bool {
+        self.states.iter().all(|l| counter(&self.file, l) == 2)
+            && self.sets.iter().all(|l| counter(&self.file, l) == 3)
+    }
+}
 
 /// One stream's failover under `--failover`.
 struct Failover {
@@ -309,11 +323,13 @@ fn last_term_start(dir: &Path) -> Result<Option<(u32, u64)>> {
     Ok(last)
 }
 
+/// One run. Its fields drop in order: `procs` (every child killed) before `net` (the
+/// namespaces removed).
 struct Run<'a> {
     cli: &'a Cli,
     l: Layout,
-    net: Network,
     procs: Procs,
+    net: Network,
     stop: std::sync::Arc<AtomicBool>,
     deadline: Instant,
     /// Each host's seqstreamd threads once everything had started: (host, thread names).
@@ -322,6 +338,8 @@ struct Run<'a> {
     kill_at_packets: u64,
     /// What `--failover` did, per stream.
     failovers: Vec<Failover>,
+    /// The feed handler's packets replayed when `--failover` killed the leaders.
+    packets_at_kill: u64,
     /// Frames the killed leader cut when it rejoined (its `<stream>-seq frames cut`).
     frames_cut: u64,
 }
@@ -331,18 +349,14 @@ impl Run<'_> {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// The composite's components: host 2's replicas (stream id, store), in merge order.
+    /// The composite's components: host 2's replicas (stream id, store), in merge order
+    /// (the topology's).
     fn components(&self) -> Vec<(u32, PathBuf)> {
-        let f = self.cli.feeds;
-        [
-            (f.cme(), MARKET_DATA, "md"),
-            (true, ORDERS, "orders"),
-            (f.itch(), ITCH, "itch"),
-        ]
-        .into_iter()
-        .filter(|(on, _, _)| *on)
-        .map(|(_, id, dir)| (id, self.l.store("h2", dir)))
-        .collect()
+        let site = self.site();
+        site.sequenced()
+            .into_iter()
+            .map(|st| (st, site.store("h2", st)))
+            .collect()
     }
 
     fn spawn(&mut self, name: &str, host: &Host, bin: &str, args: Vec<String>) -> Result<()> {
@@ -358,7 +372,7 @@ impl Run<'_> {
             left,
             &mut self.procs,
             &self.stop,
-            || store_exists(dir),
+            || Ok(seqstream_store::layout::holds_store(dir)),
         )
     }
 
@@ -575,17 +589,21 @@ impl Run<'_> {
         (self.daemon_counters(SEQ_HOSTS[host]), labels)
     }
 
-    /// Whether sequencer host `host` leads every stream (by its counters).
-    fn leads_all(&self, host: usize) -> bool {
-        let (file, states) = self.member_counters(host, MEMBER_STATE);
-        states.iter().all(|l| counter(&file, l) == 2)
-    }
-
-    /// Waits until sequencer host `host` (0: `seq`, 1: `seq2`) leads every stream, and with
-    /// `in_sync` until each group's in-sync set holds both members.
-    fn wait_leader(&mut self, host: usize, in_sync: bool) -> Result<()> {
+    /// What says that sequencer host `host` (0: `seq`, 1: `seq2`) leads every stream, and
+    /// with `in_sync` that each group's in-sync set holds both members.
+    fn leadership(&self, host: usize, in_sync: bool) -> Leadership {
         let (file, states) = self.member_counters(host, MEMBER_STATE);
         let (_, sets) = self.member_counters(host, MEMBER_IN_SYNC);
+        Leadership {
+            file,
+            states,
+            sets: if in_sync { sets } else { Vec::new() },
+        }
+    }
+
+    /// Waits until sequencer host `host` leads every stream (see [`Run::leadership`]).
+    fn wait_leader(&mut self, host: usize, in_sync: bool) -> Result<()> {
+        let leadership = self.leadership(host, in_sync);
         let what = format!(
             "{} to lead every stream{}",
             SEQ_HOSTS[host],
@@ -597,8 +615,7 @@ impl Run<'_> {
         );
         let left = self.left();
         wait_until(&what, left, &mut self.procs, &self.stop, || {
-            Ok(states.iter().all(|l| counter(&file, l) == 2)
-                && (!in_sync || sets.iter().all(|l| counter(&file, l) == 3)))
+            Ok(leadership.holds())
         })
     }
 
@@ -689,6 +706,7 @@ impl Run<'_> {
                 args.extend(["--max-frames".into(), n.to_string()]);
             }
             self.spawn("feedhandler", &h2, "feedhandler", args)?;
+            self.procs.may_finish("feedhandler")?;
             names.push("feedhandler");
         }
         if feeds.itch() {
@@ -706,6 +724,7 @@ impl Run<'_> {
             ];
             args.extend(self.feed_args("feedhandler-itch"));
             self.spawn("feedhandler-itch", &h2, "feedhandler", args)?;
+            self.procs.may_finish("feedhandler-itch")?;
             names.push("feedhandler-itch");
         }
         if self.cli.failover {
@@ -741,35 +760,54 @@ impl Run<'_> {
     }
 
     /// `--failover`: once the feed handler `feed` has replayed `kill_at_packets` packets (or
-    /// has finished), kills the seq host's seqstreamd with SIGKILL, waits until seq2 leads
-    /// every stream, records each stream's failover time (kill → the new leader's term-start
-    /// frame), and starts the killed daemon again, which rejoins as the standby.
+    /// has finished), kills the seq host's seqstreamd with SIGKILL, waits until seq2 has
+    /// started a newer term of every stream, records each stream's failover time (kill → the
+    /// new term's term-start frame), and starts the killed daemon again; returns once it has
+    /// caught up and is back in every group's in-sync set.
     fn fail_over(&mut self, feed: &str) -> Result<()> {
         let feed_counters = self.l.counters(feed);
         let deadline = Instant::now() + self.left();
-        loop {
-            let replayed = counter(&feed_counters, "packets replayed");
-            if replayed >= self.kill_at_packets || !self.procs.running(feed)? {
-                break;
-            }
+        while counter(&feed_counters, "packets replayed") < self.kill_at_packets
+            && self.procs.running(feed)?
+        {
             self.procs.check_running()?;
             if self.stop.load(Ordering::Relaxed) || Instant::now() > deadline {
                 bail!("interrupted or out of time before the failover");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let replayed = counter(&feed_counters, "packets replayed");
+        let site = self.site();
+        let streams = site.sequenced();
+        let (seq_file, terms) = self.member_counters(0, "member leader term");
+        let old_terms: Vec<u64> = terms.iter().map(|l| counter(&seq_file, l)).collect();
+        self.packets_at_kill = counter(&feed_counters, "packets replayed");
         let killed_ns = wall_ns();
         self.procs.kill("seqstreamd-seq")?;
-        println!("== failover: SIGKILL to the seq host's seqstreamd, the leader of every stream ({replayed} packets replayed)");
-        self.wait_leader(1, false)?;
-        let site = self.site();
-        for stream in site.sequenced() {
+        println!(
+            "== failover: SIGKILL to the seq host's seqstreamd, the leader of every stream ({} packets replayed)",
+            self.packets_at_kill
+        );
+        // seq2's sequencer's `term` gauge moves once it has written the term-start frame.
+        let (seq2_file, new_terms) = self.member_counters(1, "term");
+        let left = self.left();
+        wait_until(
+            "seq2 to start a new term of every stream",
+            left,
+            &mut self.procs,
+            &self.stop,
+            || {
+                Ok(new_terms
+                    .iter()
+                    .zip(&old_terms)
+                    .all(|(l, old)| counter(&seq2_file, l) > *old))
+            },
+        )?;
+        for stream in streams {
             let dir = site.store("seq2", stream);
             let (term, at_ns) = last_term_start(&dir)?
                 .with_context(|| format!("{} holds no term-start frame", dir.display()))?;
             if at_ns < killed_ns {
-                bail!("stream {stream}: seq2's last term ({term}) began before the kill");
+                bail!("stream {stream}: seq2's last term-start frame (term {term}) is older than the kill");
             }
             let ms = (at_ns - killed_ns) as f64 / 1e6;
             println!(
@@ -779,19 +817,13 @@ impl Run<'_> {
             self.failovers.push(Failover { stream, term, ms });
         }
         // A supervisor would start it again: it finds a newer term, cuts the tail it
-        // sequenced that was never released, and follows seq2 as the standby.
+        // sequenced that was never released, follows seq2 and, once it holds everything
+        // released, is back in the in-sync set (release resumes then: until it is, a
+        // standby-ack leader with its only standby gone releases nothing).
         let seq = self.net.seq.clone();
         self.start_host(&seq, &site.files()[0].1)?;
-        let (file, states) = self.member_counters(0, MEMBER_STATE);
-        let left = self.left();
-        wait_until(
-            "the restarted seq host to follow as the standby",
-            left,
-            &mut self.procs,
-            &self.stop,
-            || Ok(states.iter().all(|l| counter(&file, l) == 1)),
-        )?;
-        println!("== failover: the seq host is back as the standby of every stream");
+        self.wait_leader(1, true)?;
+        println!("== failover: the seq host is back, the in-sync standby of every stream");
         Ok(())
     }
 
@@ -828,14 +860,16 @@ impl Run<'_> {
             &mut self.procs,
             &self.stop,
             || {
-                Ok(pairs.iter().all(|(primary, copy)| {
-                    let end = |d: &Path| digest(d).map_or(u64::MAX, |d| d.end_position);
-                    end(primary) == end(copy)
-                }))
+                Ok(pairs
+                    .iter()
+                    .all(|(primary, copy)| match (digest(primary), digest(copy)) {
+                        (Ok(a), Ok(b)) => a.end_position == b.end_position,
+                        _ => false,
+                    }))
             },
         )?;
         let leader = (0..2)
-            .find(|&h| self.leads_all(h))
+            .find(|&h| self.leadership(h, false).holds())
             .context("neither sequencer host leads every stream")?;
         self.frames_cut = self
             .site()
@@ -944,10 +978,13 @@ fn main() -> Result<()> {
         let (packets, _) =
             seqstream_apps::feed::read_mdp3(std::slice::from_ref(&cli.capture), cli.max_frames)
                 .with_context(|| format!("reading {}", cli.capture.display()))?;
-        // The feed handler replays each MsgSeqNum once (A/B arbitration).
-        let distinct: std::collections::HashSet<u32> =
-            packets.iter().map(|p| p.msg_seq_num).collect();
-        kill_at_packets = distinct.len() as u64 / 2;
+        // The packets the feed handler replays: those A/B arbitration keeps.
+        let mut arbiter = Arbiter::default();
+        let kept = packets
+            .iter()
+            .filter(|p| arbiter.accept(p.msg_seq_num) != Arbitration::Duplicate)
+            .count();
+        kill_at_packets = kept as u64 / 2;
         span = span.max(span_s(
             packets.first().map(|p| p.sending_time_ns),
             packets.last().map(|p| p.sending_time_ns),
@@ -989,6 +1026,7 @@ fn main() -> Result<()> {
         threads: Vec::new(),
         kill_at_packets,
         failovers: Vec::new(),
+        packets_at_kill: 0,
         frames_cut: 0,
     };
     let result = (|| {

@@ -21,6 +21,9 @@ pub(crate) struct Proc {
     /// Where its stdout goes.
     pub out: PathBuf,
     exit: Option<ExitStatus>,
+    /// Whether it may end by itself (a feed handler that has replayed its capture): a clean
+    /// exit is then no early exit.
+    may_finish: bool,
 }
 
 /// Every process the demo started, in start order.
@@ -109,7 +112,15 @@ impl Procs {
             log,
             out,
             exit: None,
+            may_finish: false,
         });
+        Ok(())
+    }
+
+    /// Marks `name` as a process that ends by itself when its work is done: waits go on
+    /// when it exits 0 (and still fail when it fails).
+    pub(crate) fn may_finish(&mut self, name: &str) -> Result<()> {
+        self.get(name)?.may_finish = true;
         Ok(())
     }
 
@@ -165,7 +176,9 @@ impl Procs {
             if p.exit.is_none() {
                 if let Some(status) = p.child.try_wait()? {
                     p.exit = Some(status);
-                    bail!("{} exited early ({status}):\n{}", p.name, tail(&p.log));
+                    if !(p.may_finish && status.success()) {
+                        bail!("{} exited early ({status}):\n{}", p.name, tail(&p.log));
+                    }
                 }
             }
         }
