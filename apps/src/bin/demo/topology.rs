@@ -396,6 +396,9 @@ impl Site {
             })),
         );
         f.insert("bind".into(), format!("{}:0", self.host_ip[host]).into());
+        // A forwarder moves to the group's next member once nothing it sent was confirmed
+        // for this long: the stall its sources see when a leader dies (500 ms by default).
+        f.insert("resend_timeout_ms".into(), RESEND_TIMEOUT_MS.into());
         f.insert(
             "source_key".into(),
             self.source_keys(self.outboxes_of(host).into_iter().map(|(_, id, _)| id)),
@@ -463,6 +466,10 @@ impl Site {
         ]
     }
 }
+
+/// Every forwarder's resend timeout, ms: how long its messages wait before they go to the
+/// group's next member when the leader has died.
+const RESEND_TIMEOUT_MS: i64 = 100;
 
 /// The sequencer hosts: member 1 and member 2 of every sequencer group.
 pub(crate) const SEQ_HOSTS: [&str; 2] = ["seq", "seq2"];
