@@ -336,6 +336,10 @@ struct Run<'a> {
     threads: Vec<(&'static str, Vec<String>)>,
     /// `--failover` kills the leaders once the feed handler has replayed this many packets.
     kill_at_packets: u64,
+    /// … or once this long has passed since the replay began, whichever comes first (half
+    /// the replay's recorded span; zero under `--pace max`): a capture whose packets crowd its
+    /// end would otherwise put the kill after the last of them.
+    kill_after: Duration,
     /// What `--failover` did, per stream.
     failovers: Vec<Failover>,
     /// The feed handler's packets replayed when `--failover` killed the leaders.
@@ -759,17 +763,20 @@ impl Run<'_> {
         Ok((cme, itch))
     }
 
-    /// `--failover`: once the feed handler `feed` has replayed `kill_at_packets` packets (or
-    /// has finished), kills the seq host's seqstreamd with SIGKILL, waits until seq2 has
+    /// `--failover`: once the feed handler `feed` has replayed `kill_at_packets` packets, or
+    /// `kill_after` has passed (or it has finished), kills the seq host's seqstreamd with SIGKILL, waits until seq2 has
     /// started a newer term of every stream, records each stream's failover time (kill → the
     /// new term's term-start frame), and starts the killed daemon again; returns once it has
     /// caught up and is back in every group's in-sync set.
     fn fail_over(&mut self, feed: &str) -> Result<()> {
         let feed_counters = self.l.counters(feed);
-        let deadline = Instant::now() + self.left();
-        while counter(&feed_counters, "packets replayed") < self.kill_at_packets
-            && self.procs.running(feed)?
-        {
+        let began = Instant::now();
+        let deadline = began + self.left();
+        let due = |replayed: u64| {
+            replayed >= self.kill_at_packets
+                || (!self.kill_after.is_zero() && began.elapsed() >= self.kill_after)
+        };
+        while !due(counter(&feed_counters, "packets replayed")) && self.procs.running(feed)? {
             self.procs.check_running()?;
             if self.stop.load(Ordering::Relaxed) || Instant::now() > deadline {
                 bail!("interrupted or out of time before the failover");
@@ -971,9 +978,9 @@ fn main() -> Result<()> {
         _ => 0.0,
     };
     let mut span = 0.0f64;
-    // `--failover` kills the leaders half way through the first feed's packets (or once it
-    // has replayed them all, if that comes first).
-    let mut kill_at_packets = 0;
+    // `--failover` kills the leaders half way through the first feed's packets or half way
+    // through its recorded span, whichever comes first (or once it has replayed them all).
+    let (mut kill_at_packets, mut kill_after_s) = (0, 0.0f64);
     if cli.feeds.cme() {
         let (packets, _) =
             seqstream_apps::feed::read_mdp3(std::slice::from_ref(&cli.capture), cli.max_frames)
@@ -989,18 +996,21 @@ fn main() -> Result<()> {
             packets.first().map(|p| p.sending_time_ns),
             packets.last().map(|p| p.sending_time_ns),
         ));
+        kill_after_s = span / 2.0;
     }
     if cli.feeds.itch() {
         let files = seqstream_apps::feed::capture_files(std::slice::from_ref(&cli.itch_capture))?;
         let (packets, _, _) = seqstream_apps::feed::read_itch(&files, None)
             .with_context(|| format!("reading {}", cli.itch_capture.display()))?;
-        if !cli.feeds.cme() {
-            kill_at_packets = packets.len() as u64 / 2;
-        }
-        span = span.max(span_s(
+        let itch_span = span_s(
             packets.first().map(|p| p.timestamp_ns),
             packets.last().map(|p| p.timestamp_ns),
-        ));
+        );
+        if !cli.feeds.cme() {
+            kill_at_packets = packets.len() as u64 / 2;
+            kill_after_s = itch_span / 2.0;
+        }
+        span = span.max(itch_span);
     }
     let timeout = Duration::from_secs(cli.timeout_s.unwrap_or(60 + span.ceil() as u64));
     let net = Network::of_kind(cli.network, &format!("ss{}", std::process::id() % 100_000))?;
@@ -1025,6 +1035,7 @@ fn main() -> Result<()> {
         deadline: started + timeout,
         threads: Vec::new(),
         kill_at_packets,
+        kill_after: Duration::from_secs_f64(kill_after_s),
         failovers: Vec::new(),
         packets_at_kill: 0,
         frames_cut: 0,
