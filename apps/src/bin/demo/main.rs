@@ -17,8 +17,8 @@
 //!
 //! Each group releases under `standby-ack`: a frame reaches a replica only once the
 //! standby holds it. `--failover` kills the seq host's seqstreamd with SIGKILL half way
-//! through the replay (by the feed handler's packets): each stream's standby takes over, the
-//! forwarders resend what no replica showed, the replicas follow the new leader; once every
+//! through the replay (half its packets or half its recorded span): each stream's standby
+//! takes over, the forwarders resend what no replica showed, the replicas follow the new leader; once every
 //! stream has its new leader the killed daemon starts again, cuts the tail it sequenced that
 //! was never released, and follows as the standby. The summary says how many streams failed
 //! over and, for each, the time from the kill to the new leader's first frame (its term-start
