@@ -22,6 +22,7 @@
 //! sequencer host is 127.0.0.1, so a sequencer group's members (which connect from their
 //! own address) are never taken for a consumer.
 
+use std::ffi::OsStr;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
 use std::process::Command;
@@ -106,7 +107,25 @@ fn host_number(h: &Host) -> u8 {
     }
 }
 
+/// `program` to run inside network namespace `netns` (`ip netns exec`, which execs it, so the
+/// child's pid is the program's), or here when `netns` is `None`.
+pub fn command_in(netns: Option<&str>, program: impl AsRef<OsStr>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 impl Host {
+    /// `program` to run in this host ([`command_in`] its namespace).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        command_in(self.netns.as_deref(), program)
+    }
+
     /// Runs `f` on a thread inside this host's namespace and returns what it returns; on
     /// loopback, runs it here. Sockets keep the namespace they were made in, and threads
     /// and child processes inherit their creator's, so what `f` binds, connects and spawns

@@ -21,7 +21,7 @@ mod common;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use seqstream_apps::net::{is_root, Network};
@@ -110,9 +110,7 @@ impl Hosts {
             .open(self.path(&format!("{name}.log")))
             .unwrap();
         KillOnDrop::spawn(
-            Command::new("ip")
-                .args(["netns", "exec", ns])
-                .arg(&self.bin)
+            seqstream_apps::net::command_in(Some(ns), &self.bin)
                 .arg("--config")
                 .arg(&file)
                 .arg("--counters")

@@ -288,17 +288,9 @@ resend_timeout_ms = 100
     }
 }
 
-/// `seqstreamd` in namespace `netns` (`ip netns exec` execs it: the child is seqstreamd).
+/// `seqstreamd` in namespace `netns`, if any.
 fn command(netns: Option<&str>) -> Command {
-    let bin = env!("CARGO_BIN_EXE_seqstreamd");
-    match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, bin]);
-            c
-        }
-        None => Command::new(bin),
-    }
+    seqstream_apps::net::command_in(netns, env!("CARGO_BIN_EXE_seqstreamd"))
 }
 
 /// Every frame of the store: its position and bytes.

@@ -547,17 +547,10 @@ impl Run<'_> {
         self.procs
             .spawn("etcd", coord.netns.as_deref(), &program, &args)
             .context("etcd is Debian's etcd-server (scripts/deps.sh --tests installs it; ETCD_BIN names another binary)")?;
-        let netns = coord.netns.clone();
         let healthy = || {
-            let mut c = match &netns {
-                Some(ns) => {
-                    let mut c = std::process::Command::new("ip");
-                    c.args(["netns", "exec", ns, "etcdctl"]);
-                    c
-                }
-                None => std::process::Command::new("etcdctl"),
-            };
-            c.env("ETCDCTL_API", "3")
+            coord
+                .command("etcdctl")
+                .env("ETCDCTL_API", "3")
                 .arg(format!("--endpoints={client}"))
                 .args(["endpoint", "health", "--command-timeout=500ms"])
                 .stdout(std::process::Stdio::null())
@@ -878,17 +871,8 @@ impl Run<'_> {
         let leader = (0..2)
             .find(|&h| self.leadership(h, false).holds())
             .context("neither sequencer host leads every stream")?;
-        self.frames_cut = self
-            .site()
-            .sequenced()
-            .into_iter()
-            .map(|st| {
-                counter(
-                    &self.daemon_counters("seq"),
-                    &format!("{}-seq frames cut", stream_name(st)),
-                )
-            })
-            .sum();
+        let (seq_file, cuts) = self.member_counters(0, "frames cut");
+        self.frames_cut = cuts.iter().map(|l| counter(&seq_file, l)).sum();
         for host in [SEQ_HOSTS[1 - leader], SEQ_HOSTS[leader]] {
             self.procs.stop(&format!("seqstreamd-{host}"))?;
         }

@@ -4,7 +4,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,14 +72,7 @@ impl Procs {
                 .open(path)
                 .with_context(|| path.display().to_string())
         };
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
+        let mut cmd = seqstream_apps::net::command_in(netns, program);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(append(&out)?)

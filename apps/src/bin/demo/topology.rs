@@ -256,8 +256,17 @@ impl Site {
         }
     }
 
+    /// The datagram address of member `node` (1 or 2) of the group of `stream`.
+    fn datagram_address(&self, node: usize, stream: u32) -> String {
+        format!(
+            "{}:{}",
+            self.seq_ip[node - 1],
+            self.port_base + port(stream)
+        )
+    }
+
     /// The replication address of member `node` (1 or 2) of the group of `stream`.
-    fn member_address(&self, node: usize, stream: u32) -> String {
+    fn replication_address(&self, node: usize, stream: u32) -> String {
         format!(
             "{}:{}",
             self.seq_ip[node - 1],
@@ -277,15 +286,7 @@ impl Site {
             t.insert("name".into(), format!("{name}-seq").into());
             t.insert("store".into(), s(&self.store(host, stream)));
             t.insert("stream_id".into(), i64::from(stream).into());
-            t.insert(
-                "listen".into(),
-                format!(
-                    "{}:{}",
-                    self.seq_ip[node - 1],
-                    self.port_base + port(stream)
-                )
-                .into(),
-            );
+            t.insert("listen".into(), self.datagram_address(node, stream).into());
             t.insert(
                 "source".into(),
                 strings(
@@ -306,7 +307,7 @@ impl Site {
             t.insert("node_id".into(), (node as i64).into());
             t.insert(
                 "member".into(),
-                strings((1..=2).map(|n| format!("{n}={}", self.member_address(n, stream)))),
+                strings((1..=2).map(|n| format!("{n}={}", self.replication_address(n, stream)))),
             );
             t.insert("etcd".into(), strings(self.etcd.iter().cloned()));
             t.insert("etcd_prefix".into(), format!("/seqstream/{name}").into());
@@ -357,7 +358,7 @@ impl Site {
                     self.port_base + 10 + port(COMPOSITE)
                 ))
             } else {
-                strings((1..=2).map(|n| self.member_address(n, stream)))
+                strings((1..=2).map(|n| self.replication_address(n, stream)))
             };
             t.insert("upstream".into(), upstream);
             self.place(&mut t, "core", core().into());
@@ -383,11 +384,7 @@ impl Site {
         f.insert(
             "route".into(),
             strings(routes.into_iter().map(|st| {
-                let members: Vec<String> = self
-                    .seq_ip
-                    .iter()
-                    .map(|ip| format!("{ip}:{}", self.port_base + port(st)))
-                    .collect();
+                let members: Vec<String> = (1..=2).map(|n| self.datagram_address(n, st)).collect();
                 format!(
                     "{st}={}={}",
                     members.join(","),
