@@ -141,6 +141,7 @@ impl Infrastructure {
                 routes: vec![Route {
                     stream_id: STREAM,
                     sequencers: vec![sequencer.local_addr()],
+                    node_ids: Vec::new(),
                     local_store: store.to_path_buf(),
                 }],
                 bind: listen,

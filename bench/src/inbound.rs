@@ -112,6 +112,7 @@ fn start(
             routes: vec![Route {
                 stream_id: STREAM,
                 sequencers: vec![sequencer.local_addr()],
+                node_ids: Vec::new(),
                 local_store: store.clone(),
             }],
             bind: "127.0.0.1:0".parse()?,

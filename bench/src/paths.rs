@@ -90,6 +90,7 @@ pub fn forwarder_config(
         routes: vec![Route {
             stream_id: STREAM,
             sequencers: vec![sequencer],
+            node_ids: Vec::new(),
             local_store,
         }],
         bind: "127.0.0.1:0".parse()?,

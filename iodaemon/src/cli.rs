@@ -22,7 +22,9 @@ pub struct ForwardArgs {
     #[arg(long = "outbox", value_delimiter = ',', required = true)]
     pub outboxes: Vec<PathBuf>,
     /// A route, STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR (repeat): where the stream's
-    /// messages go, and the local copy in which they are confirmed.
+    /// messages go, and the local copy in which they are confirmed. A sequencer group's
+    /// members may be given as NODE_ID@ADDR (all or none): the forwarder then sends to the
+    /// member a term-start frame names as the new leader as soon as the local copy shows it.
     #[arg(long = "route", required = true, value_parser = parse_route)]
     pub routes: Vec<Route>,
     /// Local UDP address to send from and receive NAKs on.
@@ -31,7 +33,8 @@ pub struct ForwardArgs {
     /// Largest datagram, bytes.
     #[arg(long, default_value_t = 1400)]
     pub mtu: usize,
-    /// Resend what is unconfirmed this many ms after it was last sent.
+    /// Resend a message unconfirmed this many ms after it began to wait (sent with nothing
+    /// else in flight, the confirmation before it, or its last resend).
     #[arg(long, default_value_t = 500)]
     pub resend_timeout_ms: u64,
     /// Session epoch written in every datagram.
@@ -46,22 +49,36 @@ pub struct ForwardArgs {
     pub placement: PlacementArgs,
 }
 
-/// Parses `STREAM_ID=ADDR[,ADDR...]=DIR`, the shape of a route (and of the iodaemon's
-/// `--follow`): the addresses of a sequencer group's members, or of one sequencer.
+/// Parses `STREAM_ID=SEQUENCER[,SEQUENCER...]=DIR`, the shape of a route (and of the
+/// iodaemon's `--follow`): the addresses of a sequencer group's members, or of one sequencer.
+/// Each SEQUENCER is `ADDR`, or `NODE_ID@ADDR` to name a group member (all or none): with node
+/// ids the forwarder follows the leader a term-start frame names ([`Route::node_ids`]).
 pub fn parse_route(s: &str) -> Result<Route, String> {
     let mut parts = s.splitn(3, '=');
-    let bad = || format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR");
+    let bad = || {
+        format!("route {s:?}: use STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR, each ADDR optionally NODE_ID@ADDR (all or none)")
+    };
     let stream_id = parts.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let sequencers = parts
-        .next()
-        .ok_or_else(bad)?
-        .split(',')
-        .map(|a| a.parse().map_err(|_| bad()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut sequencers = Vec::new();
+    let mut node_ids = Vec::new();
+    for member in parts.next().ok_or_else(bad)?.split(',') {
+        let addr = match member.split_once('@') {
+            Some((id, addr)) => {
+                node_ids.push(id.parse().map_err(|_| bad())?);
+                addr
+            }
+            None => member,
+        };
+        sequencers.push(addr.parse().map_err(|_| bad())?);
+    }
+    if !node_ids.is_empty() && node_ids.len() != sequencers.len() {
+        return Err(bad());
+    }
     let local_store = PathBuf::from(parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?);
     Ok(Route {
         stream_id,
         sequencers,
+        node_ids,
         local_store,
     })
 }

@@ -5,10 +5,18 @@
 //! from the `source_seq` a NAK names. UDP loss therefore costs latency, never data: a message
 //! leaves the outbox only once it is in the sequenced stream.
 //!
+//! The resend timeout runs from the moment a link's oldest unconfirmed message began to wait
+//! (it was sent with nothing else in flight, or the confirmation before it arrived, or it was
+//! resent), never from the link's latest send: a steady flow of new messages to a sequencer
+//! that is gone must not hold back their resend.
+//!
 //! A route may name several sequencers, the members of a sequencer group: datagrams go to one
-//! at a time, and to the next in turn once nothing sent was confirmed for a resend timeout (a
-//! NAK names the one that leads at once); the resends make a failover cost latency, never
-//! data (`sequencer switches` counts the changes).
+//! at a time. The forwarder follows the leader three ways: when the route names the members'
+//! node ids, a term-start frame in the local copy names the new leader, and everything
+//! unconfirmed is resent to it at once; a NAK names the one that leads; and once nothing sent
+//! was confirmed for a resend timeout, the datagrams go to the next member in turn. The
+//! resends make a failover cost latency, never data (`sequencer switches` counts the
+//! changes).
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
@@ -42,6 +50,11 @@ pub struct Route {
     /// sent was confirmed for a resend timeout (a NAK names the one that leads at once). At
     /// least one.
     pub sequencers: Vec<SocketAddr>,
+    /// The group members' node ids, one per entry of `sequencers` and in the same order, or
+    /// empty. With them, a term-start frame in `local_store` (whose
+    /// [`TermStart::node_id`](seqstream_store::format::TermStart) names the new leader) sends
+    /// the datagrams to that member at once; without them only NAKs and resend timeouts do.
+    pub node_ids: Vec<u32>,
     /// This host's copy of the stream (the sequencer's store, or a replica of it).
     pub local_store: PathBuf,
 }
@@ -57,7 +70,9 @@ pub struct ForwarderConfig {
     pub bind: SocketAddr,
     /// Largest datagram, bytes.
     pub mtu: usize,
-    /// Resend what is unconfirmed this long after it was last sent (default 500 ms).
+    /// Resend a link's unconfirmed messages once the oldest of them has waited this long
+    /// without a confirmation (default 500 ms): since it was sent with nothing else in
+    /// flight, since the confirmation before it, or since it was last resent.
     pub resend_timeout: Duration,
     /// Session epoch put in every datagram.
     pub epoch: u32,
@@ -107,8 +122,9 @@ struct Link {
     confirmed: u64,
     /// Highest source seq sent at least once.
     sent: u64,
-    /// When (monotonic ns) the link last sent or resent.
-    last_sent_ns: u64,
+    /// When (monotonic ns) the oldest unconfirmed message began to wait: the link sent with
+    /// nothing in flight, saw a confirmation, or resent. Sending more does not move it.
+    waiting_since_ns: u64,
     /// Its source's keys, when it signs, and the `(epoch, counter)` pairs of the NAKs for it
     /// accepted.
     auth: Option<(Keyring, ReplayWindow)>,
@@ -148,6 +164,9 @@ struct RouteState {
     /// When (monotonic ns) `current` last changed, or the route's messages were last
     /// confirmed: it changes again only a resend timeout after either.
     settled_ns: u64,
+    /// A term-start frame was read in the local copy since the last duty cycle: what is
+    /// unconfirmed is resent (the old leader may have taken it with it).
+    new_term: bool,
 }
 
 struct Counters {
@@ -202,11 +221,24 @@ impl Forwarder {
         if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > 65_507 {
             return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
         }
-        if let Some(r) = cfg.routes.iter().find(|r| r.sequencers.is_empty()) {
-            return Err(Error::Config(format!(
-                "the route of stream {} names no sequencer",
-                r.stream_id
-            )));
+        for r in &cfg.routes {
+            if r.sequencers.is_empty() {
+                return Err(Error::Config(format!(
+                    "the route of stream {} names no sequencer",
+                    r.stream_id
+                )));
+            }
+            let distinct = r
+                .node_ids
+                .iter()
+                .enumerate()
+                .all(|(i, n)| !r.node_ids[..i].contains(n));
+            if !(r.node_ids.is_empty() || r.node_ids.len() == r.sequencers.len()) || !distinct {
+                return Err(Error::Config(format!(
+                    "the route of stream {}: node ids {:?} must be distinct, one per sequencer {:?}, or none",
+                    r.stream_id, r.node_ids, r.sequencers
+                )));
+            }
         }
         let mut links = Vec::new();
         for path in &cfg.outboxes {
@@ -234,7 +266,7 @@ impl Forwarder {
                 route,
                 confirmed: 0,
                 sent: 0,
-                last_sent_ns: clock.monotonic_ns(),
+                waiting_since_ns: clock.monotonic_ns(),
                 auth,
             });
         }
@@ -276,6 +308,7 @@ impl Forwarder {
                 tailer: None,
                 current: 0,
                 settled_ns: clock.monotonic_ns(),
+                new_term: false,
             })
             .collect();
         Ok(Forwarder {
@@ -303,10 +336,19 @@ impl Forwarder {
             .expect("a bound socket has an address")
     }
 
-    /// One duty cycle: confirm, send new messages, handle NAKs, resend on timeout. Returns the
-    /// work done (0 = idle).
+    /// One duty cycle: confirm (and follow a new term's leader), send new messages, handle
+    /// NAKs, resend on timeout. Returns the work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
         let mut work = self.confirm()?;
+        for i in 0..self.links.len() {
+            let l = &self.links[i];
+            if self.routes[l.route].new_term && l.sent > l.confirmed {
+                work += self.resend(i, l.confirmed + 1)?;
+            }
+        }
+        for r in &mut self.routes {
+            r.new_term = false;
+        }
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
         }
@@ -318,7 +360,7 @@ impl Forwarder {
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
-            if l.sent > l.confirmed && now.saturating_sub(l.last_sent_ns) >= timeout {
+            if l.sent > l.confirmed && now.saturating_sub(l.waiting_since_ns) >= timeout {
                 let from = l.confirmed + 1;
                 self.next_sequencer(l.route, now);
                 work += self.resend(i, from)?;
@@ -386,6 +428,17 @@ impl Forwarder {
                     Err(e) => return Err(e.into()),
                 };
                 work += 1;
+                if let Some(start) = f.term_start() {
+                    r.new_term = true;
+                    let leader = r.route.node_ids.iter().position(|&n| n == start.node_id);
+                    if let Some(i) = leader.filter(|&i| i != r.current) {
+                        r.current = i;
+                        r.settled_ns = now;
+                        self.counters.switches.incr();
+                        tracing::info!(stream_id = r.route.stream_id, term = start.term, node_id = start.node_id, sequencer = %r.route.sequencers[i], "a new term started in the local copy: sending to its leader");
+                    }
+                    continue;
+                }
                 let (source, seq) = (f.source_id(), f.source_seq());
                 if let Some(l) = self
                     .links
@@ -394,6 +447,7 @@ impl Forwarder {
                 {
                     if seq > l.confirmed {
                         l.confirmed = seq;
+                        l.waiting_since_ns = now;
                         r.settled_ns = now; // its sequencer sequences what we send
                     }
                 }
@@ -428,8 +482,11 @@ impl Forwarder {
             self.flush_batch(i)?;
             self.counters.sent.add(n as u64);
             let l = &mut self.links[i];
+            if l.sent <= l.confirmed {
+                // Nothing was in flight: the first of these starts the wait.
+                l.waiting_since_ns = self.clock.monotonic_ns();
+            }
             l.sent = l.sent.max(last);
-            l.last_sent_ns = self.clock.monotonic_ns();
         }
         Ok(n)
     }
@@ -450,7 +507,7 @@ impl Forwarder {
             self.flush_batch(i)?;
             self.counters.resent.add(n as u64);
         }
-        self.links[i].last_sent_ns = self.clock.monotonic_ns();
+        self.links[i].waiting_since_ns = self.clock.monotonic_ns();
         Ok(n)
     }
 

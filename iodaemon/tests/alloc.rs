@@ -69,6 +69,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
             routes: vec![Route {
                 stream_id: STREAM,
                 sequencers: vec![seq.local_addr()],
+                node_ids: Vec::new(),
                 local_store: store,
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

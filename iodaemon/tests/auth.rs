@@ -160,6 +160,7 @@ impl Site {
                 routes: vec![Route {
                     stream_id: STREAM,
                     sequencers: vec![socket.local_addr().unwrap()],
+                    node_ids: Vec::new(),
                     local_store: p("store"),
                 }],
                 bind: "127.0.0.1:0".parse().unwrap(),

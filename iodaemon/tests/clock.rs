@@ -40,6 +40,7 @@ fn resends_follow_monotonic_time_only() {
             routes: vec![Route {
                 stream_id: STREAM,
                 sequencers: vec![sequencer.local_addr().unwrap()],
+                node_ids: Vec::new(),
                 local_store: d.path().join("no-replica-yet"),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -77,6 +77,7 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
             routes: vec![Route {
                 stream_id: STREAM,
                 sequencers: vec![relay.addr()],
+                node_ids: Vec::new(),
                 local_store: store.clone(),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

@@ -89,6 +89,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
             routes: vec![Route {
                 stream_id: STREAM,
                 sequencers: vec![sequencer.local_addr().unwrap()],
+                node_ids: Vec::new(),
                 local_store: d.path().join("no-store-yet"),
             }],
             bind: "127.0.0.1:0".parse().unwrap(),

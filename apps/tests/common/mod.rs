@@ -85,6 +85,7 @@ impl LocalStream {
                 routes: vec![Route {
                     stream_id: stream,
                     sequencers: vec![sequencer.local_addr()],
+                    node_ids: Vec::new(),
                     local_store: store.to_path_buf(),
                 }],
                 bind: "127.0.0.1:0".parse().unwrap(),

@@ -71,9 +71,11 @@ struct Follow {
 }
 
 fn parse_follow(s: &str) -> Result<Follow, String> {
-    let r = parse_route(s).map_err(|_| {
-        format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR")
-    })?;
+    let bad = || format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR");
+    let r = parse_route(s).map_err(|_| bad())?;
+    if !r.node_ids.is_empty() {
+        return Err(bad());
+    }
     Ok(Follow {
         stream_id: r.stream_id,
         upstreams: r.sequencers,

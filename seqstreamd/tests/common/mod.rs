@@ -215,7 +215,9 @@ allow = ["{client}"]
 
     /// Starts the client host: a replica of the stream following whichever member leads, and a
     /// forwarder of sources `1..=sources` ([`outbox`](Self::outbox), which must exist) sending
-    /// to whichever of `sequencers` leads (the members' datagram addresses, or relays to them).
+    /// to whichever of `sequencers` leads (the members' datagram addresses, or relays to them:
+    /// `sequencers[i]` stands for member `i + 1`, named by node id in the route, so the
+    /// forwarder also follows the leader a term-start frame names).
     pub(crate) fn start_client(&self, sequencers: &[SocketAddr], sources: u32) -> KillOnDrop {
         let upstreams: Vec<String> = self
             .members
@@ -247,7 +249,8 @@ resend_timeout_ms = 100
                 .join(", "),
             sequencers = sequencers
                 .iter()
-                .map(|a| a.to_string())
+                .zip(1..)
+                .map(|(a, node)| format!("{node}@{a}"))
                 .collect::<Vec<_>>()
                 .join(","),
         );

@@ -384,7 +384,10 @@ impl Site {
         f.insert(
             "route".into(),
             strings(routes.into_iter().map(|st| {
-                let members: Vec<String> = (1..=2).map(|n| self.datagram_address(n, st)).collect();
+                // `NODE@ADDR`: the forwarder follows the leader a term-start frame names.
+                let members: Vec<String> = (1..=2)
+                    .map(|n| format!("{n}@{}", self.datagram_address(n, st)))
+                    .collect();
                 format!(
                     "{st}={}={}",
                     members.join(","),
@@ -393,8 +396,9 @@ impl Site {
             })),
         );
         f.insert("bind".into(), format!("{}:0", self.host_ip[host]).into());
-        // A forwarder moves to the group's next member once nothing it sent was confirmed
-        // for this long: the stall its sources see when a leader dies (500 ms by default).
+        // A forwarder moves to the group's next member once the oldest message it sent has
+        // waited this long unconfirmed (500 ms by default), or as soon as its local copy shows
+        // the new leader's term-start frame, whichever comes first.
         f.insert("resend_timeout_ms".into(), RESEND_TIMEOUT_MS.into());
         f.insert(
             "source_key".into(),

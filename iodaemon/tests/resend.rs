@@ -1,0 +1,226 @@
+//! When the forwarder resends, and where to: a steady flow of new messages to a sequencer that
+//! is gone does not hold back the resend of the oldest (it goes to the group's next member one
+//! resend timeout after it was sent), and a term-start frame in the local copy sends the
+//! datagrams, and everything unconfirmed, to the leader it names at once. Times on a manual
+//! clock.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use seqstream_agent::clock::ManualClock;
+use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::outbox::Outbox;
+use seqstream_schemas::wire;
+use seqstream_store::{Appender, FrameFields, StoreConfig};
+
+const STREAM: u32 = 6;
+const SOURCE: u32 = 1;
+const MS: u64 = 1_000_000;
+
+/// A group member that only counts what reaches it.
+struct Member(UdpSocket);
+
+impl Member {
+    fn new() -> Member {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        Member(s)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.0.local_addr().unwrap()
+    }
+
+    /// The source seqs of the messages waiting here (the caller has just run a cycle, and
+    /// loopback delivers at once: a short read timeout then ends the drain).
+    fn received(&self) -> Vec<u64> {
+        let mut buf = [0u8; 2048];
+        let mut seqs = Vec::new();
+        self.0
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        while let Ok(n) = self.0.recv(&mut buf) {
+            let d = wire::DatagramHeaderDecoder::decode(&buf[..n]).unwrap();
+            let first = d.first_source_seq();
+            let count = d.messages().unwrap().count() as u64;
+            seqs.extend(first..first + count);
+        }
+        seqs
+    }
+}
+
+struct Site {
+    _dir: tempfile::TempDir,
+    outbox: Outbox,
+    forwarder: Forwarder,
+    clock: ManualClock,
+    counters: PathBuf,
+    store: PathBuf,
+}
+
+impl Site {
+    fn new(members: &[&Member], node_ids: Vec<u32>) -> Site {
+        let d = tempfile::tempdir().unwrap();
+        let outbox_path = d.path().join("app.outbox");
+        let outbox = Outbox::open_or_create(&outbox_path, SOURCE, STREAM, 1 << 16, 64).unwrap();
+        let clock = ManualClock::new(1_000 * MS, 0);
+        let counters = d.path().join("io.counters");
+        let w = CountersWriter::create(&counters, 64).unwrap();
+        let store = d.path().join("copy");
+        let forwarder = Forwarder::open_with_clock(
+            ForwarderConfig {
+                outboxes: vec![outbox_path],
+                routes: vec![Route {
+                    stream_id: STREAM,
+                    sequencers: members.iter().map(|m| m.addr()).collect(),
+                    node_ids,
+                    local_store: store.clone(),
+                }],
+                bind: "127.0.0.1:0".parse().unwrap(),
+                mtu: 1400,
+                resend_timeout: Duration::from_millis(100),
+                epoch: 1,
+                keys: Default::default(),
+            },
+            &w,
+            clock.clock(),
+        )
+        .unwrap();
+        Site {
+            _dir: d,
+            outbox,
+            forwarder,
+            clock,
+            counters,
+            store,
+        }
+    }
+
+    fn offer(&mut self) {
+        self.outbox.offer(STREAM, 0, b"order").unwrap();
+        self.forwarder.do_work().unwrap();
+    }
+
+    fn counter(&self, label: &str) -> u64 {
+        counters::read(&self.counters)
+            .unwrap()
+            .get(label)
+            .unwrap_or(0)
+    }
+}
+
+#[test]
+fn new_messages_every_half_timeout_do_not_hold_back_the_resend_to_the_next_member() {
+    let (dead, alive) = (Member::new(), Member::new());
+    let mut site = Site::new(&[&dead, &alive], Vec::new());
+    site.offer();
+    assert_eq!(dead.received(), vec![1]);
+    // A new message every 50 ms; the first has waited 100 ms at the third.
+    site.clock.advance(50 * MS);
+    site.offer();
+    assert_eq!(dead.received(), vec![2]);
+    assert_eq!(alive.received(), Vec::<u64>::new());
+    site.clock.advance(50 * MS);
+    site.offer();
+    assert_eq!(
+        dead.received(),
+        vec![3],
+        "the new message goes out before the timeout is looked at"
+    );
+    assert_eq!(
+        alive.received(),
+        vec![1, 2, 3],
+        "one resend timeout after the first message, everything unconfirmed goes to the next member"
+    );
+    assert_eq!(site.counter("sequencer switches"), 1);
+    assert_eq!(site.counter("messages resent"), 3);
+    site.clock.advance(50 * MS);
+    site.offer();
+    assert_eq!(alive.received(), vec![4]);
+    assert_eq!(dead.received(), Vec::<u64>::new());
+}
+
+/// Appends what a sequencer would: `SOURCE`'s messages `seqs`.
+fn sequence(a: &mut Appender, seqs: std::ops::RangeInclusive<u64>) {
+    for s in seqs {
+        let fields = FrameFields {
+            source_id: SOURCE,
+            source_seq: s,
+            ..FrameFields::default()
+        };
+        a.append_with(&fields, b"order").unwrap();
+    }
+}
+
+fn appender(store: &Path) -> Appender {
+    Appender::open_or_create(store, StoreConfig::new(STREAM).segment_size(1 << 20)).unwrap()
+}
+
+#[test]
+fn a_term_start_frame_sends_everything_unconfirmed_to_the_leader_it_names_at_once() {
+    let (one, two) = (Member::new(), Member::new());
+    let mut site = Site::new(&[&one, &two], vec![1, 2]);
+    let mut copy = appender(&site.store);
+    copy.start_term(1, 1).unwrap();
+    for _ in 0..3 {
+        site.offer();
+    }
+    assert_eq!(one.received(), vec![1, 2, 3]);
+    sequence(&mut copy, 1..=1);
+    // Member 2 takes over (member 1 sequenced 2 and died before it reached the copy).
+    copy.start_term(2, 2).unwrap();
+    site.forwarder.do_work().unwrap();
+    assert_eq!(
+        two.received(),
+        vec![2, 3],
+        "resent to the new leader without waiting for the timeout"
+    );
+    assert_eq!(site.counter("sequencer switches"), 1);
+    site.offer();
+    assert_eq!(two.received(), vec![4]);
+    assert_eq!(one.received(), Vec::<u64>::new());
+
+    // A term-start frame of a node the route does not name changes nothing but the resend.
+    copy.start_term(3, 7).unwrap();
+    site.forwarder.do_work().unwrap();
+    assert_eq!(two.received(), vec![2, 3, 4]);
+    assert_eq!(site.counter("sequencer switches"), 1);
+    sequence(&mut copy, 2..=4);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(site.counter("messages confirmed"), 4);
+    assert_eq!(site.counter("in flight"), 0);
+}
+
+#[test]
+fn routes_with_node_ids_that_do_not_match_their_sequencers_are_refused() {
+    let (one, two) = (Member::new(), Member::new());
+    for ids in [vec![1], vec![3, 3]] {
+        let d = tempfile::tempdir().unwrap();
+        let outbox = d.path().join("app.outbox");
+        Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 16, 64).unwrap();
+        let w = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
+        let e = Forwarder::open(
+            ForwarderConfig {
+                outboxes: vec![outbox],
+                routes: vec![Route {
+                    stream_id: STREAM,
+                    sequencers: vec![one.addr(), two.addr()],
+                    node_ids: ids.clone(),
+                    local_store: d.path().join("copy"),
+                }],
+                bind: "127.0.0.1:0".parse().unwrap(),
+                mtu: 1400,
+                resend_timeout: Duration::from_millis(100),
+                epoch: 1,
+                keys: Default::default(),
+            },
+            &w,
+        )
+        .err()
+        .unwrap_or_else(|| panic!("node ids {ids:?} accepted"));
+        assert!(e.to_string().contains("node ids"), "{e}");
+    }
+}
