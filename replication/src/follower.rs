@@ -14,9 +14,9 @@
 //!        │                                                               handshake_timeout)
 //!        │                                                                     │
 //!        └──── any session fault: counted, logged (rate-limited), ◀── Streaming ◀┘
-//!              backoff reconnect_min doubling to reconnect_max     (bounded reads, writes,
-//!              (none, then reset, after a session that wrote)      acks, heartbeats,
-//!                                                                  peer_timeout)
+//!              the next upstream at once, but after a whole round  (bounded reads, writes,
+//!              a backoff, reconnect_min doubling to reconnect_max  acks, heartbeats,
+//!              (none, then reset, after a session that wrote)      peer_timeout)
 //! ```
 //!
 //! Every interval (connect, handshake and peer timeouts, heartbeats, the backoff) runs on the
@@ -72,6 +72,7 @@ pub struct FollowerConfig {
     /// Other upstreams of the same stream, tried in turn after `upstream` when a session
     /// fails (a connection refused, a peer that went silent, a refusal): the other members of
     /// a sequencer group, whose replication servers admit consumers only while they lead.
+    /// The next is tried at once; the reconnect backoff runs only after a whole round failed.
     /// Empty by default.
     pub alternates: Vec<SocketAddr>,
     /// The local address to connect from (`None`, the default: the kernel picks). A standby
@@ -617,8 +618,10 @@ impl Follower {
 
     /// A session fault: counts and logs it, and schedules the next connect: at once after a
     /// session that wrote something (its upstream was there a moment ago: a leader that died
-    /// is found refusing, and replaced, without waiting a backoff), after the backoff
-    /// otherwise, which starts again at its minimum after such a session.
+    /// is found refusing, and replaced, without waiting a backoff), and at once to the next
+    /// upstream of a group's list (a member that refused may not lead yet); after the backoff
+    /// once a whole round of upstreams has failed, doubling per round, and starting again at
+    /// its minimum after a session that wrote.
     fn fault(&mut self, e: Error, now: u64) -> State {
         let counters = &self.replica.counters;
         counters.errors.incr();
@@ -647,6 +650,11 @@ impl Follower {
         }
         if progressed {
             self.delay = self.replica.cfg.reconnect_min;
+            return State::Disconnected { until_ns: now };
+        }
+        if self.replica.probe.is_none() && self.replica.upstream_index != 0 {
+            // The next member of the group at once (the one that refused may not lead, or
+            // not yet): only a whole round waits.
             return State::Disconnected { until_ns: now };
         }
         let until_ns = now + self.delay.as_nanos() as u64;

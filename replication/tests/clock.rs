@@ -2,6 +2,8 @@
 //! class 5): a silent upstream is left only when the injected monotonic clock says so, however
 //! the wall clock moves and however little real time passed. Here the upstream never answers
 //! the hello (the handshake timeout, 5 s); `client_agent.rs` steps every timeout one by one.
+//! With a sequencer group's members as upstreams, a refusal moves to the next member at once
+//! and only a whole round of refusals waits the backoff.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +67,48 @@ fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
         "the peer timeout and the reconnect delay passed on its clock: it must reconnect"
     );
     drop((first, second, stop_on_drop));
+}
+
+#[test]
+fn a_group_member_that_refuses_is_followed_at_once_by_the_next_and_only_a_round_waits() {
+    let d = tempfile::tempdir().unwrap();
+    let members: Vec<TcpListener> = (0..2)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for m in &members {
+        m.set_nonblocking(true).unwrap();
+    }
+    let clock = ManualClock::new(3_600_000_000_000, 0);
+    let mut cfg = FollowerConfig::new(
+        d.path().join("replica"),
+        9,
+        members[0].local_addr().unwrap(),
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"the clock test key")),
+    );
+    cfg.alternates = vec![members[1].local_addr().unwrap()];
+    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
+    let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
+    let follower = Follower::new(cfg, &w).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let runner = AgentRunner::start(follower, RunnerConfig::default(), stop.clone()).unwrap();
+    let _stop_on_drop = StopOnDrop(stop, Some(runner));
+
+    // Each member closes the connection at once, as one that does not lead refuses a
+    // consumer. The clock stands still: only what needs no delay happens.
+    drop(accept_within(&members[0], Duration::from_secs(20)).expect("no first connection"));
+    drop(
+        accept_within(&members[1], Duration::from_secs(20))
+            .expect("the next member must be tried at once, without a backoff"),
+    );
+    assert!(
+        accept_within(&members[0], Duration::from_millis(300)).is_none(),
+        "a whole round failed: the next one waits the backoff"
+    );
+    clock.advance(50_000_000);
+    assert!(
+        accept_within(&members[0], Duration::from_secs(20)).is_some(),
+        "the backoff passed on its clock"
+    );
 }
 
 /// Stops and joins the follower's runner even when the test fails.

@@ -101,6 +101,10 @@ const FREEZE_BACKOFF_NS: u64 = 1_000_000_000;
 /// campaign again.
 const HANDOVER_MAX_NS: u64 = 2_000_000_000;
 
+/// A standby's first reconnect delay to its leader (the follower's backoff doubles from it
+/// after each failed attempt, up to its default maximum).
+const STANDBY_RECONNECT_MIN: Duration = Duration::from_millis(5);
+
 /// One member of the group, as every member's file lists it: `NODE=REPLICATION_ADDRESS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberSpec {
@@ -295,6 +299,10 @@ impl Role for GroupArgs {
         let mut follow = FollowerConfig::new(s.store.clone(), s.stream_id, me.replication, keys);
         follow.bind = Some(me.replication.ip());
         follow.rejoin = true;
+        // A refused connect is how a standby learns that its leader's process is gone (and
+        // deposes it): after a session that ended before it wrote anything (a leader dying as
+        // it was accepted) the next attempt comes after 5 ms, not the default 50.
+        follow.reconnect_min = STANDBY_RECONNECT_MIN;
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
 
