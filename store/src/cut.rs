@@ -51,9 +51,15 @@ pub struct CutReport {
 /// (`Locked` otherwise); a store a crash left unrepaired is recovered first, as an appender
 /// would. Returns what was cut (nothing when `position` is the end).
 ///
+/// Only `cfg`'s recovery settings matter: no segment is prepared ahead, whatever it says.
+///
 /// Errors: `BadPosition` for a position that is no frame start or beyond the end; `Locked`;
 /// the store's own errors (a damaged store is not cut).
 pub fn cut_to(dir: &Path, cfg: &StoreConfig, position: u64) -> Result<CutReport> {
+    // The opens below only recover: no next segment is prepared (and waited for when the
+    // appender drops); `cfg` may not even know the segment size (a replica's comes from its
+    // upstream, and a segment of the default size would be written in vain).
+    let cfg = &cfg.clone().prepare_ahead(false);
     // Recovery (and any cut a crash interrupted) first, so the store is whole.
     drop(crate::Appender::open(dir, cfg.clone())?);
     let lock = DirLock::acquire(dir)?;

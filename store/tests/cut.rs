@@ -89,6 +89,32 @@ fn a_cut_at_a_segment_end_reopens_that_segment() {
     check_cut_at(k, &starts, dir.path());
 }
 
+/// A replica's follower cuts with a configuration that does not know its segment size (the
+/// upstream's): the cut must write no segment of the configured size, and wait for none.
+#[test]
+fn a_cut_prepares_no_segment_whatever_size_its_configuration_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = store(dir.path(), 300);
+    let sizes = |dir: &Path| -> Vec<u64> {
+        let listing = seqstream_store::layout::list(dir).unwrap();
+        listing
+            .segments
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).unwrap().len())
+            .collect()
+    };
+    assert!(sizes(dir.path()).iter().all(|&l| l == 16 << 10));
+    let other = cfg().segment_size(64 << 20).prepare_ahead(true);
+    let r = cut_to(dir.path(), &other, starts[250].0).unwrap();
+    assert_eq!(r.frames, 50);
+    assert!(
+        sizes(dir.path()).iter().all(|&l| l == 16 << 10),
+        "segment sizes after the cut: {:?}",
+        sizes(dir.path())
+    );
+    assert_eq!(frames(dir.path()), starts[..250]);
+}
+
 #[test]
 fn a_position_that_is_no_frame_boundary_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
