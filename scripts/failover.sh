@@ -9,10 +9,14 @@
 #
 #   {"bench":"failover","case":"sigkill_leader","kills":20,"switchovers":20,"lease_ttl_s":1,
 #    "sources":3,"relay_drop":0.1,"messages":…,"lost":0,"duplicated":0,"failover_p50_ms":…,
-#    "failover_max_ms":…,"switchover_p50_ms":…,"switchover_max_ms":…,"promotion_p50_ms":…,
-#    "promotion_max_ms":…,"seed":…}
+#    "failover_max_ms":…,"switchover_p50_ms":…,"switchover_max_ms":…,
+#    "kill_to_confirmed_p50_ms":…,"kill_to_confirmed_max_ms":…,
+#    "switchover_to_confirmed_p50_ms":…,"switchover_to_confirmed_max_ms":…,
+#    "promotion_p50_ms":…,"promotion_max_ms":…,"seed":…}
 #
-# (promotion: the members' own measure, from winning a term to a sequencer ready to start it).
+# (promotion: the members' own measure, from winning a term to a sequencer ready to start it;
+# *_to_confirmed: the applications' stall, from the SIGKILL or the request until the client
+# has every message offered before it in its replica).
 # etcd keeps its data on tmpfs (/dev/shm) unless ETCD_TMPDIR names another directory: set it
 # to one on disk for etcd's real cost of a synced write.
 #

@@ -11,8 +11,9 @@
 //! handing the leadership to the other member under the same load. It prints one JSON line:
 //! the kills, the lease TTL, the failover times (SIGKILL → the new leader's term-start frame,
 //! its first) and the switchover times (the request written to etcd → that frame) at p50
-//! and max. The figures
-//! are printed, never asserted.
+//! and max, and for each the applications' stall: from the SIGKILL (or the request) until the
+//! client has seen every message offered before it in its replica (`*_to_confirmed_*`). The
+//! figures are printed, never asserted.
 //!
 //! `FAILOVER_KILLS` sets the kills (3 by default; `scripts/failover.sh` runs 20 in release
 //! mode), `FAILOVER_SWITCHOVERS` the switchovers (3 by default; the script runs 20),
@@ -152,7 +153,16 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         })
         .collect();
 
+    // Messages offered so far, over all sources: the client's `fwd messages confirmed` (the sum
+    // of each source's highest confirmed seq) reaches it once each of them is in its replica.
+    let offered_now = || -> u64 { apps.iter().map(|(_, n)| n.load(Ordering::Relaxed)).sum() };
+    // From `since_ns` until the client has confirmed `due` messages, ms.
+    let confirmed_after = |due: u64, since_ns: u64| -> f64 {
+        wait_counter(&client, "fwd messages confirmed", LONG, |v| v >= due);
+        now_ns().saturating_sub(since_ns) as f64 / 1e6
+    };
     let mut failovers_ms = Vec::new();
+    let mut kill_confirmed_ms = Vec::new();
     let mut term = 1;
     for round in 0..kills {
         let leader = settled_leader(&g);
@@ -164,23 +174,31 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         victim.0.kill().unwrap();
         victim.0.wait().unwrap();
         let killed_ns = now_ns();
+        let due = offered_now();
         wait_counter(&g.counters(other), "md member leader term", LONG, |t| {
             t > term as u64
         });
         term = counter(&g.counters(other), "md member leader term").unwrap() as u32;
         let started = wait_term_start(&g, &g.store(other), term);
-        eprintln!("kill {round}: node {other} leads term {term}");
         failovers_ms.push(started.saturating_sub(killed_ns) as f64 / 1e6);
         members[leader as usize - 1] = g.start(leader, false);
+        kill_confirmed_ms.push(confirmed_after(due, killed_ns));
+        eprintln!(
+            "kill {round}: node {other} leads term {term}: its first frame after {:.1} ms, everything offered before the kill confirmed after {:.1} ms",
+            failovers_ms[round],
+            kill_confirmed_ms[round]
+        );
     }
 
     // Planned switchovers, asked of the leader through its own file.
     let mut switchovers_ms = Vec::new();
+    let mut switchover_confirmed_ms = Vec::new();
     for round in 0..switchovers {
         let leader = settled_leader(&g);
         let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
         std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
+        let due = offered_now();
         let out = g
             .seqstreamd(leader)
             .arg("--config")
@@ -201,6 +219,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         eprintln!("switchover {round}: {line}");
         let requested_ns = json_number(&line, "requested_ns") as u64;
         switchovers_ms.push(started.saturating_sub(requested_ns) as f64 / 1e6);
+        switchover_confirmed_ms.push(confirmed_after(due, requested_ns));
     }
 
     stop.store(true, Ordering::Relaxed);
@@ -233,6 +252,9 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         .sum::<u64>();
     let (failover_p50, failover_max) = p50_max(&mut failovers_ms);
     let (switchover_p50, switchover_max) = p50_max(&mut switchovers_ms);
+    let (kill_confirmed_p50, kill_confirmed_max) = p50_max(&mut kill_confirmed_ms);
+    let (switchover_confirmed_p50, switchover_confirmed_max) =
+        p50_max(&mut switchover_confirmed_ms);
     // The members' own measure of each promotion: from winning to a sequencer ready.
     let mut promotions_ms: Vec<f64> = g
         .logs()
@@ -250,7 +272,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
     );
     let (promotion_p50, promotion_max) = p50_max(&mut promotions_ms);
     println!(
-        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"promotion_p50_ms\":{promotion_p50:.2},\"promotion_max_ms\":{promotion_max:.2},\"seed\":{seed}}}",
+        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"kill_to_confirmed_p50_ms\":{kill_confirmed_p50:.1},\"kill_to_confirmed_max_ms\":{kill_confirmed_max:.1},\"switchover_to_confirmed_p50_ms\":{switchover_confirmed_p50:.1},\"switchover_to_confirmed_max_ms\":{switchover_confirmed_max:.1},\"promotion_p50_ms\":{promotion_p50:.2},\"promotion_max_ms\":{promotion_max:.2},\"seed\":{seed}}}",
         seqstream_testkit::relay::DROPPED,
     );
     assert_eq!((lost, duplicated), (0, 0), "per-source order broken");
