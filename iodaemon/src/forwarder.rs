@@ -340,14 +340,8 @@ impl Forwarder {
     /// NAKs, resend on timeout. Returns the work done (0 = idle).
     pub fn do_work(&mut self) -> Result<usize, Error> {
         let mut work = self.confirm()?;
-        for i in 0..self.links.len() {
-            let l = &self.links[i];
-            if self.routes[l.route].new_term && l.sent > l.confirmed {
-                work += self.resend(i, l.confirmed + 1)?;
-            }
-        }
-        for r in &mut self.routes {
-            r.new_term = false;
+        if self.routes.iter().any(|r| r.new_term) {
+            work += self.resend_after_new_terms()?;
         }
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
@@ -372,6 +366,22 @@ impl Forwarder {
             .map(|l| l.sent.saturating_sub(l.confirmed))
             .sum();
         self.counters.in_flight.set(in_flight);
+        Ok(work)
+    }
+
+    /// A term-start frame was read on some routes: their links resend what is unconfirmed
+    /// (to the new leader, when the route names it by node id).
+    fn resend_after_new_terms(&mut self) -> Result<usize, Error> {
+        let mut work = 0;
+        for i in 0..self.links.len() {
+            let l = &self.links[i];
+            if self.routes[l.route].new_term && l.sent > l.confirmed {
+                work += self.resend(i, l.confirmed + 1)?;
+            }
+        }
+        for r in &mut self.routes {
+            r.new_term = false;
+        }
         Ok(work)
     }
 

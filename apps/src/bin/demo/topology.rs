@@ -468,8 +468,9 @@ impl Site {
     }
 }
 
-/// Every forwarder's resend timeout, ms: how long its messages wait before they go to the
-/// group's next member when the leader has died.
+/// Every forwarder's resend timeout, ms: how long its oldest unconfirmed message waits
+/// before everything unconfirmed goes to the group's next member, when the leader has died
+/// and no term-start frame has named the new one yet.
 const RESEND_TIMEOUT_MS: i64 = 100;
 
 /// The sequencer hosts: member 1 and member 2 of every sequencer group.
