@@ -127,3 +127,36 @@ impl Role for ForwardArgs {
         }])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_names_its_sequencers_with_node_ids_for_all_or_none() {
+        let r = parse_route("2=1@10.0.0.1:7002,2@[::1]:7002=/var/lib/orders").unwrap();
+        assert_eq!(r.stream_id, 2);
+        assert_eq!(
+            r.sequencers,
+            [
+                "10.0.0.1:7002".parse().unwrap(),
+                "[::1]:7002".parse().unwrap()
+            ]
+        );
+        assert_eq!(r.node_ids, [1, 2]);
+        assert_eq!(r.local_store, PathBuf::from("/var/lib/orders"));
+        let plain = parse_route("2=10.0.0.1:7002,10.0.0.4:7002=/s").unwrap();
+        assert!(plain.node_ids.is_empty());
+        assert_eq!(plain.sequencers.len(), 2);
+        for bad in [
+            "2=1@10.0.0.1:7002,10.0.0.4:7002=/s",
+            "2=x@10.0.0.1:7002=/s",
+            "2=1@=/s",
+            "2=10.0.0.1:7002=",
+            "2=10.0.0.1=/s",
+        ] {
+            let e = parse_route(bad).unwrap_err();
+            assert!(e.contains("NODE_ID@ADDR"), "{bad}: {e}");
+        }
+    }
+}

@@ -6,17 +6,23 @@
 //! leaves the outbox only once it is in the sequenced stream.
 //!
 //! The resend timeout runs from the moment a link's oldest unconfirmed message began to wait
-//! (it was sent with nothing else in flight, or the confirmation before it arrived, or it was
-//! resent), never from the link's latest send: a steady flow of new messages to a sequencer
-//! that is gone must not hold back their resend.
+//! (it was sent with nothing else in flight, or the confirmation before it arrived, or every
+//! unconfirmed message was resent), never from the link's latest send: a steady flow of new
+//! messages to a sequencer that is gone must not hold back their resend.
 //!
 //! A route may name several sequencers, the members of a sequencer group: datagrams go to one
-//! at a time. The forwarder follows the leader three ways: when the route names the members'
-//! node ids, a term-start frame in the local copy names the new leader, and everything
-//! unconfirmed is resent to it at once; a NAK names the one that leads; and once nothing sent
-//! was confirmed for a resend timeout, the datagrams go to the next member in turn. The
-//! resends make a failover cost latency, never data (`sequencer switches` counts the
-//! changes).
+//! at a time. The forwarder follows the leader three ways (`sequencer switches` counts the
+//! changes):
+//! - **term start**: when the route names the members' node ids, a term-start frame of a term
+//!   above every one the local copy showed before names the new leader: the datagrams go to
+//!   it, and everything unconfirmed is resent to it at once (applied once per duty cycle, for
+//!   the newest term read, so reading a long history at start switches once);
+//! - **NAK**: a NAK comes from the member that leads;
+//! - **timeout**: once a link's oldest unconfirmed message has waited a resend timeout while
+//!   its route saw no confirmation and no change of member for as long, the datagrams go to
+//!   the next member in turn.
+//!
+//! The resends make a failover cost latency, never data.
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
@@ -36,6 +42,7 @@ use seqstream_auth::trailer::{self, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Label, ReplayWindow};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
+use seqstream_store::format::TermStart;
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
 use crate::outbox::{OutboxError, OutboxReader, Record};
@@ -46,9 +53,8 @@ pub struct Route {
     /// The stream.
     pub stream_id: u32,
     /// Its sequencer's UDP address, or the datagram addresses of every member of its
-    /// sequencer group: datagrams go to one at a time, and to the next in turn when nothing
-    /// sent was confirmed for a resend timeout (a NAK names the one that leads at once). At
-    /// least one.
+    /// sequencer group: datagrams go to one at a time, the leader as the forwarder learns it
+    /// (module docs: term start, NAK, timeout). At least one.
     pub sequencers: Vec<SocketAddr>,
     /// The group members' node ids, one per entry of `sequencers` and in the same order, or
     /// empty. With them, a term-start frame in `local_store` (whose
@@ -164,8 +170,10 @@ struct RouteState {
     /// When (monotonic ns) `current` last changed, or the route's messages were last
     /// confirmed: it changes again only a resend timeout after either.
     settled_ns: u64,
-    /// A term-start frame was read in the local copy since the last duty cycle: what is
-    /// unconfirmed is resent (the old leader may have taken it with it).
+    /// The highest term a term-start frame in the local copy showed (0: none yet).
+    term: u32,
+    /// This cycle read a new term whose leader the route names: what is unconfirmed is
+    /// resent to it (the old leader may have taken it with it).
     new_term: bool,
 }
 
@@ -308,6 +316,7 @@ impl Forwarder {
                 tailer: None,
                 current: 0,
                 settled_ns: clock.monotonic_ns(),
+                term: 0,
                 new_term: false,
             })
             .collect();
@@ -424,6 +433,9 @@ impl Forwarder {
                 }
             }
             let t = r.tailer.as_mut().expect("opened");
+            // The newest term started in what this cycle reads: its leader's index in the
+            // route (`None`: a node the route does not name), and its record.
+            let mut started: Option<(Option<usize>, TermStart)> = None;
             for _ in 0..4096 {
                 let f = match t.poll() {
                     Ok(Some(f)) => f,
@@ -439,13 +451,10 @@ impl Forwarder {
                 };
                 work += 1;
                 if let Some(start) = f.term_start() {
-                    r.new_term = true;
-                    let leader = r.route.node_ids.iter().position(|&n| n == start.node_id);
-                    if let Some(i) = leader.filter(|&i| i != r.current) {
-                        r.current = i;
-                        r.settled_ns = now;
-                        self.counters.switches.incr();
-                        tracing::info!(stream_id = r.route.stream_id, term = start.term, node_id = start.node_id, sequencer = %r.route.sequencers[i], "a new term started in the local copy: sending to its leader");
+                    if start.term > r.term {
+                        r.term = start.term;
+                        let leader = r.route.node_ids.iter().position(|&n| n == start.node_id);
+                        started = Some((leader, start));
                     }
                     continue;
                 }
@@ -460,6 +469,15 @@ impl Forwarder {
                         l.waiting_since_ns = now;
                         r.settled_ns = now; // its sequencer sequences what we send
                     }
+                }
+            }
+            if let Some((Some(i), start)) = started {
+                r.new_term = true;
+                if i != r.current {
+                    r.current = i;
+                    r.settled_ns = now;
+                    self.counters.switches.incr();
+                    tracing::info!(stream_id = r.route.stream_id, term = start.term, node_id = start.node_id, sequencer = %r.route.sequencers[i], "a new term started in the local copy: sending to its leader");
                 }
             }
         }
@@ -501,7 +519,8 @@ impl Forwarder {
         Ok(n)
     }
 
-    /// Resends every unconfirmed message of link `i` from `from`.
+    /// Resends every unconfirmed message of link `i` from `from`; the oldest one's wait starts
+    /// over when it is among them.
     fn resend(&mut self, i: usize, from: u64) -> Result<usize, Error> {
         self.batch.clear();
         self.payloads.clear();
@@ -517,7 +536,11 @@ impl Forwarder {
             self.flush_batch(i)?;
             self.counters.resent.add(n as u64);
         }
-        self.links[i].waiting_since_ns = self.clock.monotonic_ns();
+        let l = &mut self.links[i];
+        if from <= l.confirmed + 1 {
+            // The oldest unconfirmed message went again: its wait starts over.
+            l.waiting_since_ns = self.clock.monotonic_ns();
+        }
         Ok(n)
     }
 

@@ -153,6 +153,15 @@ fn configurations_that_cannot_work_are_refused_at_start() {
             ],
             "one store holds one stream",
         ),
+        (
+            vec![
+                s("--route"),
+                format!("5=127.0.0.1:9={store}"),
+                s("--follow"),
+                format!("5=1@127.0.0.1:7={store}"),
+            ],
+            "no NODE_ID@",
+        ),
     ] {
         let out = run(&extra);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -52,6 +52,25 @@ impl Member {
     }
 }
 
+/// One outbox's stream routed to `members` (named by `node_ids`), confirmed in `store`; a
+/// 100 ms resend timeout.
+fn config(outbox: &Path, members: &[&Member], node_ids: Vec<u32>, store: &Path) -> ForwarderConfig {
+    ForwarderConfig {
+        outboxes: vec![outbox.to_path_buf()],
+        routes: vec![Route {
+            stream_id: STREAM,
+            sequencers: members.iter().map(|m| m.addr()).collect(),
+            node_ids,
+            local_store: store.to_path_buf(),
+        }],
+        bind: "127.0.0.1:0".parse().unwrap(),
+        mtu: 1400,
+        resend_timeout: Duration::from_millis(100),
+        epoch: 1,
+        keys: Default::default(),
+    }
+}
+
 struct Site {
     _dir: tempfile::TempDir,
     outbox: Outbox,
@@ -71,20 +90,7 @@ impl Site {
         let w = CountersWriter::create(&counters, 64).unwrap();
         let store = d.path().join("copy");
         let forwarder = Forwarder::open_with_clock(
-            ForwarderConfig {
-                outboxes: vec![outbox_path],
-                routes: vec![Route {
-                    stream_id: STREAM,
-                    sequencers: members.iter().map(|m| m.addr()).collect(),
-                    node_ids,
-                    local_store: store.clone(),
-                }],
-                bind: "127.0.0.1:0".parse().unwrap(),
-                mtu: 1400,
-                resend_timeout: Duration::from_millis(100),
-                epoch: 1,
-                keys: Default::default(),
-            },
+            config(&outbox_path, members, node_ids, &store),
             &w,
             clock.clock(),
         )
@@ -183,15 +189,37 @@ fn a_term_start_frame_sends_everything_unconfirmed_to_the_leader_it_names_at_onc
     assert_eq!(two.received(), vec![4]);
     assert_eq!(one.received(), Vec::<u64>::new());
 
-    // A term-start frame of a node the route does not name changes nothing but the resend.
+    // A term-start frame of a node the route does not name changes nothing: no switch, and
+    // no resend to a member that may be gone (the timeout moves on from it).
     copy.start_term(3, 7).unwrap();
     site.forwarder.do_work().unwrap();
-    assert_eq!(two.received(), vec![2, 3, 4]);
+    assert_eq!(two.received(), Vec::<u64>::new());
     assert_eq!(site.counter("sequencer switches"), 1);
+    assert_eq!(site.counter("messages resent"), 2);
     sequence(&mut copy, 2..=4);
     site.forwarder.do_work().unwrap();
     assert_eq!(site.counter("messages confirmed"), 4);
     assert_eq!(site.counter("in flight"), 0);
+}
+
+#[test]
+fn a_forwarder_started_over_a_history_of_terms_switches_once_to_the_latest_leader() {
+    let (one, two) = (Member::new(), Member::new());
+    let mut site = Site::new(&[&one, &two], vec![1, 2]);
+    // The local copy the forwarder finds at its first cycle: four terms, led in turn.
+    let mut copy = appender(&site.store);
+    for (term, node) in [(1, 1), (2, 2), (3, 1), (4, 2)] {
+        copy.start_term(term, node).unwrap();
+    }
+    site.offer();
+    assert_eq!(
+        site.counter("sequencer switches"),
+        1,
+        "one switch, to term 4's leader"
+    );
+    assert_eq!(two.received(), vec![1], "sent to node 2");
+    assert_eq!(one.received(), Vec::<u64>::new());
+    assert_eq!(site.counter("messages resent"), 0);
 }
 
 #[test]
@@ -203,20 +231,7 @@ fn routes_with_node_ids_that_do_not_match_their_sequencers_are_refused() {
         Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 16, 64).unwrap();
         let w = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
         let e = Forwarder::open(
-            ForwarderConfig {
-                outboxes: vec![outbox],
-                routes: vec![Route {
-                    stream_id: STREAM,
-                    sequencers: vec![one.addr(), two.addr()],
-                    node_ids: ids.clone(),
-                    local_store: d.path().join("copy"),
-                }],
-                bind: "127.0.0.1:0".parse().unwrap(),
-                mtu: 1400,
-                resend_timeout: Duration::from_millis(100),
-                epoch: 1,
-                keys: Default::default(),
-            },
+            config(&outbox, &[&one, &two], ids.clone(), &d.path().join("copy")),
             &w,
         )
         .err()

@@ -71,7 +71,9 @@ struct Follow {
 }
 
 fn parse_follow(s: &str) -> Result<Follow, String> {
-    let bad = || format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR");
+    let bad = || {
+        format!("follow {s:?}: use STREAM_ID=UPSTREAM_ADDR[,ADDR...]=LOCAL_STORE_DIR (no NODE_ID@: a replica finds the leader by trying each)")
+    };
     let r = parse_route(s).map_err(|_| bad())?;
     if !r.node_ids.is_empty() {
         return Err(bad());

@@ -384,7 +384,7 @@ impl Site {
         f.insert(
             "route".into(),
             strings(routes.into_iter().map(|st| {
-                // `NODE@ADDR`: the forwarder follows the leader a term-start frame names.
+                // `NODE_ID@ADDR`: the forwarder follows the leader a term-start frame names.
                 let members: Vec<String> = (1..=2)
                     .map(|n| format!("{n}@{}", self.datagram_address(n, st)))
                     .collect();
@@ -397,8 +397,9 @@ impl Site {
         );
         f.insert("bind".into(), format!("{}:0", self.host_ip[host]).into());
         // A forwarder moves to the group's next member once the oldest message it sent has
-        // waited this long unconfirmed (500 ms by default), or as soon as its local copy shows
-        // the new leader's term-start frame, whichever comes first.
+        // waited this long unconfirmed with nothing confirmed meanwhile (500 ms by default),
+        // or to the new leader as soon as its local copy shows its term-start frame,
+        // whichever comes first.
         f.insert("resend_timeout_ms".into(), RESEND_TIMEOUT_MS.into());
         f.insert(
             "source_key".into(),
