@@ -643,7 +643,7 @@ impl Follower {
         }
         let progressed = self.position() > self.session_from;
         // The next upstream in turn (a rejoin probe stays with the upstream that answered it);
-        // the delay doubles once a whole round of upstreams has failed.
+        // the delay doubles once a whole round of upstreams has failed, or a probe has.
         let upstreams = 1 + self.replica.cfg.alternates.len();
         if self.replica.probe.is_none() {
             self.replica.upstream_index = (self.replica.upstream_index + 1) % upstreams;
@@ -658,7 +658,7 @@ impl Follower {
             return State::Disconnected { until_ns: now };
         }
         let until_ns = now + self.delay.as_nanos() as u64;
-        if self.replica.upstream_index == 0 {
+        if self.replica.probe.is_some() || self.replica.upstream_index == 0 {
             self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
         }
         State::Disconnected { until_ns }
