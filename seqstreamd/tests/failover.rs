@@ -103,6 +103,55 @@ fn json_number(line: &str, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("{key} in {line}"))
 }
 
+/// Each source's highest seq in the client's replica (index `source - 1`).
+#[derive(Default)]
+struct ReplicaSeqs([AtomicU64; SOURCES as usize]);
+
+impl ReplicaSeqs {
+    /// Reads the replica in `dir` (once it exists) as it grows, until `stop`.
+    fn follow(&self, dir: &std::path::Path, stop: &AtomicBool) {
+        let mut tailer = None;
+        while !stop.load(Ordering::Relaxed) {
+            if tailer.is_none() {
+                tailer = Tailer::open(dir).ok();
+            }
+            let mut read = 0;
+            if let Some(t) = tailer.as_mut() {
+                while let Some(f) = t.poll().expect("reading the client's replica") {
+                    read += 1;
+                    let source = (f.source_id() as usize).wrapping_sub(1);
+                    if let Some(seq) = self.0.get(source) {
+                        seq.fetch_max(f.source_seq(), Ordering::Relaxed);
+                    }
+                }
+            }
+            if read == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// A thread that waits until the replica holds, for every source, its messages up to
+    /// `due[source - 1]`, and returns how long after `since_ns` (realtime) that was, ms.
+    fn watch(self: &Arc<Self>, due: Vec<u64>, since_ns: u64) -> std::thread::JoinHandle<f64> {
+        let me = self.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + LONG;
+            loop {
+                let seen: Vec<u64> = me.0.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+                if seen.iter().zip(&due).all(|(s, d)| s >= d) {
+                    return now_ns().saturating_sub(since_ns) as f64 / 1e6;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the client's replica holds {seen:?} of {due:?}"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    }
+}
+
 /// p50 and max of `v` (sorted here).
 fn p50_max(v: &mut [f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
@@ -153,13 +202,17 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         })
         .collect();
 
-    // Messages offered so far, over all sources: the client's `fwd messages confirmed` (the sum
-    // of each source's highest confirmed seq) reaches it once each of them is in its replica.
-    let offered_now = || -> u64 { apps.iter().map(|(_, n)| n.load(Ordering::Relaxed)).sum() };
-    // From `since_ns` until the client has confirmed `due` messages, ms.
-    let confirmed_after = |due: u64, since_ns: u64| -> f64 {
-        wait_counter(&client, "fwd messages confirmed", LONG, |v| v >= due);
-        now_ns().saturating_sub(since_ns) as f64 / 1e6
+    // Each source's highest seq in the client's replica, kept current by a reader of it.
+    let seen = Arc::new(ReplicaSeqs::default());
+    let reader = {
+        let (seen, stop, replica) = (seen.clone(), stop.clone(), g.path("client"));
+        std::thread::spawn(move || seen.follow(&replica, &stop))
+    };
+    // Each source's messages offered so far.
+    let offered_now = || -> Vec<u64> {
+        apps.iter()
+            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .collect()
     };
     let mut failovers_ms = Vec::new();
     let mut kill_confirmed_ms = Vec::new();
@@ -174,7 +227,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         victim.0.kill().unwrap();
         victim.0.wait().unwrap();
         let killed_ns = now_ns();
-        let due = offered_now();
+        let confirmed = seen.watch(offered_now(), killed_ns);
         wait_counter(&g.counters(other), "md member leader term", LONG, |t| {
             t > term as u64
         });
@@ -182,7 +235,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         let started = wait_term_start(&g, &g.store(other), term);
         failovers_ms.push(started.saturating_sub(killed_ns) as f64 / 1e6);
         members[leader as usize - 1] = g.start(leader, false);
-        kill_confirmed_ms.push(confirmed_after(due, killed_ns));
+        kill_confirmed_ms.push(confirmed.join().expect("watching the client's replica"));
         eprintln!(
             "kill {round}: node {other} leads term {term}: its first frame after {:.1} ms, everything offered before the kill confirmed after {:.1} ms",
             failovers_ms[round],
@@ -199,6 +252,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
         std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
         let due = offered_now();
+        let asked_ns = now_ns();
         let out = g
             .seqstreamd(leader)
             .arg("--config")
@@ -219,10 +273,15 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         eprintln!("switchover {round}: {line}");
         let requested_ns = json_number(&line, "requested_ns") as u64;
         switchovers_ms.push(started.saturating_sub(requested_ns) as f64 / 1e6);
-        switchover_confirmed_ms.push(confirmed_after(due, requested_ns));
+        // Watched from the request (written to etcd by the command, `requested_ns`).
+        let confirmed = seen.watch(due, asked_ns);
+        let ms = confirmed.join().expect("watching the client's replica");
+        let asked_to_requested_ms = requested_ns.saturating_sub(asked_ns) as f64 / 1e6;
+        switchover_confirmed_ms.push((ms - asked_to_requested_ms).max(0.0));
     }
 
     stop.store(true, Ordering::Relaxed);
+    reader.join().expect("the reader of the client's replica");
     let offered: Vec<u64> = apps
         .into_iter()
         .map(|(t, n)| {
