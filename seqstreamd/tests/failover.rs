@@ -41,15 +41,20 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// The member that leads, once one leads and the other follows it, eligible and in the
-/// in-sync set etcd holds.
-fn settled_leader(g: &Group) -> u32 {
+/// The member that leads `term`, once one leads and the other follows it, eligible and in
+/// the in-sync set etcd holds, and both show `term` (their gauges lag their steps by a cycle:
+/// just after a switchover the old leader may still show itself leading, the new one
+/// following).
+fn settled_leader(g: &Group, term: u32) -> u32 {
     let deadline = Instant::now() + LONG;
     loop {
         let state = |n| counter(&g.counters(n), STATE).unwrap_or(0);
         let eligible = |n| counter(&g.counters(n), "md member eligible").unwrap_or(0) == 1;
+        let knows = |n| counter(&g.counters(n), "md member leader term") == Some(term as u64);
         for (leader, other) in [(1, 2), (2, 1)] {
-            if state(leader) == 2
+            if knows(leader)
+                && knows(other)
+                && state(leader) == 2
                 && state(other) == 1
                 && eligible(other)
                 && g.in_sync().is_some_and(|s| s.contains(&other))
@@ -218,7 +223,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
     let mut kill_confirmed_ms = Vec::new();
     let mut term = 1;
     for round in 0..kills {
-        let leader = settled_leader(&g);
+        let leader = settled_leader(&g, term);
         let other = 3 - leader;
         let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
@@ -247,7 +252,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
     let mut switchovers_ms = Vec::new();
     let mut switchover_confirmed_ms = Vec::new();
     for round in 0..switchovers {
-        let leader = settled_leader(&g);
+        let leader = settled_leader(&g, term);
         let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
         std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
@@ -291,7 +296,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         .collect();
     let total: u64 = offered.iter().sum();
     wait_counter(&client, "fwd messages confirmed", LONG, |v| v == total);
-    let leader = settled_leader(&g);
+    let leader = settled_leader(&g, term);
     let got = common::offered(&g.path("client"));
     let mut next = vec![1u64; SOURCES as usize];
     let (mut lost, mut duplicated) = (0u64, 0u64);
