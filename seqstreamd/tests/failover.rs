@@ -33,6 +33,8 @@ use seqstream_testkit::relay::LossyRelay;
 use seqstream_testkit::{counter, wait_counter, KillOnDrop};
 
 const SOURCES: u32 = 3;
+/// A failover slower than this (ms) prints the new leader's log.
+const SLOW_FAILOVER_MS: f64 = 200.0;
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -246,6 +248,17 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
             failovers_ms[round],
             kill_confirmed_ms[round]
         );
+        if failovers_ms[round] > SLOW_FAILOVER_MS {
+            // Rare (one kill in about 40 here, 0.5-0.7 s) and not understood yet: what the
+            // new leader's log says about it, for the next person.
+            let log =
+                std::fs::read_to_string(g.path(&format!("member-{other}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!(
+                "kill {round}: a slow failover; the last lines of member {other}'s log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
     }
 
     // Planned switchovers, asked of the leader through its own file.
