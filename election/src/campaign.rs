@@ -1,5 +1,6 @@
 //! The `election` thread: one member's conversation with etcd, as a loop of three phases —
-//! **follow** (read the group's keys; watch the leader key until it is deleted), **campaign**
+//! **follow** (read the group's keys; watch them, keeping the in-sync set current, until the
+//! leader key is deleted), **campaign**
 //! (when there is no leader key, this member is eligible and the in-sync set names it or does
 //! not exist: one transaction that creates the leader key on a fresh lease, raises the term
 //! and records the in-sync set of the new term), **lead** (keep the lease alive; move the
@@ -382,8 +383,14 @@ async fn follow(
         }
         shared.set_role(Role::Follower);
         let revision = resp.header().map_or(0, |h| h.revision());
-        let opts = WatchOptions::new().with_start_revision(revision + 1);
-        let mut watch = call(cfg, "watch leader", c.watch(key.as_str(), Some(opts))).await?;
+        // The whole group: the leader key's deletion ends the phase, and the in-sync set is
+        // kept current (a standby that has just joined it may depose a dead leader at once,
+        // not only after its next read).
+        let opts = WatchOptions::new()
+            .with_start_revision(revision + 1)
+            .with_prefix();
+        let group = format!("{}/", cfg.prefix);
+        let mut watch = call(cfg, "watch the group", c.watch(group, Some(opts))).await?;
         let reread = sleep(cfg.lease_ttl);
         tokio::pin!(reread);
         loop {
@@ -402,12 +409,26 @@ async fn follow(
                 },
                 _ = &mut reread => break,
                 msg = watch.message() => {
-                    let msg = msg.map_err(|e| Error::Etcd(format!("watch leader: {e}")))?;
+                    let msg = msg.map_err(|e| Error::Etcd(format!("watch the group: {e}")))?;
                     let Some(msg) = msg else { break };
                     if msg.canceled() {
                         break;
                     }
-                    if msg.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    let mut leader_gone = false;
+                    for e in msg.events() {
+                        let Some(kv) = e.kv() else { continue };
+                        let deleted = e.event_type() == EventType::Delete;
+                        if kv.key() == key.as_bytes() {
+                            leader_gone |= deleted;
+                        } else if kv.key() == in_sync_key.as_bytes() {
+                            shared.set_in_sync(if deleted {
+                                None
+                            } else {
+                                Some(parse_in_sync(cfg, kv.value())?)
+                            });
+                        }
+                    }
+                    if leader_gone {
                         break;
                     }
                 }

@@ -1,8 +1,8 @@
 //! Elections against a real etcd (Debian's `etcd-server`, started per test on free loopback
 //! ports): terms only grow, a leader cut off from etcd stops before another can start, etcd's
 //! loss ends a leadership within its lease, a resignation hands over at once, a switchover
-//! request nobody acts on times out on a live connection, and only a member of the recorded
-//! in-sync set campaigns.
+//! request nobody acts on times out on a live connection, only a member of the recorded
+//! in-sync set campaigns, and a follower sees the set change as etcd records it.
 
 use std::time::{Duration, Instant};
 
@@ -237,6 +237,39 @@ fn only_a_member_of_the_in_sync_set_campaigns_and_only_the_leader_records_it() {
         fa.in_sync() == Some(NodeSet::of([1, 2]))
     });
     assert!(fa.stats().in_sync_writes >= 1, "{:?}", fa.stats());
+}
+
+/// A follower learns a new in-sync set when etcd records it, not at its next read of the
+/// group (every lease TTL, 30 s here): a standby that has just joined the set may depose a
+/// dead leader at once (seqstreamd's group member reads the set from the fence).
+#[test]
+fn a_follower_sees_the_in_sync_set_change_as_it_is_recorded() {
+    let etcd = Etcd::start();
+    let long = |node| {
+        let e = Election::start(
+            ElectionConfig::new(vec![etcd.endpoint()], "/seqstream/test", node)
+                .lease_ttl(Duration::from_secs(30)),
+        )
+        .unwrap();
+        e.set_eligible(true);
+        e
+    };
+    let a = long(1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    let b = long(2);
+    let fb = b.fence();
+    wait("node 2 follows", || fb.role() == Role::Follower);
+    assert_eq!(fb.in_sync(), Some(NodeSet::of([1])));
+    record_in_sync(&a, &[1, 2]);
+    wait(
+        "node 2 sees the set that names it (15 s, half its re-read period)",
+        || fb.in_sync() == Some(NodeSet::of([1, 2])),
+    );
+    record_in_sync(&a, &[1]);
+    wait("node 2 sees the set without it", || {
+        fb.in_sync() == Some(NodeSet::of([1]))
+    });
 }
 
 /// Deletes `key` from the etcd at `endpoint`, as an operator's `etcdctl del` would.
