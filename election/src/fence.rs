@@ -305,8 +305,8 @@ impl Fence {
     }
 
     /// The in-sync set as this member last read or wrote it in etcd; `None` before it has
-    /// seen one, or when the group has none yet. A follower reads it whenever it reads the
-    /// leader key (at least once per lease TTL).
+    /// seen one, or when the group has none yet. A follower reads it with the leader key and
+    /// watches it after that: each change etcd records reaches it as the watch reports it.
     pub fn in_sync(&self) -> Option<NodeSet> {
         self.0
             .in_sync_known

@@ -43,25 +43,34 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// The member that leads `term`, once one leads and the other follows it, eligible and in
-/// the in-sync set etcd holds, and both show `term` (their gauges lag their steps by a cycle:
-/// just after a switchover the old leader may still show itself leading, the new one
-/// following).
-fn settled_leader(g: &Group, term: u32) -> u32 {
+/// The member that leads and the term it leads, once one leads and the other follows it,
+/// eligible and in the in-sync set etcd holds, and both show the same leader in the same
+/// term, at least `term` (their gauges lag their steps by a cycle: just after a switchover
+/// the old leader may still show itself leading, the new one following; a term the test did
+/// not cause, a lapsed lease's, is taken as it comes).
+fn settled_leader(g: &Group, term: u32) -> (u32, u32) {
     let deadline = Instant::now() + LONG;
     loop {
-        let state = |n| counter(&g.counters(n), STATE).unwrap_or(0);
-        let eligible = |n| counter(&g.counters(n), "md member eligible").unwrap_or(0) == 1;
-        let knows = |n| counter(&g.counters(n), "md member leader term") == Some(term as u64);
+        let gauge = |n, label| counter(&g.counters(n), label).unwrap_or(0);
+        let state = |n| gauge(n, STATE);
+        let eligible = |n| gauge(n, "md member eligible") == 1;
+        let shown = |n| {
+            (
+                gauge(n, "md member leader node"),
+                gauge(n, "md member leader term"),
+            )
+        };
         for (leader, other) in [(1, 2), (2, 1)] {
-            if knows(leader)
-                && knows(other)
+            let (node, now) = shown(leader);
+            if node == u64::from(leader)
+                && now >= u64::from(term)
+                && shown(other) == (node, now)
                 && state(leader) == 2
                 && state(other) == 1
                 && eligible(other)
                 && g.in_sync().is_some_and(|s| s.contains(&other))
             {
-                return leader;
+                return (leader, now as u32);
             }
         }
         assert!(
@@ -225,7 +234,8 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
     let mut kill_confirmed_ms = Vec::new();
     let mut term = 1;
     for round in 0..kills {
-        let leader = settled_leader(&g, term);
+        let (leader, leads) = settled_leader(&g, term);
+        term = leads;
         let other = 3 - leader;
         let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
@@ -265,7 +275,8 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
     let mut switchovers_ms = Vec::new();
     let mut switchover_confirmed_ms = Vec::new();
     for round in 0..switchovers {
-        let leader = settled_leader(&g, term);
+        // (The term it leads comes back in the switchover's answer.)
+        let (leader, _) = settled_leader(&g, term);
         let before = counter(&client, "fwd messages confirmed").unwrap_or(0);
         wait_counter(&client, "fwd messages confirmed", LONG, |v| v > before + 30);
         std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
@@ -309,7 +320,7 @@ fn sigkill_of_the_leader_at_random_instants_loses_and_repeats_nothing() {
         .collect();
     let total: u64 = offered.iter().sum();
     wait_counter(&client, "fwd messages confirmed", LONG, |v| v == total);
-    let leader = settled_leader(&g, term);
+    let (leader, _) = settled_leader(&g, term);
     let got = common::offered(&g.path("client"));
     let mut next = vec![1u64; SOURCES as usize];
     let (mut lost, mut duplicated) = (0u64, 0u64);
