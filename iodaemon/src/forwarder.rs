@@ -177,6 +177,20 @@ struct RouteState {
     new_term: bool,
 }
 
+impl RouteState {
+    /// Sends the route's datagrams to `sequencers[i]` from now on; counts the change in
+    /// `switches`. Returns whether it was a change.
+    fn send_to(&mut self, i: usize, now: u64, switches: &Counter) -> bool {
+        if i == self.current {
+            return false;
+        }
+        self.current = i;
+        self.settled_ns = now;
+        switches.incr();
+        true
+    }
+}
+
 struct Counters {
     sent: Counter,
     resent: Counter,
@@ -401,9 +415,7 @@ impl Forwarder {
         let route = &mut self.routes[r];
         let n = route.route.sequencers.len();
         if n > 1 && now.saturating_sub(route.settled_ns) >= timeout {
-            route.current = (route.current + 1) % n;
-            route.settled_ns = now;
-            self.counters.switches.incr();
+            route.send_to((route.current + 1) % n, now, &self.counters.switches);
             tracing::info!(stream_id = route.route.stream_id, sequencer = %route.route.sequencers[route.current], "nothing confirmed for a resend timeout: sending to the next sequencer of the group");
         }
     }
@@ -473,10 +485,7 @@ impl Forwarder {
             }
             if let Some((Some(i), start)) = started {
                 r.new_term = true;
-                if i != r.current {
-                    r.current = i;
-                    r.settled_ns = now;
-                    self.counters.switches.incr();
+                if r.send_to(i, now, &self.counters.switches) {
                     tracing::info!(stream_id = r.route.stream_id, term = start.term, node_id = start.node_id, sequencer = %r.route.sequencers[i], "a new term started in the local copy: sending to its leader");
                 }
             }
@@ -710,11 +719,7 @@ impl Forwarder {
         }
         // A NAK comes from the sequencer that leads: send there.
         let r = self.links[i].route;
-        if self.routes[r].current != sequencer {
-            self.routes[r].current = sequencer;
-            self.routes[r].settled_ns = now;
-            self.counters.switches.incr();
-        }
+        self.routes[r].send_to(sequencer, now, &self.counters.switches);
         let link = &self.links[i];
         Ok((from_seq > link.confirmed).then_some((i, from_seq)))
     }
