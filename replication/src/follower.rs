@@ -642,8 +642,7 @@ impl Follower {
                 .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
         }
         let progressed = self.position() > self.session_from;
-        // The next upstream in turn (a rejoin probe stays with the upstream that answered it);
-        // the delay doubles once a whole round of upstreams has failed, or a probe has.
+        // The next upstream in turn (a rejoin probe stays with the upstream that answered it).
         let upstreams = 1 + self.replica.cfg.alternates.len();
         if self.replica.probe.is_none() {
             self.replica.upstream_index = (self.replica.upstream_index + 1) % upstreams;
@@ -657,10 +656,9 @@ impl Follower {
             // not yet): only a whole round waits.
             return State::Disconnected { until_ns: now };
         }
+        // Here a whole round has failed, or a probe has: wait, and double the next wait.
         let until_ns = now + self.delay.as_nanos() as u64;
-        if self.replica.probe.is_some() || self.replica.upstream_index == 0 {
-            self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
-        }
+        self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
         State::Disconnected { until_ns }
     }
 }

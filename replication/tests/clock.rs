@@ -6,6 +6,7 @@
 //! and only a whole round of refusals waits the backoff.
 
 use std::net::TcpListener;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,18 +35,7 @@ fn a_silent_upstream_is_left_when_monotonic_time_says_so() {
     upstream.set_nonblocking(true).unwrap();
     let hour = 3_600_000_000_000u64;
     let clock = ManualClock::new(10 * hour, 0);
-    let mut cfg = FollowerConfig::new(
-        d.path().join("replica"),
-        9,
-        upstream.local_addr().unwrap(),
-        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"the clock test key")),
-    );
-    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
-    let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
-    let follower = Follower::new(cfg, &w).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let runner = AgentRunner::start(follower, RunnerConfig::default(), stop.clone()).unwrap();
-    let stop_on_drop = StopOnDrop(stop, Some(runner));
+    let stop_on_drop = start_follower(d.path(), &[&upstream], &clock);
 
     let first = accept_within(&upstream, Duration::from_secs(20)).expect("no first connection");
     clock.set_realtime(hour);
@@ -79,19 +69,7 @@ fn a_group_member_that_refuses_is_followed_at_once_by_the_next_and_only_a_round_
         m.set_nonblocking(true).unwrap();
     }
     let clock = ManualClock::new(3_600_000_000_000, 0);
-    let mut cfg = FollowerConfig::new(
-        d.path().join("replica"),
-        9,
-        members[0].local_addr().unwrap(),
-        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"the clock test key")),
-    );
-    cfg.alternates = vec![members[1].local_addr().unwrap()];
-    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
-    let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
-    let follower = Follower::new(cfg, &w).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let runner = AgentRunner::start(follower, RunnerConfig::default(), stop.clone()).unwrap();
-    let _stop_on_drop = StopOnDrop(stop, Some(runner));
+    let _stop_on_drop = start_follower(d.path(), &[&members[0], &members[1]], &clock);
 
     // Each member closes the connection at once, as one that does not lead refuses a
     // consumer. The clock stands still: only what needs no delay happens.
@@ -109,6 +87,25 @@ fn a_group_member_that_refuses_is_followed_at_once_by_the_next_and_only_a_round_
         accept_within(&members[0], Duration::from_secs(20)).is_some(),
         "the backoff passed on its clock"
     );
+}
+
+/// A follower of `upstreams` (the first, then the others as its alternates) into a replica
+/// in `dir`, its intervals on `clock`, on a runner of its own.
+fn start_follower(dir: &Path, upstreams: &[&TcpListener], clock: &ManualClock) -> StopOnDrop {
+    let addr = |l: &&TcpListener| l.local_addr().unwrap();
+    let mut cfg = FollowerConfig::new(
+        dir.join("replica"),
+        9,
+        addr(&upstreams[0]),
+        seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"the clock test key")),
+    );
+    cfg.alternates = upstreams[1..].iter().map(addr).collect();
+    cfg.store_config = cfg.store_config.clone().clock(clock.clock());
+    let w = CountersWriter::create(&dir.join("f.counters"), 64).unwrap();
+    let follower = Follower::new(cfg, &w).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let runner = AgentRunner::start(follower, RunnerConfig::default(), stop.clone()).unwrap();
+    StopOnDrop(stop, Some(runner))
 }
 
 /// Stops and joins the follower's runner even when the test fails.
