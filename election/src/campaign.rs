@@ -152,8 +152,9 @@ enum Next {
     /// No leader key: campaign if eligible.
     Vacant,
     /// No leader key, but this member may not campaign (not eligible, or the in-sync set
-    /// does not name it): wait, read again.
-    Barred,
+    /// does not name it): wait for the group's keys to change after `revision` (the read it
+    /// decided on), then read again.
+    Barred { revision: i64 },
     /// This member won: lead.
     Won(Won),
     /// Stop the thread.
@@ -198,17 +199,20 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
             Ok(Next::Vacant) if shared.eligible.load(Ordering::Relaxed) => {
                 campaign(&cfg, &shared, c, read).await
             }
-            Ok(Next::Vacant) => Ok(Next::Barred),
+            Ok(Next::Vacant) => Ok(Next::Barred {
+                revision: read.as_ref().map_or(0, revision_of),
+            }),
             other => other,
         };
         // No leader and this member may not lead (not eligible, or not in the in-sync set):
-        // wait, then read again.
+        // wait for a change (the next leader's key, most likely), then read again.
         let next = match next {
-            Ok(Next::Barred) => {
+            Ok(Next::Barred { revision }) => {
                 shared.set_role(Role::Unknown);
-                match pause(&cfg, &mut cmds).await {
-                    Some(Cmd::Stop) => Ok(Next::Stop),
-                    _ => Ok(Next::Vacant),
+                match wait_for_change(&cfg, c, &mut cmds, revision).await {
+                    Ok(Some(Cmd::Stop)) => Ok(Next::Stop),
+                    Ok(_) => Ok(Next::Vacant),
+                    Err(e) => Err(e),
                 }
             }
             other => other,
@@ -221,7 +225,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                     return;
                 }
             }
-            Ok(Next::Vacant | Next::Barred) => {}
+            Ok(Next::Vacant | Next::Barred { .. }) => {}
             Ok(Next::Stop) => return,
             Err(e) => {
                 shared.count(Count::EtcdError);
@@ -233,6 +237,35 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::Unbounded
                 }
             }
         }
+    }
+}
+
+/// The etcd revision a read answered at.
+fn revision_of(resp: &etcd_client::GetResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+/// Waits until a key of the group changes after `revision` (0: unknown, no watch), for
+/// `retry_every` at most, or less if a command arrives (returned): a barred member learns of
+/// the next leader as its key is written, not a pause later.
+async fn wait_for_change(
+    cfg: &ElectionConfig,
+    c: &mut Client,
+    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    revision: i64,
+) -> Result<Option<Cmd>, Error> {
+    if revision == 0 {
+        return Ok(pause(cfg, cmds).await);
+    }
+    let opts = WatchOptions::new()
+        .with_start_revision(revision + 1)
+        .with_prefix();
+    let group = format!("{}/", cfg.prefix);
+    let mut watch = call(cfg, "watch the group", c.watch(group, Some(opts))).await?;
+    tokio::select! {
+        cmd = cmds.recv() => Ok(Some(cmd.unwrap_or(Cmd::Stop))),
+        _ = sleep(cfg.retry_every) => Ok(None),
+        _ = watch.message() => Ok(None),
     }
 }
 
@@ -382,7 +415,7 @@ async fn follow(
             );
         }
         shared.set_role(Role::Follower);
-        let revision = resp.header().map_or(0, |h| h.revision());
+        let revision = revision_of(&resp);
         // The whole group: the leader key's deletion ends the phase, and the in-sync set is
         // kept current (a standby that has just joined it may depose a dead leader at once,
         // not only after its next read).
@@ -486,7 +519,9 @@ async fn campaign(
         let asked = parse_switchover(cfg, kv.value())?;
         if asked.term == term && asked.to != cfg.node_id {
             shared.count_barred();
-            return Ok(Next::Barred);
+            return Ok(Next::Barred {
+                revision: revision_of(&keys),
+            });
         }
     }
     if let Some(set) = in_sync.filter(|s| !s.contains(cfg.node_id)) {
@@ -497,7 +532,9 @@ async fn campaign(
                 "no leader, and the in-sync set does not name this member: it may lack released frames, so it does not campaign"
             );
         }
-        return Ok(Next::Barred);
+        return Ok(Next::Barred {
+            revision: revision_of(&keys),
+        });
     }
     let mut recorded = in_sync.unwrap_or_default();
     recorded.insert(cfg.node_id);

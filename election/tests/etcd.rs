@@ -2,7 +2,8 @@
 //! ports): terms only grow, a leader cut off from etcd stops before another can start, etcd's
 //! loss ends a leadership within its lease, a resignation hands over at once, a switchover
 //! request nobody acts on times out on a live connection, only a member of the recorded
-//! in-sync set campaigns, and a follower sees the set change as etcd records it.
+//! in-sync set campaigns, a barred member sees the next leader as its key is written, and a
+//! follower sees the set change as etcd records it.
 
 use std::time::{Duration, Instant};
 
@@ -237,6 +238,34 @@ fn only_a_member_of_the_in_sync_set_campaigns_and_only_the_leader_records_it() {
         fa.in_sync() == Some(NodeSet::of([1, 2]))
     });
     assert!(fa.stats().in_sync_writes >= 1, "{:?}", fa.stats());
+}
+
+/// A member barred from campaigning (not in the in-sync set) learns of the next leader as
+/// etcd writes its key, not a pause later: its pause (`retry_every`) is a minute here.
+#[test]
+fn a_barred_member_learns_of_the_next_leader_as_its_key_is_written() {
+    let etcd = Etcd::start();
+    let a = member(etcd.endpoint(), 1);
+    let fa = a.fence();
+    wait("node 1 leads", || leads(&fa));
+    let mut cfg = ElectionConfig::new(vec![etcd.endpoint()], "/seqstream/test", 2).lease_ttl(TTL);
+    cfg.retry_every = Duration::from_secs(60);
+    let b = Election::start(cfg).unwrap();
+    b.set_eligible(true);
+    let fb = b.fence();
+    wait("node 2 follows", || fb.role() == Role::Follower);
+    a.resign();
+    wait("node 2 is barred", || fb.stats().barred > 0);
+    std::thread::sleep(Duration::from_millis(100)); // well into its pause
+    a.set_eligible(true);
+    wait("node 1 leads term 2", || fa.term_if_leading() == Some(2));
+    wait("node 2 sees node 1 lead term 2", || {
+        fb.leader()
+            == Some(LeaderRecord {
+                node_id: 1,
+                term: 2,
+            })
+    });
 }
 
 /// A follower learns a new in-sync set when etcd records it, not at its next read of the

@@ -14,7 +14,7 @@ use seqstream_agent::{Idle, OnError};
 use seqstream_auth::Keyring;
 use seqstream_store::FlushPolicy;
 
-use crate::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE};
+use crate::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE, GROUP_RECONNECT_MIN};
 use crate::server::{Server, ServerConfig};
 use crate::tls;
 
@@ -117,7 +117,8 @@ pub struct FollowArgs {
     #[allow(missing_docs)]
     pub common: Common,
     /// The upstream to follow; several (repeat, or comma-separate): the members of a
-    /// sequencer group, tried in turn (only the leader admits consumers).
+    /// sequencer group, tried in turn (only the leader admits consumers; after a round that
+    /// found none, the next comes 5 ms later, doubling).
     #[arg(long, value_delimiter = ',', required = true)]
     pub upstream: Vec<SocketAddr>,
     /// TLS to the upstream: the CA certificates (PEM) its certificate must chain to.
@@ -238,6 +239,9 @@ impl Role for FollowArgs {
         let c = &self.common;
         let mut cfg = FollowerConfig::new(c.store.clone(), c.stream_id, self.upstream[0], keys(c)?);
         cfg.alternates = self.upstream[1..].to_vec();
+        if !cfg.alternates.is_empty() {
+            cfg.reconnect_min = GROUP_RECONNECT_MIN;
+        }
         cfg.store_config = cfg.store_config.flush(self.flush);
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);

@@ -58,6 +58,12 @@ use crate::protocol::{self, Msg};
 use crate::tls::Transport;
 use crate::{Error, Lie, Result};
 
+/// The first reconnect delay for a follower of a sequencer group's members (a standby, or a
+/// consumer given every member's address), where [`FollowerConfig::new`]'s default is 50 ms:
+/// during a failover a whole round of members refuses (the new leader has not won yet), and
+/// the new leader is found one 5 ms round later, not 50 (the delay doubles from here).
+pub const GROUP_RECONNECT_MIN: Duration = Duration::from_millis(5);
+
 /// Configuration of a follower.
 #[derive(Debug, Clone)]
 pub struct FollowerConfig {

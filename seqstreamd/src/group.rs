@@ -74,7 +74,7 @@ use seqstream_agent::daemon::{LimitedWarn, Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Agent, AgentError, DutyCycle, Idle};
 use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence, LeaderRecord, NodeSet};
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{Follower, FollowerConfig, GROUP_RECONNECT_MIN};
 use seqstream_replication::release::{Release, MAX_STANDBYS};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::cli::SequencerArgs;
@@ -100,10 +100,6 @@ const FREEZE_BACKOFF_NS: u64 = 1_000_000_000;
 /// longest a leader that resigned for one waits for the target to lead before it may
 /// campaign again.
 const HANDOVER_MAX_NS: u64 = 2_000_000_000;
-
-/// A standby's first reconnect delay to its leader (the follower's backoff doubles from it
-/// after each failed attempt, up to its default maximum).
-const STANDBY_RECONNECT_MIN: Duration = Duration::from_millis(5);
 
 /// One member of the group, as every member's file lists it: `NODE=REPLICATION_ADDRESS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +298,7 @@ impl Role for GroupArgs {
         // A refused connect is how a standby learns that its leader's process is gone (and
         // deposes it): after a session that ended before it wrote anything (a leader dying as
         // it was accepted) the next attempt comes after 5 ms, not the default 50.
-        follow.reconnect_min = STANDBY_RECONNECT_MIN;
+        follow.reconnect_min = GROUP_RECONNECT_MIN;
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
 
