@@ -5,9 +5,11 @@
 # (seqstreamd/tests/failover.rs, built in release mode). Each kill's failover time runs from
 # the SIGKILL to the new leader's term-start frame (its first frame), each switchover's from
 # the request written to etcd to that frame; the killed member comes back with its store each
-# time and rejoins as a standby. Prints one JSON line:
+# time and rejoins as a standby. MEMBERS (2 or 3, default 2): with 3, the third member runs
+# on host h2 and one standby is in sync (`sync_standbys = 1`), the other asynchronous.
+# Prints one JSON line:
 #
-#   {"bench":"failover","case":"sigkill_leader","kills":20,"switchovers":20,"lease_ttl_s":1,
+#   {"bench":"failover","case":"sigkill_leader","members":2,"sync_standbys":1,"kills":20,"switchovers":20,"lease_ttl_s":1,
 #    "sources":3,"relay_drop":0.1,"messages":…,"lost":0,"duplicated":0,"failover_p50_ms":…,
 #    "failover_max_ms":…,"switchover_p50_ms":…,"switchover_max_ms":…,
 #    "kill_to_confirmed_p50_ms":…,"kill_to_confirmed_max_ms":…,
@@ -24,7 +26,7 @@
 # the leader's. Every host is a network namespace (the demo's, on one bridge): run it as root.
 # Needs what the tests need (scripts/deps.sh --tests installs it).
 #
-# Usage: scripts/failover.sh [KILLS] [SEED] [SWITCHOVERS]     Works from any directory.
+# Usage: scripts/failover.sh [KILLS] [SEED] [SWITCHOVERS] [MEMBERS]   Works from any directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-20}
@@ -34,6 +36,9 @@ export FAILOVER_KILLS=$kills
 switchovers=${3:-20}
 case $switchovers in '' | *[!0-9]*) echo "failover.sh: SWITCHOVERS must be a number, not '$switchovers'" >&2; exit 2 ;; esac
 export FAILOVER_SWITCHOVERS=$switchovers
+members=${4:-2}
+case $members in 2 | 3) ;; *) echo "failover.sh: MEMBERS is 2 or 3, not '$members'" >&2; exit 2 ;; esac
+export FAILOVER_MEMBERS=$members
 command -v etcd >/dev/null || { echo "failover.sh: etcd is required (apt-get install etcd-server)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

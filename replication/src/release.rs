@@ -36,12 +36,17 @@
 //! own position and wait); frames released in an earlier leadership stay released (every
 //! standby held them, so every later leader holds them).
 //!
+//! The server holds a [`StandbySession`] for each session from a standby's address: while one
+//! is open the standby is [`connected`](Release::connected), which is how the owner tells a
+//! live standby from a dead one when it picks which of them gate (k of n).
+//!
 //! This module never reads the store, never blocks and never decides who gates: an ack is a
 //! CAS of its own word and one of the released word after a scan of the standbys (a
 //! handful); a consumer's sender reads one atomic per duty cycle.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use seqstream_agent::counters::{Counter, CountersWriter};
@@ -87,7 +92,40 @@ struct Standby {
     acked: AtomicU64,
     /// Whether it acked in the current epoch.
     reported: AtomicBool,
+    /// Its open sessions ([`StandbySession`]s alive).
+    sessions: AtomicU32,
     counter: Counter,
+}
+
+/// One replication session of standby `index`, opened in `epoch`: the standby counts as
+/// [`connected`](Release::connected) while one lives (dropping it ends that).
+#[derive(Debug)]
+pub struct StandbySession {
+    release: Arc<Release>,
+    index: usize,
+    epoch: u64,
+}
+
+impl StandbySession {
+    /// Standby `index` holds the stream up to `position` (an ack, or its session's resume
+    /// position): see [`Release`]'s module docs. `false` (nothing counted) when the session
+    /// began in an earlier epoch: it belongs to an earlier leadership and must end.
+    pub fn ack(&self, position: u64) -> bool {
+        self.release.ack(self.index, self.epoch, position)
+    }
+
+    /// The release this session's acks move.
+    pub fn release(&self) -> &Release {
+        &self.release
+    }
+}
+
+impl Drop for StandbySession {
+    fn drop(&mut self) {
+        self.release.standbys[self.index]
+            .sessions
+            .fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Release {
@@ -123,6 +161,7 @@ impl Release {
                 addr,
                 acked: AtomicU64::new(0),
                 reported: AtomicBool::new(false),
+                sessions: AtomicU32::new(0),
                 counter: position(&format!("standby[{i}] position acked"))?,
             });
         }
@@ -237,6 +276,25 @@ impl Release {
     /// The standby behind `addr`, if it is one.
     pub fn standby(&self, addr: IpAddr) -> Option<usize> {
         self.standbys.iter().position(|s| s.addr == addr)
+    }
+
+    /// Opens a session of standby `i` in the current epoch (the server calls it when a
+    /// replica connects from the standby's address).
+    pub fn standby_session(self: &Arc<Self>, i: usize) -> StandbySession {
+        self.standbys[i].sessions.fetch_add(1, Ordering::AcqRel);
+        StandbySession {
+            release: self.clone(),
+            index: i,
+            epoch: self.epoch(),
+        }
+    }
+
+    /// Whether standby `i` has a session open (of any epoch: one of an earlier epoch ends at
+    /// its next ack). A standby whose process or host is gone has none once its session has
+    /// ended: at once when its kernel closes the connection, after the session's liveness
+    /// timeout when its host went silent.
+    pub fn connected(&self, i: usize) -> bool {
+        self.standbys[i].sessions.load(Ordering::Acquire) > 0
     }
 
     /// What standby `i` said it holds in the current epoch (0 if nothing yet).
@@ -440,6 +498,31 @@ mod tests {
         assert_eq!(r.released(), 900);
         r.new_epoch();
         assert_eq!((r.released(), r.gating(), r.frozen()), (900, 1, false));
+    }
+
+    #[test]
+    fn a_standby_is_connected_while_a_session_of_it_lives_and_its_acks_count_in_that_sessions_epoch(
+    ) {
+        let (_d, r) = release(2);
+        let r = Arc::new(r);
+        let e = r.new_epoch();
+        assert!(!r.connected(0));
+        let first = r.standby_session(0);
+        let second = r.standby_session(0);
+        assert!(r.connected(0) && !r.connected(1));
+        assert!(first.ack(100) && r.acked(0) == 100 && r.reported(0));
+        drop(first);
+        assert!(r.connected(0), "one session of standby 0 is still open");
+        drop(second);
+        assert!(!r.connected(0));
+        let old = r.standby_session(1);
+        assert_eq!(r.new_epoch(), e + 1);
+        assert!(
+            !old.ack(200),
+            "a session of the earlier epoch counts for nothing"
+        );
+        assert_eq!((r.acked(1), r.reported(1)), (0, false));
+        assert!(r.connected(1), "until it ends");
     }
 
     #[test]

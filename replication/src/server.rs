@@ -80,7 +80,7 @@ use seqstream_store::{Tailer, TailerOptions};
 use crate::framing::{Fill, Inbox, Outbox};
 use crate::handshake;
 use crate::protocol::{self, Msg};
-use crate::release::Release;
+use crate::release::{Release, StandbySession};
 use crate::tls::Transport;
 use crate::{Error, Result};
 
@@ -579,7 +579,7 @@ impl Server {
         let gate = match &self.cfg.release {
             None => Gate::Open,
             Some(r) => match r.standby(peer.ip()) {
-                Some(i) => Gate::Standby(r.clone(), i, r.epoch()),
+                Some(i) => Gate::Standby(r.standby_session(i)),
                 None => Gate::Released(r.clone()),
             },
         };
@@ -943,9 +943,9 @@ impl Agent for Sender {
 enum Gate {
     /// Every committed frame (`immediate`, or no policy).
     Open,
-    /// Every committed frame, to standby `.1`, whose acks move the released position in
-    /// epoch `.2` (the leadership its session began in).
-    Standby(Arc<Release>, usize, u64),
+    /// Every committed frame, to a standby, whose acks move the released position in the
+    /// epoch (leadership) its session began in.
+    Standby(StandbySession),
     /// Frames up to the released position only: a consumer under `standby-ack`.
     Released(Arc<Release>),
 }
@@ -956,9 +956,8 @@ impl Gate {
     #[inline]
     fn limit(&self) -> Result<u64> {
         match self {
-            Gate::Released(r) | Gate::Standby(r, ..) if !r.serving() => Err(Error::Refused(
-                "this member of the sequencer group no longer leads".into(),
-            )),
+            Gate::Released(r) if !r.serving() => Err(not_leading()),
+            Gate::Standby(s) if !s.release().serving() => Err(not_leading()),
             Gate::Released(r) => Ok(r.released()),
             Gate::Open | Gate::Standby(..) => Ok(u64::MAX),
         }
@@ -968,12 +967,17 @@ impl Gate {
     /// session belongs to an earlier leadership of this member (it must end).
     fn ack(&self, position: u64) -> Result<()> {
         match self {
-            Gate::Standby(r, i, epoch) if !r.ack(*i, *epoch, position) => Err(Error::Refused(
+            Gate::Standby(s) if !s.ack(position) => Err(Error::Refused(
                 "a standby's session of an earlier leadership of this member".into(),
             )),
             _ => Ok(()),
         }
     }
+}
+
+/// A session's end once this member of a sequencer group no longer leads.
+fn not_leading() -> Error {
+    Error::Refused("this member of the sequencer group no longer leads".into())
 }
 
 /// One replica's session: what its sender's duty cycle reads and writes.
@@ -1240,8 +1244,9 @@ impl Session {
                     Msg::Ack { position, next_seq } => {
                         self.check_ack(position, next_seq)?;
                         self.gate.ack(position)?;
-                        if let Gate::Standby(release, ..) = &self.gate {
-                            release.observe_committed(self.tailer.committed_position());
+                        if let Gate::Standby(s) = &self.gate {
+                            s.release()
+                                .observe_committed(self.tailer.committed_position());
                         }
                         self.acked_position = position;
                         self.acked_seq = next_seq;

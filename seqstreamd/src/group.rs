@@ -24,8 +24,9 @@
 //! [`seqstream_election::force_promotion`]) makes a standby lead.
 //!
 //! **The in-sync set** (`<prefix>/in-sync` in etcd): the members that hold every released
-//! frame, the only ones that may take over. A winning member's campaign records it for its
-//! term (the set it read, plus itself); while it leads, this module keeps it true:
+//! frame, the only ones that may take over, and the standbys release waits for. A winning
+//! member's campaign records it for its term (the set it read, plus itself); while it leads,
+//! this module keeps it true:
 //! - a standby joins it once it has acked everything released, and at least what the leader
 //!   held when its term began (a member of the set at that moment is in it already);
 //! - under `degrade_after_ms`, a standby that has been behind without acking for that long
@@ -36,7 +37,15 @@
 //!   that no standby may take over. Without `degrade_after_ms`, release blocks instead;
 //! - a standby that left gates again once it has caught up with the released position; the
 //!   release is frozen for a moment (at most [`FREEZE_MAX_NS`]) when it comes within
-//!   [`FREEZE_WINDOW`] bytes, so that a steady stream cannot keep it just behind.
+//!   [`FREEZE_WINDOW`] bytes, so that a steady stream cannot keep it just behind;
+//! - **k of n** (`sync_standbys`, PostgreSQL's `FIRST k` synchronous standbys): the set
+//!   names at most k of the standbys that gate and hold every released frame, live ones
+//!   (a session open, an ack in this leadership) first. Once k named ones are live, every
+//!   other standby stops gating, after etcd has confirmed a set without it: it replicates
+//!   asynchronously and may not take over. When a named one is no longer live (its session
+//!   ended), an asynchronous standby that holds every released frame gates again and is
+//!   named in its place, and the dead one then stops gating. With k = n − 1, the default,
+//!   every standby is named and none is ever made asynchronous.
 //!
 //! **Switchover** (planned, `seqstreamd --switchover`, [`seqstream_election::request_switchover`]):
 //! the leader, told by its election ([`Fence::handover`]) to hand over to an in-sync member,
@@ -182,6 +191,13 @@ pub struct GroupArgs {
     /// every standby acks.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub degrade_after_ms: Option<u64>,
+    /// k of n (PostgreSQL's `synchronous_standby_names = 'FIRST k (…)'`, Patroni's
+    /// `synchronous_node_count`): release waits for this many standbys, the ones the in-sync
+    /// set names; the others replicate without gating and may not take over. A named standby
+    /// whose session ends is replaced by one that holds every released frame. Unset: every
+    /// standby (1 to the number of standbys).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_STANDBYS as i64))]
+    pub sync_standbys: Option<u8>,
     /// This member may lead with an empty store: set it on one member for a new group's
     /// first start, never on a member rebuilt after a loss.
     #[arg(long)]
@@ -210,6 +226,9 @@ impl GroupArgs {
         }
         if self.release == ReleasePolicy::Immediate && self.degrade_after_ms.is_some() {
             bail!("degrade_after_ms is for release = \"standby-ack\": under \"immediate\" no standby gates release");
+        }
+        if self.release == ReleasePolicy::Immediate && self.sync_standbys.is_some() {
+            bail!("sync_standbys is for release = \"standby-ack\": under \"immediate\" no standby gates release");
         }
         let me = self
             .members
@@ -245,6 +264,15 @@ impl GroupArgs {
             if self.allow.contains(&ip) {
                 bail!("allow names {ip}, member {}'s address: a consumer there would be taken for a standby (a consumer on a member's host reads that member's store)", m.node_id);
             }
+        }
+        if let Some(k) = self
+            .sync_standbys
+            .filter(|&k| usize::from(k) > others.len())
+        {
+            bail!(
+                "sync_standbys = {k}, but the group's other members (its standbys) number {}",
+                others.len()
+            );
         }
         Ok((me, others))
     }
@@ -314,9 +342,10 @@ impl Role for GroupArgs {
             .with_context(|| format!("writing {}", marker.display()))?;
         }
         election.set_eligible(eligible);
-        tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), degrade_after_ms = ?self.degrade_after_ms, "sequencer group member starting");
+        tracing::info!(stream_id = s.stream_id, node_id = self.node_id, members = self.members.len(), store = %s.store.display(), eligible, replication = %server.local_addr(), degrade_after_ms = ?self.degrade_after_ms, sync_standbys = ?self.sync_standbys, "sequencer group member starting");
         let stats = MemberCounters::new(&ctx.counters.scoped("member "))?;
         stats.eligible.set(eligible as u64);
+        let others_len = others.len();
         let member = Member {
             role: format!("group stream {}", s.stream_id),
             node_id: self.node_id,
@@ -333,6 +362,7 @@ impl Role for GroupArgs {
             eligible,
             marker,
             degrade_after_ns: self.degrade_after_ms.map(|ms| ms * 1_000_000),
+            sync_standbys: self.sync_standbys.map_or(others_len, usize::from),
             policy: self.release,
             solo_pending: None,
             in_sync: None,
@@ -421,6 +451,7 @@ struct MemberCounters {
     in_sync_writes: Counter,
     in_sync_drops: Counter,
     in_sync_rejoins: Counter,
+    made_async: Counter,
     release_freezes: Counter,
     switchovers: Counter,
     switchovers_abandoned: Counter,
@@ -446,6 +477,7 @@ impl MemberCounters {
             in_sync_writes: w.counter("in-sync writes")?,
             in_sync_drops: w.counter("in-sync drops")?,
             in_sync_rejoins: w.counter("in-sync rejoins")?,
+            made_async: w.counter("standbys made async")?,
             release_freezes: w.counter("release freezes")?,
             switchovers: w.counter("switchovers")?,
             switchovers_abandoned: w.counter("switchovers abandoned")?,
@@ -491,6 +523,9 @@ pub struct Member {
     marker: PathBuf,
     /// `degrade_after_ms` in ns; `None`: release blocks while a standby is behind.
     degrade_after_ns: Option<u64>,
+    /// How many standbys the in-sync set names and release waits for (k of n; n: every
+    /// standby).
+    sync_standbys: usize,
     /// The release policy.
     policy: ReleasePolicy,
     /// Under `immediate`, leading: the publication of the in-sync set naming this leader
@@ -710,7 +745,8 @@ impl Member {
     }
 
     /// The leader's part in the in-sync set (see the module docs): who joins, who leaves and
-    /// when, what etcd is asked to record, and the release freezes.
+    /// when, which k of the standbys it names, what etcd is asked to record, and the release
+    /// freezes.
     fn keep_in_sync(&mut self, committed: u64, now: u64) {
         let Some(sync) = self.in_sync.as_mut() else {
             return;
@@ -723,7 +759,12 @@ impl Member {
         }
         let released = self.release.released();
         let gating = self.release.gating();
-        let mut target = NodeSet::of([self.node_id]);
+        let need = released.max(sync.floor);
+        // A standby is live while it has a session open and has said, in this leadership,
+        // what it holds.
+        let live = |i: usize| self.release.connected(i) && self.release.reported(i);
+        // The gating standbys that hold every released frame: those the set may name.
+        let mut named: Vec<usize> = Vec::with_capacity(self.others.len());
         let mut stalled = NodeSet::default();
         for (i, m) in self.others.iter().enumerate() {
             let ack = self.release.acked(i);
@@ -731,36 +772,51 @@ impl Member {
             if ack != *last || ack >= committed {
                 (*last, *since) = (ack, now);
             }
-            if gating & (1 << i) != 0 {
-                if self
-                    .degrade_after_ns
-                    .is_some_and(|d| now.saturating_sub(*since) >= d)
-                {
-                    stalled.insert(m.node_id);
-                } else if sync.trusted.contains(m.node_id)
-                    // `reported` before the ack: an ack it reports was stored before it.
-                    && self.release.reported(i)
-                    && self.release.acked(i) < released
-                {
-                    // It came back with less than was released (a host that crashed before
-                    // its page cache reached the disk): in sync no more.
-                    sync.trusted.remove(m.node_id);
-                    tracing::warn!(role = %self.role, standby = m.node_id, resumed = ack, released, "standby resumed below the released position: it lost frames; not in sync until it catches up");
-                } else if sync.trusted.contains(m.node_id) || ack >= released.max(sync.floor) {
-                    target.insert(m.node_id);
-                }
+            if gating & (1 << i) == 0 {
                 continue;
             }
-            if sync.left_at[i] == Some(ack) {
+            if self
+                .degrade_after_ns
+                .is_some_and(|d| now.saturating_sub(*since) >= d)
+            {
+                stalled.insert(m.node_id);
+            } else if sync.trusted.contains(m.node_id)
+                // `reported` before the ack: an ack it reports was stored before it.
+                && self.release.reported(i)
+                && self.release.acked(i) < released
+            {
+                // It came back with less than was released (a host that crashed before
+                // its page cache reached the disk): in sync no more.
+                sync.trusted.remove(m.node_id);
+                tracing::warn!(role = %self.role, standby = m.node_id, resumed = ack, released, "standby resumed below the released position: it lost frames; not in sync until it catches up");
+            } else if sync.trusted.contains(m.node_id) || ack >= need {
+                named.push(i);
+            }
+        }
+        // k of n: the set names at most `sync_standbys` of them, live ones first, then those
+        // etcd names already (no needless change), then by index.
+        named.sort_by_key(|&i| (!live(i), !sync.recorded.contains(self.others[i].node_id), i));
+        named.truncate(self.sync_standbys);
+        let live_named = named.iter().filter(|&&i| live(i)).count();
+        let mut target = NodeSet::of([self.node_id]);
+        for &i in &named {
+            target.insert(self.others[i].node_id);
+        }
+        // Standbys that do not gate join while fewer than k named ones are live (with every
+        // standby named, any that does not gate is missing: always).
+        let mut wanted = self.sync_standbys.saturating_sub(live_named);
+        for (i, m) in self.others.iter().enumerate() {
+            let ack = self.release.acked(i);
+            if wanted == 0 || gating & (1 << i) != 0 || sync.left_at[i] == Some(ack) {
                 continue;
             }
-            let need = released.max(sync.floor);
             if ack >= need && self.release.set_gating(i, true) {
                 sync.left_at[i] = None;
                 self.stats.in_sync_rejoins.incr();
                 sync.acks[i].1 = now;
                 tracing::info!(role = %self.role, standby = m.node_id, position = ack, "standby caught up: release waits for it again");
                 target.insert(m.node_id);
+                wanted -= 1;
             } else if sync.freeze.is_none()
                 && now >= sync.no_freeze_until_ns
                 && ack >= sync.floor
@@ -785,17 +841,29 @@ impl Member {
             let generation = self.election.publish_in_sync(target);
             sync.pending = Some((generation, target));
         }
-        // A stalled standby stops gating only once etcd confirmed the latest set, without it.
+        // A standby stops gating only once etcd confirmed the latest set, without it: a
+        // stalled one (degraded mode), and one beyond the k named while k named ones are
+        // live (k of n; with every standby named there is none).
         if sync.pending.is_none() {
+            let gating = self.release.gating();
             for (i, m) in self.others.iter().enumerate() {
-                if stalled.contains(m.node_id)
-                    && !sync.recorded.contains(m.node_id)
-                    && self.release.set_gating(i, false)
+                let is_stalled = stalled.contains(m.node_id);
+                let beyond = live_named >= self.sync_standbys && !target.contains(m.node_id);
+                if !(is_stalled || beyond)
+                    || gating & (1 << i) == 0
+                    || sync.recorded.contains(m.node_id)
+                    || !self.release.set_gating(i, false)
                 {
-                    sync.trusted.remove(m.node_id);
-                    sync.left_at[i] = Some(sync.acks[i].0);
+                    continue;
+                }
+                sync.trusted.remove(m.node_id);
+                sync.left_at[i] = Some(sync.acks[i].0);
+                if is_stalled {
                     self.stats.in_sync_drops.incr();
                     tracing::warn!(role = %self.role, standby = m.node_id, acked = sync.acks[i].0, committed, in_sync = %sync.recorded, "standby behind for degrade_after_ms: left the in-sync set (recorded in etcd; it may not take over until it catches up), release no longer waits for it");
+                } else {
+                    self.stats.made_async.incr();
+                    tracing::info!(role = %self.role, standby = m.node_id, acked = sync.acks[i].0, in_sync = %sync.recorded, sync_standbys = self.sync_standbys, "the in-sync set names enough live standbys: this one replicates without gating release (it may not take over)");
                 }
             }
         }

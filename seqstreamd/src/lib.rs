@@ -770,6 +770,18 @@ allow = ["10.0.0.9"]
             "node_id = 1\nrelease = \"immediate\"\ndegrade_after_ms = 100",
         ));
         assert!(e.contains("degrade_after_ms is for"), "{e}");
+        let e = err(&GROUP.replace(
+            "node_id = 1",
+            "node_id = 1\nrelease = \"immediate\"\nsync_standbys = 1",
+        ));
+        assert!(e.contains("sync_standbys is for"), "{e}");
+        let e = err(&GROUP.replace("node_id = 1", "node_id = 1\nsync_standbys = 2"));
+        assert!(e.contains("sync_standbys = 2, but"), "{e}");
+        let e = err(&GROUP.replace("node_id = 1", "node_id = 1\nsync_standbys = 0"));
+        assert!(
+            e.contains("sync_standbys") || e.contains("sync-standbys"),
+            "{e}"
+        );
         let e = err(&format!(
             "{SEQ}{}",
             GROUP

@@ -9,7 +9,8 @@
 //! Further tests: an old leader back with its store cuts its unreleased tail; a standby that
 //! led a short term of its own rejoins; acks of an earlier leadership release nothing; etcd
 //! stopping stops the leader within its lease; in degraded mode a dead standby leaves the
-//! in-sync set in etcd, release goes on without it, and it may not take over.
+//! in-sync set in etcd, release goes on without it, and it may not take over; with k of n
+//! standbys in sync, release waits for the named ones and a dead one is replaced.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -721,4 +722,105 @@ fn under_immediate_release_only_a_forced_promotion_replaces_a_dead_leader() {
     wait_counter(&g.counters(1), "md frames cut", LONG, |v| v > 0);
     wait_messages(&g, &g.store(1), 160);
     assert_prefix_of(&g.store(1), &g.store(2), 160);
+}
+
+/// etcd's in-sync set once it names `size` members, `node` among them (sorted).
+fn wait_in_sync_of(g: &Group, size: usize, node: u32) -> Vec<u32> {
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Some(mut set) = g.in_sync().filter(|s| s.len() == size && s.contains(&node)) {
+            set.sort_unstable();
+            return set;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "etcd's in-sync set is {:?}\n{}",
+            g.in_sync(),
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// k of n (`sync_standbys = 1`, three members): etcd names the leader and one standby, and
+/// release waits for that one alone (a stopped async standby holds nothing back, a stopped
+/// named one does). The named standby dies: the other, holding every released frame, is
+/// named in its place (in etcd first) and release goes on. The leader dies: the named
+/// standby takes over, and with the old leader still dead it releases as soon as the
+/// returning standby holds what it sequences: it names that one instead of its dead
+/// predecessor.
+#[test]
+fn with_one_of_two_standbys_in_sync_release_waits_for_the_named_one_and_a_dead_one_is_replaced() {
+    const K: &str = "sync_standbys = 1";
+    let g = Group::with(3);
+    let mut members = [
+        g.start_with(1, true, K),
+        g.start_with(2, false, K),
+        g.start_with(3, false, K),
+    ];
+    g.wait_state(1, 2);
+    for n in [2, 3] {
+        wait_counter(&g.counters(n), "md member eligible", LONG, |v| v == 1);
+    }
+    let set = wait_in_sync_of(&g, 2, 1);
+    let named = set[1];
+    let unnamed = 5 - named;
+    let consumer_store = g.path("consumer");
+    let consumer_counters = g.path("consumer.counters");
+    let consumer = Consumer::follow(&consumer_store, &consumer_counters, g.replication_addr(1));
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 200);
+    wait_messages(&g, &consumer_store, 200);
+
+    // The async standby stopped: release goes on.
+    pause(&members[unnamed as usize - 1], true);
+    send(&source, g.datagram_addr(1), 201, 300);
+    wait_messages(&g, &consumer_store, 300);
+    pause(&members[unnamed as usize - 1], false);
+
+    // The named standby stopped (its session open): release waits for it.
+    pause(&members[named as usize - 1], true);
+    send(&source, g.datagram_addr(1), 301, 310);
+    wait_messages(&g, &g.store(1), 310);
+    std::thread::sleep(Duration::from_millis(100));
+    let held = messages(&consumer_store).0.len();
+    pause(&members[named as usize - 1], false);
+    assert_eq!(
+        held,
+        300,
+        "released what the named standby did not hold:\n{}",
+        g.logs()
+    );
+    wait_messages(&g, &consumer_store, 310);
+
+    // The named standby dies: the other is named in its place and release goes on.
+    kill(&mut members[named as usize - 1]);
+    send(&source, g.datagram_addr(1), 311, 400);
+    assert_eq!(wait_in_sync_of(&g, 2, unnamed), [1, unnamed]);
+    wait_messages(&g, &consumer_store, 400);
+    assert!(counter(&g.counters(1), "md member standbys made async").unwrap() >= 1);
+    drop(consumer);
+
+    // The leader dies: the named standby leads term 2. The dead standby returns with its
+    // store and follows; release then waits for it alone, not for the dead old leader.
+    kill(&mut members[0]);
+    wait_counter(&g.counters(unnamed), "md member leader term", LONG, |v| {
+        v == 2
+    });
+    g.wait_state(unnamed, 2);
+    members[named as usize - 1] = g.start_with(named, false, K);
+    g.wait_state(named, 1);
+    let consumer = Consumer::follow(
+        &consumer_store,
+        &consumer_counters,
+        g.replication_addr(unnamed),
+    );
+    send(&source, g.datagram_addr(unnamed), 401, 500);
+    wait_messages(&g, &consumer_store, 500);
+    let mut now = vec![named, unnamed];
+    now.sort_unstable();
+    assert_eq!(wait_in_sync_of(&g, 2, unnamed), now);
+    drop(consumer);
+    assert_prefix_of(&consumer_store, &g.store(unnamed), 500);
+    assert_prefix_of(&g.store(named), &g.store(unnamed), 500);
 }

@@ -3,8 +3,8 @@
 //! messages), and readers of the stores they write. The hosts are loopback addresses
 //! ([`Group::with`]: member 1 on 127.0.0.3, 2 on 127.0.0.2, 3 on 127.0.0.4, the client and
 //! etcd on 127.0.0.1), or network namespaces ([`Group::in_namespaces`], root only: the demo's
-//! hosts of `seqstream_apps::net`, member 1 on `seq`, 2 on `seq2`, the client on `h1`, etcd
-//! on `coord`).
+//! hosts of `seqstream_apps::net`, member 1 on `seq`, 2 on `seq2`, 3 on `h2`, the client on
+//! `h1`, etcd on `coord`).
 #![allow(dead_code)] // each test crate uses a different part of this module
 
 use std::net::{IpAddr, SocketAddr};
@@ -73,9 +73,9 @@ impl Group {
         }
     }
 
-    /// A group of two members on hosts of their own: network namespaces named after `tag`
-    /// (at most 8 characters). Needs root.
-    pub(crate) fn in_namespaces(tag: &str) -> Group {
+    /// A group of `n` members (2 or 3) on hosts of their own: network namespaces named after
+    /// `tag` (at most 8 characters); member 3 on `h2`. Needs root.
+    pub(crate) fn in_namespaces(tag: &str, n: usize) -> Group {
         assert!(
             seqstream_apps::net::is_root(),
             "this test makes network namespaces and needs root (CI runs as root)"
@@ -95,7 +95,14 @@ impl Group {
         Group {
             dir,
             etcd,
-            members: vec![member(1, &net.seq), member(2, &net.seq2)],
+            members: [
+                member(1, &net.seq),
+                member(2, &net.seq2),
+                member(3, &net.h2),
+            ]
+            .into_iter()
+            .take(n)
+            .collect(),
             client_ip: net.h1.ip,
             net: Some(net),
         }
@@ -103,6 +110,11 @@ impl Group {
 
     pub(crate) fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
+    }
+
+    /// The members' node ids.
+    pub(crate) fn nodes(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.node).collect()
     }
 
     pub(crate) fn member(&self, node: u32) -> &Member {
