@@ -965,9 +965,11 @@ impl Member {
         }
         let mut trusted = recorded;
         trusted.remove(self.node_id);
-        if self.degrade_after_ns.is_some() {
-            // Degraded mode: a standby outside the set need not be waited for first; it joins
-            // once caught up (it cannot take over meanwhile: the set does not name it).
+        if self.degrade_after_ns.is_some() || trusted.nodes().len() >= self.sync_standbys {
+            // A standby outside the set need not be waited for first: in degraded mode, or
+            // when the set names k standbys already (k of n: the others are asynchronous). It
+            // joins once caught up if it is wanted (it cannot take over meanwhile: the set
+            // does not name it). With every standby named there is none.
             for (i, m) in self.others.iter().enumerate() {
                 if !recorded.contains(m.node_id) {
                     self.release.set_gating(i, false);
