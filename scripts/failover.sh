@@ -37,13 +37,16 @@ switchovers=${3:-20}
 case $switchovers in '' | *[!0-9]*) echo "failover.sh: SWITCHOVERS must be a number, not '$switchovers'" >&2; exit 2 ;; esac
 export FAILOVER_SWITCHOVERS=$switchovers
 members=${4:-2}
-case $members in 2 | 3) ;; *) echo "failover.sh: MEMBERS is 2 or 3, not '$members'" >&2; exit 2 ;; esac
-export FAILOVER_MEMBERS=$members
+case $members in
+  2) test=sigkill_of_a_two_member_groups_leader ;;
+  3) test=sigkill_of_a_three_member_groups_leader ;;
+  *) echo "failover.sh: MEMBERS is 2 or 3, not '$members'" >&2; exit 2 ;;
+esac
 command -v etcd >/dev/null || { echo "failover.sh: etcd is required (apt-get install etcd-server)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 if ! CARGO_INCREMENTAL=0 timeout 1200 cargo test --quiet --release -p seqstreamd --test failover \
-  -- --nocapture >"$out" 2>&1; then
+  -- --nocapture "$test" >"$out" 2>&1; then
   cat "$out" >&2
   echo "failover.sh: the failover run failed (its output is above)" >&2
   exit 1
