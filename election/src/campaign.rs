@@ -75,7 +75,7 @@ impl Election {
                     .enable_all()
                     .build()
                     .expect("a single-threaded tokio runtime");
-                rt.block_on(run(cfg, state, rx));
+                rt.block_on(run(cfg, state, Commands { rx, depose: None }));
             })
             .map_err(Error::Spawn)?;
         Ok(Election {
@@ -170,10 +170,36 @@ struct Won {
     revision: i64,
 }
 
+/// After a failed revocation of a dead leader's lease, the next try: 50 ms. A lease that
+/// runs its full TTL instead (1 s or more) stalls the group that long.
+const DEPOSE_RETRY: Duration = Duration::from_millis(50);
+
+/// The owner's commands as the thread receives them. A [`Cmd::Depose`] is also kept until the
+/// dead leader's lease is gone or a later leader is seen, whatever phase it arrived in: one
+/// that came during a pause, or whose revocation failed, is carried out by the follow phase
+/// (and retried every [`DEPOSE_RETRY`]) instead of being lost, which left the dead leader's
+/// lease to run its full TTL.
+struct Commands {
+    rx: mpsc::UnboundedReceiver<Cmd>,
+    /// The leadership to depose, asked and not done yet.
+    depose: Option<LeaderRecord>,
+}
+
+impl Commands {
+    /// The next command; `Stop` once the owner is gone.
+    async fn recv(&mut self) -> Cmd {
+        let cmd = self.rx.recv().await.unwrap_or(Cmd::Stop);
+        if let Cmd::Depose { leader } = cmd {
+            self.depose = Some(leader);
+        }
+        cmd
+    }
+}
+
 /// The thread's body: connect, then follow, campaign and lead until stopped. Failures repeat
 /// every `retry_every` while etcd is away: their log lines are rate-limited (the counters
 /// keep the exact numbers).
-async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: Commands) {
     let mut client: Option<Client> = None;
     let mut last_lease = None;
     let mut warn_etcd = LimitedWarn::new("etcd");
@@ -251,7 +277,7 @@ fn revision_of(resp: &etcd_client::GetResponse) -> i64 {
 async fn wait_for_change(
     cfg: &ElectionConfig,
     c: &mut Client,
-    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    cmds: &mut Commands,
     revision: i64,
 ) -> Result<Option<Cmd>, Error> {
     if revision == 0 {
@@ -263,16 +289,16 @@ async fn wait_for_change(
     let group = format!("{}/", cfg.prefix);
     let mut watch = call(cfg, "watch the group", c.watch(group, Some(opts))).await?;
     tokio::select! {
-        cmd = cmds.recv() => Ok(Some(cmd.unwrap_or(Cmd::Stop))),
+        cmd = cmds.recv() => Ok(Some(cmd)),
         _ = sleep(cfg.retry_every) => Ok(None),
         _ = watch.message() => Ok(None),
     }
 }
 
 /// Waits `retry_every`, or less if a command arrives (returned).
-async fn pause(cfg: &ElectionConfig, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> Option<Cmd> {
+async fn pause(cfg: &ElectionConfig, cmds: &mut Commands) -> Option<Cmd> {
     tokio::select! {
-        c = cmds.recv() => Some(c.unwrap_or(Cmd::Stop)),
+        c = cmds.recv() => Some(c),
         _ = sleep(cfg.retry_every) => None,
     }
 }
@@ -371,7 +397,7 @@ async fn follow(
     cfg: &ElectionConfig,
     shared: &Shared,
     c: &mut Client,
-    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    cmds: &mut Commands,
     last_lease: &mut Option<i64>,
     read: &mut Option<etcd_client::GetResponse>,
 ) -> Result<Next, Error> {
@@ -426,19 +452,39 @@ async fn follow(
         let mut watch = call(cfg, "watch the group", c.watch(group, Some(opts))).await?;
         let reread = sleep(cfg.lease_ttl);
         tokio::pin!(reread);
+        // A deposition of an earlier leader is moot; one of this leader asked before this
+        // read (during a pause, or one whose revocation failed) is tried at once.
+        if cmds.depose.is_some_and(|d| d.term < leader.term) {
+            cmds.depose = None;
+        }
+        let mut deposing = cmds.depose == Some(leader);
+        let mut failed_revokes = 0u32;
+        let retry = sleep(Duration::ZERO);
+        tokio::pin!(retry);
         loop {
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
-                    Some(Cmd::Depose { leader: dead }) if dead == leader => {
-                        tracing::warn!(node = cfg.node_id, leader = dead.node_id, term = dead.term, "the leader's host refuses connections to its replication address (its process is gone): revoking its lease");
-                        // A lease already gone (another member revoked it first) is no failure.
-                        match call(cfg, "revoke the dead leader's lease", c.lease_revoke(lease)).await {
-                            Ok(_) => shared.count(Count::Deposition),
-                            Err(e) => tracing::warn!(node = cfg.node_id, "{e}"),
-                        }
+                    Cmd::Depose { leader: dead } if dead == leader => {
+                        deposing = true;
+                        retry.as_mut().reset(tokio::time::Instant::now());
                     }
-                    Some(Cmd::Resign | Cmd::InSync { .. } | Cmd::Depose { .. }) => {}
-                    _ => return Ok(Next::Stop),
+                    Cmd::Resign | Cmd::InSync { .. } | Cmd::Depose { .. } => {}
+                    Cmd::Stop => return Ok(Next::Stop),
+                },
+                _ = &mut retry, if deposing => match revoke_dead(cfg, shared, c, leader, lease).await {
+                    Ok(()) => {
+                        cmds.depose = None;
+                        deposing = false;
+                        failed_revokes = 0;
+                    }
+                    Err(e) => {
+                        // The first failure says so; the counters count them all.
+                        if failed_revokes == 0 {
+                            tracing::warn!(node = cfg.node_id, retry_every_ms = DEPOSE_RETRY.as_millis() as u64, "revoking the dead leader's lease failed: {e}");
+                        }
+                        failed_revokes += 1;
+                        retry.as_mut().reset(tokio::time::Instant::now() + DEPOSE_RETRY);
+                    }
                 },
                 _ = &mut reread => break,
                 msg = watch.message() => {
@@ -468,6 +514,38 @@ async fn follow(
             }
         }
     }
+}
+
+/// Revokes `lease`, the lease of a leader known to be dead (see [`Election::depose`]).
+/// `Ok` once it is gone: revoked here (counted), or already (expired, or revoked by another
+/// member). `Err` says why etcd did not revoke it (counted; the caller tries again after
+/// [`DEPOSE_RETRY`]).
+async fn revoke_dead(
+    cfg: &ElectionConfig,
+    shared: &Shared,
+    c: &mut Client,
+    dead: LeaderRecord,
+    lease: i64,
+) -> Result<(), String> {
+    let e = match timeout(cfg.call_timeout, c.lease_revoke(lease)).await {
+        Ok(Ok(_)) => {
+            tracing::info!(
+                node = cfg.node_id,
+                leader = dead.node_id,
+                term = dead.term,
+                "revoked the dead leader's lease"
+            );
+            shared.count(Count::Deposition);
+            return Ok(());
+        }
+        Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.message().contains("lease not found") => {
+            return Ok(());
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "timed out".to_string(),
+    };
+    shared.count(Count::EtcdError);
+    Err(e)
 }
 
 /// Campaign phase: unless the in-sync set exists and does not name this member, one
@@ -601,7 +679,7 @@ async fn lead(
     cfg: &ElectionConfig,
     shared: &Shared,
     c: &mut Client,
-    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    cmds: &mut Commands,
     won: Won,
     warn: &mut LimitedWarn,
 ) -> Option<Cmd> {
@@ -656,10 +734,10 @@ async fn lead(
         };
         tokio::select! {
             cmd = cmds.recv() => match cmd {
-                Some(Cmd::InSync { generation, set }) => pending = Some((generation, set)),
+                Cmd::InSync { generation, set } => pending = Some((generation, set)),
                 // Asked while following the last leader; this member leads now.
-                Some(Cmd::Depose { .. }) => {}
-                other => break Some(other.unwrap_or(Cmd::Stop)),
+                Cmd::Depose { .. } => {}
+                other => break Some(other),
             },
             msg = request => match msg {
                 Ok(Some(m)) if !m.canceled() => {

@@ -628,6 +628,7 @@ impl Member {
                         && in_sync
                         && self.deposed != Some(r)
                 }) {
+                    tracing::warn!(role = %self.role, leader = dead.node_id, term = dead.term, "the leader's host refuses connections to its replication address (its process is gone): asking etcd to end its lease");
                     self.deposed = Some(dead);
                     self.election.depose(dead);
                 }

@@ -478,6 +478,45 @@ fn when_etcd_stops_the_leader_stops_within_its_lease() {
     eprintln!("etcd killed → the leader's fence lapsed after {lapsed:?} (lease TTL 1 s)");
 }
 
+/// The standby asks etcd to end its dead leader's lease while etcd is down: nothing can
+/// answer. The request is kept and carried out once etcd is back (etcd gives every lease its
+/// full TTL when it restarts: 10 s here), not dropped to let the dead leader's lease run out.
+#[test]
+fn a_deposition_asked_while_etcd_is_down_is_carried_out_when_it_is_back() {
+    let mut g = Group::new();
+    g.lease_ttl_s = 10;
+    let mut one = g.start(1, true);
+    let _two = g.start(2, false);
+    g.wait_state(1, 2);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    wait_in_sync(&g, &[1, 2]);
+    g.etcd.kill();
+    kill(&mut one);
+    // The standby finds the leader's replication address refusing and asks for the deposition.
+    let deadline = Instant::now() + LONG;
+    while !std::fs::read_to_string(g.path("member-2.log"))
+        .unwrap_or_default()
+        .contains("asking etcd to end its lease")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no deposition asked:\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    g.etcd.restart();
+    // Well before the lease's 10 s: only the deposition can end it this soon.
+    wait_counter(
+        &g.counters(2),
+        "md member leaders deposed",
+        Duration::from_secs(8),
+        |v| v == 1,
+    );
+    g.wait_state(2, 2);
+}
+
 /// Waits until etcd's in-sync set is `nodes` (ascending).
 fn wait_in_sync(g: &Group, nodes: &[u32]) {
     wait_in_sync_where(g, |s| s == nodes);

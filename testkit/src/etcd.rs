@@ -18,6 +18,8 @@ pub struct Etcd {
     proc: Option<KillOnDrop>,
     ip: IpAddr,
     client_port: u16,
+    /// Its command line, for [`restart`](Etcd::restart).
+    args: Vec<String>,
     _data: tempfile::TempDir,
 }
 
@@ -52,24 +54,49 @@ impl Etcd {
             .collect::<Vec<_>>()
             .join(",");
         let peer = format!("http://{ip}:{peer_port}");
+        let mut args: Vec<String> = vec!["--name".into(), "test".into(), "--data-dir".into()];
+        args.push(data.path().display().to_string());
+        for a in [
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &format!("http://{ip}:{client_port}"),
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &format!("test={peer}"),
+            "--heartbeat-interval",
+            "10",
+            "--election-timeout",
+            "100",
+            "--logger",
+            "zap",
+            "--log-level",
+            "error",
+        ] {
+            args.push(a.to_string());
+        }
+        let mut etcd = Etcd {
+            proc: None,
+            ip,
+            client_port,
+            args,
+            _data: data,
+        };
+        etcd.restart();
+        etcd
+    }
+
+    /// Starts etcd again on its ports and data (every key and lease it held; etcd gives each
+    /// lease its full TTL again when it comes back), killing it first if it runs, in the
+    /// network namespace of the calling thread; waits until it reports itself healthy, as
+    /// [`start`](Self::start) does.
+    pub fn restart(&mut self) {
+        self.proc = None;
         let mut cmd = Command::new(binary());
-        cmd.args(["--name", "test", "--data-dir"])
-            .arg(data.path())
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &format!("http://{ip}:{client_port}"),
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args(["--initial-cluster", &format!("test={peer}")])
-            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-            .args(["--logger", "zap", "--log-level", "error"])
+        cmd.args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -79,21 +106,15 @@ impl Etcd {
                 binary().display()
             )
         });
-        let etcd = Etcd {
-            proc: Some(proc),
-            ip,
-            client_port,
-            _data: data,
-        };
+        self.proc = Some(proc);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !etcd.healthy() {
+        while !self.healthy() {
             assert!(
                 Instant::now() < deadline,
                 "etcd did not become healthy in 20 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        etcd
     }
 
     /// The client URL, `http://127.0.0.1:<port>` (the first address it listens on).

@@ -43,6 +43,8 @@ pub(crate) struct Group {
     client_ip: IpAddr,
     /// The namespaces, when the hosts are namespaces (dropped last: it removes them).
     net: Option<Network>,
+    /// The members' `lease_ttl_s` (1 unless a test sets another before starting them).
+    pub(crate) lease_ttl_s: u32,
 }
 
 impl Group {
@@ -70,6 +72,7 @@ impl Group {
                 .collect(),
             client_ip: IpAddr::from([127, 0, 0, 1]),
             net: None,
+            lease_ttl_s: 1,
         }
     }
 
@@ -105,6 +108,7 @@ impl Group {
             .collect(),
             client_ip: net.h1.ip,
             net: Some(net),
+            lease_ttl_s: 1,
         }
     }
 
@@ -179,7 +183,7 @@ node_id = {node}
 member = [{members}]
 etcd = ["{etcd}"]
 etcd_prefix = "/seqstream/group-test"
-lease_ttl_s = 1
+lease_ttl_s = {lease_ttl_s}
 bootstrap = {bootstrap}
 secret_file = "{secret}"
 allow = ["{client}"]
@@ -191,6 +195,7 @@ allow = ["{client}"]
             etcd = self.etcd.endpoint(),
             secret = self.path("secret").display(),
             client = self.client_ip,
+            lease_ttl_s = self.lease_ttl_s,
         );
         let netns = self.member(node).netns.clone();
         self.spawn(&format!("member-{node}"), netns.as_deref(), &text)
