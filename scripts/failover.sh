@@ -14,11 +14,12 @@
 #    "failover_max_ms":…,"switchover_p50_ms":…,"switchover_max_ms":…,
 #    "kill_to_confirmed_p50_ms":…,"kill_to_confirmed_max_ms":…,
 #    "switchover_to_confirmed_p50_ms":…,"switchover_to_confirmed_max_ms":…,
-#    "promotion_p50_ms":…,"promotion_max_ms":…,"seed":…}
+#    "promotion_p50_ms":…,"promotion_max_ms":…,"tails_cut":…,"seed":…}
 #
 # (promotion: the members' own measure, from winning a term to a sequencer ready to start it;
 # *_to_confirmed: the applications' stall, from the SIGKILL or the request until the client
-# has every message offered before it in its replica).
+# has every message offered before it in its replica; tails_cut: unreleased tails cut by
+# members rejoining a new leader, from their logs).
 # etcd keeps its data on tmpfs (/dev/shm) unless ETCD_TMPDIR names another directory: set it
 # to one on disk for etcd's real cost of a synced write.
 #

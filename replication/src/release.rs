@@ -5,10 +5,11 @@
 //! A [`Release`] is shared by the senders of one replication server
 //! ([`ServerConfig::release`](crate::server::ServerConfig::release)). The server tells a
 //! standby from a consumer by the address its connection comes from: a session from a
-//! standby's address is never gated, and its acks (and its resume position: a replica holds
-//! what it resumes from) move that standby's acked position; every other session is a
-//! consumer and is sent frames up to the **released position** only, the lowest position
-//! every gating standby acked. Every standby gates unless its owner says otherwise
+//! standby's address is sent every committed frame while that standby gates, and its acks
+//! (and its resume position: a replica holds what it resumes from) move that standby's acked
+//! position; every other session is a consumer, and so is a standby that does not gate: they
+//! are sent frames up to the **released position** only, the lowest position every gating
+//! standby acked ([`StandbySession::limit`]). Every standby gates unless its owner says otherwise
 //! ([`Release::set_gating`]): so a standby that is down, or catching up, holds release back,
 //! and any standby that takes over holds every frame a consumer ever received. A standby
 //! stops gating only by its owner's decision (the group member's degraded mode, once etcd
@@ -77,6 +78,9 @@ pub struct Release {
     released: CachePadded<AtomicU64>,
     /// The current epoch (see the module docs), below 2^16.
     epoch: AtomicU64,
+    /// The committed position as the current epoch began: this member's history before its
+    /// leadership, final whoever leads next ([`new_epoch`](Release::new_epoch)).
+    floor: AtomicU64,
     standbys: Box<[Standby]>,
     released_counter: Counter,
     lag: Counter,
@@ -117,6 +121,22 @@ impl StandbySession {
     /// The release this session's acks move.
     pub fn release(&self) -> &Release {
         &self.release
+    }
+
+    /// The position this session may be sent frames up to: every committed frame while its
+    /// standby gates; while it does not (an asynchronous standby of k of n, or one let go in
+    /// degraded mode), the released frames and those of this member's history before its
+    /// leadership (the epoch's floor), both final whoever leads next. So a standby that does
+    /// not gate never holds a frame that a later leader may lack: it has no tail to cut when
+    /// the leadership moves. One atomic load while it gates.
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        let word = self.release.released.load(Ordering::Acquire);
+        if gating_of(word) & (1 << self.index) != 0 {
+            u64::MAX
+        } else {
+            position_of(word).max(self.release.floor.load(Ordering::Acquire))
+        }
     }
 }
 
@@ -168,6 +188,7 @@ impl Release {
         Ok(Release {
             released: CachePadded::new(AtomicU64::new(all_gating(standbys.len()))),
             epoch: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
             standbys: slots.into_boxed_slice(),
             released_counter: position("released position")?,
             lag: counters
@@ -319,10 +340,12 @@ impl Release {
         self.standbys[i].reported.load(Ordering::Acquire)
     }
 
-    /// Starts an epoch: this member leads anew. Every standby's ack is forgotten (sessions of
-    /// the earlier epoch are refused at their next ack and end), every standby gates again and
-    /// a freeze ends; the released position stays. Returns the new epoch.
-    pub fn new_epoch(&self) -> u64 {
+    /// Starts an epoch: this member leads anew, its store committed up to `floor`. Every
+    /// standby's ack is forgotten (sessions of the earlier epoch are refused at their next ack
+    /// and end), every standby gates again and a freeze ends; the released position stays.
+    /// Returns the new epoch.
+    pub fn new_epoch(&self, floor: u64) -> u64 {
+        self.floor.store(floor, Ordering::Release);
         let epoch = (self.epoch.fetch_add(1, Ordering::AcqRel) + 1) & EPOCH_MASK;
         for s in self.standbys.iter() {
             s.acked.store(epoch << POSITION_BITS, Ordering::Release);
@@ -433,7 +456,7 @@ mod tests {
     #[test]
     fn the_released_position_is_the_lowest_gating_ack_and_never_falls() {
         let (_d, r) = release(3);
-        let e = r.new_epoch();
+        let e = r.new_epoch(0);
         assert!(r.ack(0, e, 100) && r.ack(1, e, 300));
         assert_eq!(r.released(), 0, "standby 2 has acked nothing");
         assert!(r.ack(2, e, 200));
@@ -453,7 +476,7 @@ mod tests {
     fn a_standby_that_stops_gating_no_longer_holds_release_and_rejoins_only_with_what_was_released()
     {
         let (_d, r) = release(2);
-        let e = r.new_epoch();
+        let e = r.new_epoch(0);
         r.ack(0, e, 500);
         r.ack(1, e, 100);
         assert_eq!(r.released(), 100);
@@ -475,9 +498,33 @@ mod tests {
     }
 
     #[test]
+    fn a_gating_standby_is_sent_every_committed_frame_and_one_that_does_not_gate_the_released_ones()
+    {
+        let (_d, r) = release(2);
+        let r = Arc::new(r);
+        let e = r.new_epoch(0);
+        let (zero, one) = (r.standby_session(0), r.standby_session(1));
+        assert_eq!((zero.limit(), one.limit()), (u64::MAX, u64::MAX));
+        assert!(zero.ack(400) && one.ack(100));
+        assert!(r.set_gating(1, false));
+        assert_eq!((zero.limit(), one.limit()), (u64::MAX, 400));
+        r.ack(0, e, 700);
+        assert_eq!(one.limit(), 700, "it follows the released position");
+        assert!(one.ack(700) && r.set_gating(1, true));
+        assert_eq!(one.limit(), u64::MAX, "gating again: every committed frame");
+        // A new leadership begins at 2000: what came before is final, released or not.
+        let e = r.new_epoch(2000);
+        let one = r.standby_session(1);
+        assert!(r.ack(0, e, 1000) && one.ack(900) && r.set_gating(1, false));
+        assert_eq!((r.released(), one.limit()), (1000, 2000));
+        assert!(r.ack(0, e, 2100));
+        assert_eq!(one.limit(), 2100);
+    }
+
+    #[test]
     fn with_no_gating_standby_release_follows_the_committed_position_unless_frozen() {
         let (_d, r) = release(1);
-        let e = r.new_epoch();
+        let e = r.new_epoch(0);
         r.follow_committed(300);
         assert_eq!(r.released(), 0, "standby 0 gates");
         assert!(r.set_gating(0, false));
@@ -496,7 +543,7 @@ mod tests {
         assert_eq!(r.released(), 300, "standby 0 gates again");
         r.ack(0, e, 900);
         assert_eq!(r.released(), 900);
-        r.new_epoch();
+        r.new_epoch(0);
         assert_eq!((r.released(), r.gating(), r.frozen()), (900, 1, false));
     }
 
@@ -505,7 +552,7 @@ mod tests {
     ) {
         let (_d, r) = release(2);
         let r = Arc::new(r);
-        let e = r.new_epoch();
+        let e = r.new_epoch(0);
         assert!(!r.connected(0));
         let first = r.standby_session(0);
         let second = r.standby_session(0);
@@ -516,7 +563,7 @@ mod tests {
         drop(second);
         assert!(!r.connected(0));
         let old = r.standby_session(1);
-        assert_eq!(r.new_epoch(), e + 1);
+        assert_eq!(r.new_epoch(0), e + 1);
         assert!(
             !old.ack(200),
             "a session of the earlier epoch counts for nothing"
@@ -531,7 +578,7 @@ mod tests {
         // and taken back at its own position; whenever standby 1 gates, the released
         // position never passes what it acked.
         let (_d, r) = release(2);
-        let e = r.new_epoch();
+        let e = r.new_epoch(0);
         r.ack(1, e, 10);
         std::thread::scope(|s| {
             s.spawn(|| {

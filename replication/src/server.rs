@@ -943,8 +943,9 @@ impl Agent for Sender {
 enum Gate {
     /// Every committed frame (`immediate`, or no policy).
     Open,
-    /// Every committed frame, to a standby, whose acks move the released position in the
-    /// epoch (leadership) its session began in.
+    /// To a standby, whose acks move the released position in the epoch (leadership) its
+    /// session began in: every committed frame while it gates, the released ones otherwise
+    /// ([`StandbySession::limit`]).
     Standby(StandbySession),
     /// Frames up to the released position only: a consumer under `standby-ack`.
     Released(Arc<Release>),
@@ -959,7 +960,8 @@ impl Gate {
             Gate::Released(r) if !r.serving() => Err(not_leading()),
             Gate::Standby(s) if !s.release().serving() => Err(not_leading()),
             Gate::Released(r) => Ok(r.released()),
-            Gate::Open | Gate::Standby(..) => Ok(u64::MAX),
+            Gate::Standby(s) => Ok(s.limit()),
+            Gate::Open => Ok(u64::MAX),
         }
     }
 

@@ -944,8 +944,10 @@ impl Member {
         .fenced_by(Arc::new(self.fence.clone()));
         self.stats.promotions.incr();
         // A new epoch: standbys' acks of an earlier leadership name positions of a history
-        // this member may have cut since. Every standby gates until it leaves the set.
-        self.release.new_epoch();
+        // this member may have cut since. Every standby gates until it leaves the set; one
+        // that does not gate is sent what is released and this member's history before its
+        // term (final: every later leader holds it).
+        self.release.new_epoch(sequencer.appender().position());
         self.release.set_serving(true);
         self.resigned_at_ns = None;
         let recorded = self.fence.in_sync_at_win();

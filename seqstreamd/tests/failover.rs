@@ -380,8 +380,14 @@ fn sigkill_the_leader_at_random_instants(n: u32) {
         promotions_ms.len()
     );
     let (promotion_p50, promotion_max) = p50_max(&mut promotions_ms);
+    // Tails cut by members rejoining a new leader: a killed leader's unreleased tail (at most
+    // one a kill), or a standby's that was sent what no later leader held.
+    let tails_cut = g
+        .logs()
+        .matches("rejoined the upstream: cut this replica's tail")
+        .count();
     println!(
-        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"members\":{n},\"sync_standbys\":1,\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"kill_to_confirmed_p50_ms\":{kill_confirmed_p50:.1},\"kill_to_confirmed_max_ms\":{kill_confirmed_max:.1},\"switchover_to_confirmed_p50_ms\":{switchover_confirmed_p50:.1},\"switchover_to_confirmed_max_ms\":{switchover_confirmed_max:.1},\"promotion_p50_ms\":{promotion_p50:.2},\"promotion_max_ms\":{promotion_max:.2},\"seed\":{seed}}}",
+        "{{\"bench\":\"failover\",\"case\":\"sigkill_leader\",\"members\":{n},\"sync_standbys\":1,\"kills\":{kills},\"switchovers\":{switchovers},\"lease_ttl_s\":1,\"sources\":{SOURCES},\"relay_drop\":{},\"messages\":{total},\"lost\":{lost},\"duplicated\":{duplicated},\"failover_p50_ms\":{failover_p50:.1},\"failover_max_ms\":{failover_max:.1},\"switchover_p50_ms\":{switchover_p50:.1},\"switchover_max_ms\":{switchover_max:.1},\"kill_to_confirmed_p50_ms\":{kill_confirmed_p50:.1},\"kill_to_confirmed_max_ms\":{kill_confirmed_max:.1},\"switchover_to_confirmed_p50_ms\":{switchover_confirmed_p50:.1},\"switchover_to_confirmed_max_ms\":{switchover_confirmed_max:.1},\"promotion_p50_ms\":{promotion_p50:.2},\"promotion_max_ms\":{promotion_max:.2},\"tails_cut\":{tails_cut},\"seed\":{seed}}}",
         seqstream_testkit::relay::DROPPED,
     );
     assert_eq!((lost, duplicated), (0, 0), "per-source order broken");

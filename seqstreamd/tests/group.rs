@@ -774,7 +774,7 @@ fn under_immediate_release_only_a_forced_promotion_replaces_a_dead_leader() {
 
 /// k of n (`sync_standbys = 1`, three members): etcd names the leader and one standby, and
 /// release waits for that one alone (a stopped async standby holds nothing back, a stopped
-/// named one does). The named standby dies: the other, holding every released frame, is
+/// named one does, and the async one is sent only released frames). The named standby dies: the other, holding every released frame, is
 /// named in its place (in etcd first) and release goes on. The leader dies: the named
 /// standby takes over, and with the old leader still dead it releases as soon as the
 /// returning standby holds what it sequences: it names that one instead of its dead
@@ -814,11 +814,20 @@ fn with_one_of_two_standbys_in_sync_release_waits_for_the_named_one_and_a_dead_o
     wait_messages(&g, &g.store(1), 310);
     std::thread::sleep(Duration::from_millis(100));
     let held = messages(&consumer_store).0.len();
+    let async_held = messages(&g.store(unnamed)).0.len();
     pause(&members[named as usize - 1], false);
     assert_eq!(
         held,
         300,
         "released what the named standby did not hold:\n{}",
+        g.logs()
+    );
+    // Nor does the async standby get them: it holds only released frames, so it never has a
+    // tail to cut when the named one takes over.
+    assert_eq!(
+        async_held,
+        300,
+        "the async standby was sent unreleased frames:\n{}",
         g.logs()
     );
     wait_messages(&g, &consumer_store, 310);
