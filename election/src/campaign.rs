@@ -473,6 +473,8 @@ async fn follow(
                 },
                 _ = &mut retry, if deposing => match revoke_dead(cfg, shared, c, leader, lease).await {
                     Ok(()) => {
+                        // Gone: the vacancy its key's deletion makes needs no check of it.
+                        *last_lease = None;
                         cmds.depose = None;
                         deposing = false;
                         failed_revokes = 0;

@@ -418,6 +418,9 @@ enum State {
         follower: Box<Follower>,
         /// The follower's [`cuts`](Follower::cuts) the member's source positions reflect.
         cuts_seen: u64,
+        /// The follower's [`refused_connects`](Follower::refused_connects) the member has
+        /// steered on.
+        refusals_seen: u64,
     },
     /// Sequencing in a term, fenced by the election.
     Leading(Box<Sequencer>, u32),
@@ -913,6 +916,7 @@ impl Member {
         self.state = State::Standby {
             leader,
             cuts_seen: follower.cuts(),
+            refusals_seen: follower.refused_connects(),
             follower: Box::new(follower),
         };
         Ok(())
@@ -1006,12 +1010,20 @@ impl Agent for Member {
             State::Standby {
                 follower,
                 cuts_seen,
+                refusals_seen,
                 ..
             } => {
                 let work = follower.do_work(cycle)?;
                 if follower.cuts() != *cuts_seen {
                     *cuts_seen = follower.cuts();
                     self.positions.restart();
+                }
+                // A refused connect may mean the leader's process is gone (steering deposes
+                // it), and a won election is a promotion to make: steer now, not up to a
+                // steering interval later.
+                if follower.refused_connects() != *refusals_seen || self.fence.won_at().is_some() {
+                    *refusals_seen = follower.refused_connects();
+                    self.next_steer_ns = 0;
                 }
                 work + self.positions.read(POSITIONS_PER_CYCLE)?
             }
