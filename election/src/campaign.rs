@@ -220,16 +220,29 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: Commands) {
                 }
             },
         };
-        let mut read = None;
-        let next = match follow(&cfg, &shared, c, &mut cmds, &mut last_lease, &mut read).await {
+        let (mut read, mut granted) = (None, None);
+        let next = match follow(
+            &cfg,
+            &shared,
+            c,
+            &mut cmds,
+            &mut last_lease,
+            &mut read,
+            &mut granted,
+        )
+        .await
+        {
             Ok(Next::Vacant) if shared.eligible.load(Ordering::Relaxed) => {
-                campaign(&cfg, &shared, c, read).await
+                campaign(&cfg, &shared, c, read, &mut granted).await
             }
             Ok(Next::Vacant) => Ok(Next::Barred {
-                revision: read.as_ref().map_or(0, revision_of),
+                revision: read.as_ref().map_or(0, |v| v.revision),
             }),
             other => other,
         };
+        if let Some(g) = granted.take() {
+            let _ = call(&cfg, "revoke an unused lease", c.lease_revoke(g.id)).await;
+        }
         // No leader and this member may not lead (not eligible, or not in the in-sync set):
         // wait for a change (the next leader's key, most likely), then read again.
         let next = match next {
@@ -378,6 +391,95 @@ fn parse_switchover(cfg: &ElectionConfig, value: &[u8]) -> Result<SwitchoverReco
     })
 }
 
+fn parse_term(cfg: &ElectionConfig, value: &[u8]) -> Result<u32, Error> {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .ok_or_else(|| Error::Corrupt {
+            key: cfg.term_key(),
+            reason: "not a decimal u32".into(),
+        })
+}
+
+/// The group's keys as a campaign decides on them: read in one get ([`read`](Self::read)),
+/// then kept current by the follow phase's watch ([`apply`](Self::apply)), so a member that
+/// deposed the leader itself campaigns on the watch's news without reading again. Its
+/// transaction compares every revision it relies on: a view that missed a change makes it
+/// fail, never succeed wrongly.
+#[derive(Debug, Clone)]
+struct GroupView {
+    /// The etcd revision the view is as of.
+    revision: i64,
+    /// Whether a leader key exists.
+    leader: bool,
+    /// The in-sync set and its key's mod revision.
+    in_sync: Option<(NodeSet, i64)>,
+    /// The term counter and its key's mod revision (`(0, 0)`: no key).
+    term: (u32, i64),
+    /// A switchover request.
+    switchover: Option<SwitchoverRecord>,
+}
+
+impl GroupView {
+    /// The view of a read of every key of the group ([`get_group`]).
+    ///
+    /// Errors: `Corrupt` for a key whose value does not parse.
+    pub(crate) fn read(
+        cfg: &ElectionConfig,
+        resp: &etcd_client::GetResponse,
+    ) -> Result<Self, Error> {
+        let mut view = GroupView {
+            revision: revision_of(resp),
+            leader: false,
+            in_sync: None,
+            term: (0, 0),
+            switchover: None,
+        };
+        for kv in resp.kvs() {
+            view.set(cfg, kv, false)?;
+        }
+        Ok(view)
+    }
+
+    /// Applies one event of a watch of the group.
+    ///
+    /// Errors: `Corrupt` for a key whose new value does not parse.
+    fn apply(&mut self, cfg: &ElectionConfig, e: &etcd_client::Event) -> Result<(), Error> {
+        match e.kv() {
+            Some(kv) => {
+                self.revision = self.revision.max(kv.mod_revision());
+                self.set(cfg, kv, e.event_type() == EventType::Delete)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn set(
+        &mut self,
+        cfg: &ElectionConfig,
+        kv: &etcd_client::KeyValue,
+        deleted: bool,
+    ) -> Result<(), Error> {
+        let key = kv.key();
+        let value = (!deleted).then(|| kv.value());
+        if key == cfg.leader_key().as_bytes() {
+            self.leader = !deleted;
+        } else if key == cfg.in_sync_key().as_bytes() {
+            self.in_sync = value
+                .map(|v| Ok::<_, Error>((parse_in_sync(cfg, v)?, kv.mod_revision())))
+                .transpose()?;
+        } else if key == cfg.term_key().as_bytes() {
+            self.term = match value {
+                Some(v) => (parse_term(cfg, v)?, kv.mod_revision()),
+                None => (0, 0),
+            };
+        } else if key == cfg.switchover_key().as_bytes() {
+            self.switchover = value.map(|v| parse_switchover(cfg, v)).transpose()?;
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
     let r = InSyncRecord {
         term,
@@ -386,10 +488,37 @@ pub(crate) fn in_sync_value(term: u32, set: NodeSet) -> Vec<u8> {
     serde_json::to_vec(&r).expect("an InSyncRecord serializes")
 }
 
+/// A lease granted for a campaign before it began: a member that deposes a dead leader asks
+/// for it together with the revocation, so its campaign is one round trip shorter. One that
+/// no campaign used is revoked once another leader is seen or the round ends (or, should that
+/// fail, expires: no key is bound to it).
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    /// The lease id.
+    id: i64,
+    /// The TTL etcd granted, s.
+    ttl_s: i64,
+    /// When the grant was sent (the fence counts the lease from then), [`Shared::now_ns`].
+    t_send: u64,
+}
+
+/// Grants a lease of the configured TTL (`cfg.lease_ttl`).
+async fn grant(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Result<Granted, Error> {
+    let t_send = shared.now_ns();
+    let ttl_s = cfg.lease_ttl.as_secs() as i64;
+    let lease = call(cfg, "grant lease", c.lease_grant(ttl_s, None)).await?;
+    Ok(Granted {
+        id: lease.id(),
+        ttl_s: lease.ttl(),
+        t_send,
+    })
+}
+
 /// Follow phase: returns `Vacant` once there is no leader key and the lease of the last
-/// leader seen (`last_lease`) is gone, with the group's keys as read then in `read` (the
-/// campaign starts from them: its transaction compares every revision it relies on, so a
-/// read one round trip old is as safe as a new one), `Stop` on request. A leader key deleted while its
+/// leader seen (`last_lease`) is gone, with the group's keys in `read` as read then, or as
+/// the watch showed them when this member revoked that lease itself (the campaign starts
+/// from them: its transaction compares every revision it relies on, so a view one round trip
+/// old is as safe as a new read), `Stop` on request. A leader key deleted while its
 /// lease lives (by hand) does not make the post vacant: that leader's fence may still be
 /// open until the lease expires. The watch is bounded by the lease TTL: the key is read
 /// again then, so a connection that went silent is found by that call's time limit.
@@ -399,19 +528,15 @@ async fn follow(
     c: &mut Client,
     cmds: &mut Commands,
     last_lease: &mut Option<i64>,
-    read: &mut Option<etcd_client::GetResponse>,
+    read: &mut Option<GroupView>,
+    granted: &mut Option<Granted>,
 ) -> Result<Next, Error> {
     let key = cfg.leader_key();
-    let in_sync_key = cfg.in_sync_key();
     loop {
         let resp = get_group(cfg, c).await?;
-        let kv_of = |k: &str| resp.kvs().iter().find(|kv| kv.key() == k.as_bytes());
-        shared.set_in_sync(
-            kv_of(&in_sync_key)
-                .map(|kv| parse_in_sync(cfg, kv.value()))
-                .transpose()?,
-        );
-        let Some(kv) = kv_of(&key) else {
+        let mut view = GroupView::read(cfg, &resp)?;
+        shared.set_in_sync(view.in_sync.map(|(set, _)| set));
+        let Some(kv) = resp.kvs().iter().find(|kv| kv.key() == key.as_bytes()) else {
             shared.set_leader(None);
             if let Some(lease) = *last_lease {
                 // etcd answers -1 for a lease that expired or was revoked, and whole seconds
@@ -426,11 +551,15 @@ async fn follow(
                 }
                 *last_lease = None;
             }
-            *read = Some(resp);
+            *read = Some(view);
             return Ok(Next::Vacant);
         };
         let lease = kv.lease();
         *last_lease = Some(lease);
+        if let Some(g) = granted.take() {
+            // Another member won: the lease granted for this member's campaign is not needed.
+            let _ = call(cfg, "revoke an unused lease", c.lease_revoke(g.id)).await;
+        }
         let leader = parse_leader(cfg, kv.value())?;
         if shared.fence_leader_changed(leader) {
             tracing::info!(
@@ -441,7 +570,7 @@ async fn follow(
             );
         }
         shared.set_role(Role::Follower);
-        let revision = revision_of(&resp);
+        let revision = view.revision;
         // The whole group: the leader key's deletion ends the phase, and the in-sync set is
         // kept current (a standby that has just joined it may depose a dead leader at once,
         // not only after its next read).
@@ -471,23 +600,25 @@ async fn follow(
                     Cmd::Resign | Cmd::InSync { .. } | Cmd::Depose { .. } => {}
                     Cmd::Stop => return Ok(Next::Stop),
                 },
-                _ = &mut retry, if deposing => match revoke_dead(cfg, shared, c, leader, lease).await {
-                    Ok(()) => {
-                        // Gone: the vacancy its key's deletion makes needs no check of it.
-                        *last_lease = None;
-                        cmds.depose = None;
-                        deposing = false;
-                        failed_revokes = 0;
-                    }
-                    Err(e) => {
-                        // The first failure says so; the counters count them all.
-                        if failed_revokes == 0 {
-                            tracing::warn!(node = cfg.node_id, retry_every_ms = DEPOSE_RETRY.as_millis() as u64, "revoking the dead leader's lease failed: {e}");
+                _ = &mut retry, if deposing => {
+                    match depose(cfg, shared, c, leader, lease, &view, granted).await {
+                        Ok(()) => {
+                            // Gone: the vacancy its key's deletion makes needs no check of it.
+                            *last_lease = None;
+                            cmds.depose = None;
+                            deposing = false;
+                            failed_revokes = 0;
                         }
-                        failed_revokes += 1;
-                        retry.as_mut().reset(tokio::time::Instant::now() + DEPOSE_RETRY);
+                        Err(e) => {
+                            // The first failure says so; the counters count them all.
+                            if failed_revokes == 0 {
+                                tracing::warn!(node = cfg.node_id, retry_every_ms = DEPOSE_RETRY.as_millis() as u64, "revoking the dead leader's lease failed: {e}");
+                            }
+                            failed_revokes += 1;
+                            retry.as_mut().reset(tokio::time::Instant::now() + DEPOSE_RETRY);
+                        }
                     }
-                },
+                }
                 _ = &mut reread => break,
                 msg = watch.message() => {
                     let msg = msg.map_err(|e| Error::Etcd(format!("watch the group: {e}")))?;
@@ -497,17 +628,17 @@ async fn follow(
                     }
                     let mut leader_gone = false;
                     for e in msg.events() {
-                        let Some(kv) = e.kv() else { continue };
-                        let deleted = e.event_type() == EventType::Delete;
-                        if kv.key() == key.as_bytes() {
-                            leader_gone |= deleted;
-                        } else if kv.key() == in_sync_key.as_bytes() {
-                            shared.set_in_sync(if deleted {
-                                None
-                            } else {
-                                Some(parse_in_sync(cfg, kv.value())?)
-                            });
-                        }
+                        view.apply(cfg, e)?;
+                        leader_gone |= e.event_type() == EventType::Delete
+                            && e.kv().is_some_and(|kv| kv.key() == key.as_bytes());
+                    }
+                    shared.set_in_sync(view.in_sync.map(|(set, _)| set));
+                    // A lease this member revoked itself needs no check: the watch's view is
+                    // as good as a new read (the campaign's transaction checks it).
+                    if leader_gone && !view.leader && last_lease.is_none() {
+                        shared.set_leader(None);
+                        *read = Some(view);
+                        return Ok(Next::Vacant);
                     }
                     if leader_gone {
                         break;
@@ -516,6 +647,38 @@ async fn follow(
             }
         }
     }
+}
+
+/// Revokes `lease`, the lease of `dead` ([`revoke_dead`]); a member that will campaign next
+/// (eligible, named by the in-sync set or with none recorded, and not barred by a switchover
+/// to another member, as `view` shows the group) asks for its campaign's lease at the same
+/// time, into `granted` (a failed grant is made again by the campaign).
+async fn depose(
+    cfg: &ElectionConfig,
+    shared: &Shared,
+    c: &mut Client,
+    dead: LeaderRecord,
+    lease: i64,
+    view: &GroupView,
+    granted: &mut Option<Granted>,
+) -> Result<(), String> {
+    let campaigns = shared.eligible.load(Ordering::Relaxed)
+        && view
+            .in_sync
+            .is_none_or(|(set, _)| set.contains(cfg.node_id))
+        && view
+            .switchover
+            .is_none_or(|r| r.term != view.term.0 || r.to == cfg.node_id);
+    if !campaigns || granted.is_some() {
+        return revoke_dead(cfg, shared, c, dead, lease).await;
+    }
+    let mut second = c.clone();
+    let (revoked, lease) = tokio::join!(
+        revoke_dead(cfg, shared, c, dead, lease),
+        grant(cfg, shared, &mut second)
+    );
+    *granted = lease.ok();
+    revoked
 }
 
 /// Revokes `lease`, the lease of a leader known to be dead (see [`Election::depose`]).
@@ -560,7 +723,8 @@ async fn campaign(
     cfg: &ElectionConfig,
     shared: &Shared,
     c: &mut Client,
-    read: Option<etcd_client::GetResponse>,
+    read: Option<GroupView>,
+    granted: &mut Option<Granted>,
 ) -> Result<Next, Error> {
     let (leader_key, term_key, in_sync_key, switchover_key) = (
         cfg.leader_key(),
@@ -568,39 +732,24 @@ async fn campaign(
         cfg.in_sync_key(),
         cfg.switchover_key(),
     );
-    let keys = match read {
-        Some(keys) => keys,
-        None => get_group(cfg, c).await?,
+    let view = match read {
+        Some(view) => view,
+        None => GroupView::read(cfg, &get_group(cfg, c).await?)?,
     };
-    let kv_of = |k: &str| keys.kvs().iter().find(|kv| kv.key() == k.as_bytes());
-    if kv_of(&leader_key).is_some() {
+    if view.leader {
         return Ok(Next::Vacant); // a leader won meanwhile: follow it
     }
-    let (in_sync, in_sync_rev) = match kv_of(&in_sync_key) {
-        None => (None, 0),
-        Some(kv) => (Some(parse_in_sync(cfg, kv.value())?), kv.mod_revision()),
-    };
-    let (term, term_rev) = match kv_of(&term_key) {
-        None => (0, 0),
-        Some(kv) => {
-            let t = std::str::from_utf8(kv.value())
-                .ok()
-                .and_then(|s| s.parse::<u32>().ok())
-                .ok_or_else(|| Error::Corrupt {
-                    key: term_key.clone(),
-                    reason: "not a decimal u32".into(),
-                })?;
-            (t, kv.mod_revision())
-        }
-    };
+    let (in_sync, in_sync_rev) = view
+        .in_sync
+        .map_or((None, 0), |(set, rev)| (Some(set), rev));
+    let (term, term_rev) = view.term;
     shared.set_in_sync(in_sync);
     // A switchover asked of the last term's leader names who campaigns: the others wait.
-    if let Some(kv) = kv_of(&switchover_key) {
-        let asked = parse_switchover(cfg, kv.value())?;
+    if let Some(asked) = view.switchover {
         if asked.term == term && asked.to != cfg.node_id {
             shared.count_barred();
             return Ok(Next::Barred {
-                revision: revision_of(&keys),
+                revision: view.revision,
             });
         }
     }
@@ -613,18 +762,20 @@ async fn campaign(
             );
         }
         return Ok(Next::Barred {
-            revision: revision_of(&keys),
+            revision: view.revision,
         });
     }
     let mut recorded = in_sync.unwrap_or_default();
     recorded.insert(cfg.node_id);
     shared.set_role(Role::Candidate);
     shared.count(Count::Campaign);
-    let ttl_s = cfg.lease_ttl.as_secs() as i64;
-    let t_send = shared.now_ns();
-    let lease = call(cfg, "grant lease", c.lease_grant(ttl_s, None)).await?;
+    let lease = match granted.take() {
+        Some(g) => g,
+        None => grant(cfg, shared, c).await?,
+    };
     // etcd may raise a TTL to its minimum, never lower it: the fence keeps the one asked for.
-    let ttl = Duration::from_secs(lease.ttl().min(ttl_s).max(0) as u64);
+    let ttl_s = cfg.lease_ttl.as_secs() as i64;
+    let ttl = Duration::from_secs(lease.ttl_s.min(ttl_s).max(0) as u64);
     let next = term.checked_add(1).ok_or_else(|| Error::Corrupt {
         key: term_key.clone(),
         reason: "the term counter is exhausted".into(),
@@ -644,7 +795,7 @@ async fn campaign(
             TxnOp::put(
                 leader_key.as_str(),
                 value,
-                Some(PutOptions::new().with_lease(lease.id())),
+                Some(PutOptions::new().with_lease(lease.id)),
             ),
             TxnOp::put(term_key.as_str(), next.to_string(), None),
             TxnOp::put(in_sync_key.as_str(), in_sync_value(next, recorded), None),
@@ -652,13 +803,13 @@ async fn campaign(
         ]);
     let done = call(cfg, "campaign", c.txn(txn)).await?;
     if !done.succeeded() {
-        let _ = call(cfg, "revoke lease", c.lease_revoke(lease.id())).await;
+        let _ = call(cfg, "revoke lease", c.lease_revoke(lease.id)).await;
         return Ok(Next::Vacant);
     }
     let revision = done.header().map_or(0, |h| h.revision());
     let valid_for = ttl.saturating_sub(cfg.fence_margin);
     shared.set_in_sync_at_win(recorded);
-    shared.win(next, t_send, valid_for);
+    shared.win(next, lease.t_send, valid_for);
     tracing::info!(
         node = cfg.node_id,
         term = next,
@@ -667,7 +818,7 @@ async fn campaign(
         "won the election: leading"
     );
     Ok(Next::Won(Won {
-        lease: lease.id(),
+        lease: lease.id,
         term: next,
         ttl,
         revision,
