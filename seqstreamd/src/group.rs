@@ -799,15 +799,19 @@ impl Member {
         }
         // k of n: the set names at most `sync_standbys` of them, live ones first, then those
         // etcd names already (no needless change), then by index.
-        named.sort_by_key(|&i| (!live(i), !sync.recorded.contains(self.others[i].node_id), i));
-        named.truncate(self.sync_standbys);
-        let live_named = named.iter().filter(|&&i| live(i)).count();
-        let mut target = NodeSet::of([self.node_id]);
-        for &i in &named {
-            target.insert(self.others[i].node_id);
-        }
+        let order = |i: &usize| {
+            let i = *i;
+            (!live(i), !sync.recorded.contains(self.others[i].node_id), i)
+        };
+        named.sort_by_key(order);
+        let live_named = named
+            .iter()
+            .take(self.sync_standbys)
+            .filter(|&&i| live(i))
+            .count();
         // Standbys that do not gate join while fewer than k named ones are live (with every
-        // standby named, any that does not gate is missing: always).
+        // standby named, any that does not gate is missing: always). One that joins is named
+        // in the same publication, in place of a named one that is not live.
         let mut wanted = self.sync_standbys.saturating_sub(live_named);
         for (i, m) in self.others.iter().enumerate() {
             let ack = self.release.acked(i);
@@ -819,7 +823,7 @@ impl Member {
                 self.stats.in_sync_rejoins.incr();
                 sync.acks[i].1 = now;
                 tracing::info!(role = %self.role, standby = m.node_id, position = ack, "standby caught up: release waits for it again");
-                target.insert(m.node_id);
+                named.push(i);
                 wanted -= 1;
             } else if sync.freeze.is_none()
                 && now >= sync.no_freeze_until_ns
@@ -830,6 +834,13 @@ impl Member {
                 sync.freeze = Some((i, now));
                 self.stats.release_freezes.incr();
             }
+        }
+        named.sort_by_key(order);
+        named.truncate(self.sync_standbys);
+        let live_named = named.iter().filter(|&&i| live(i)).count();
+        let mut target = NodeSet::of([self.node_id]);
+        for &i in &named {
+            target.insert(self.others[i].node_id);
         }
         if let Some((i, since)) = sync.freeze {
             let joined = self.release.gating() & (1 << i) != 0;
