@@ -391,6 +391,24 @@ impl Follower {
         self.refusals
     }
 
+    /// Follows `upstream` from now on, its replica kept open: the session, if any, ends at
+    /// once and the next connect goes to `upstream` without waiting (the other upstreams, if
+    /// any, stay as they were, tried after it). A sequencer group's standby calls it when the
+    /// leadership moves to another member: creating a follower anew would open the replica
+    /// again, which validates every segment, in time proportional to the store.
+    pub fn retarget(&mut self, upstream: SocketAddr) {
+        self.state = State::Disconnected { until_ns: 0 };
+        let r = &mut self.replica;
+        r.cfg.upstream = upstream;
+        r.upstream_index = 0;
+        r.upstream_committed = None;
+        r.probe = None;
+        self.delay = r.cfg.reconnect_min;
+        self.refused = false;
+        self.session_from = r.position();
+        tracing::info!(role = %self.role, %upstream, position = r.position(), "upstream changed: reconnecting");
+    }
+
     /// Cuts of the replica's tail begun so far, over the follower's life (completed or not:
     /// either way, frames a reader of the replica has read may be gone). A reader that keeps
     /// state from the replica's frames starts again when this changes.

@@ -325,3 +325,30 @@ fn a_replica_segment_deleted_under_the_client_fails_the_agent() {
     assert!(e.to_string().contains("the file was deleted"), "{e}");
     assert_eq!(inv.errors(), 1);
 }
+
+/// A sequencer group's standby follows a new leader through `retarget`: the session with the
+/// old upstream ends at once, and the next connect goes to the new one in the same duty cycle
+/// or the next, with no backoff (the clock stands still throughout).
+#[test]
+fn retarget_ends_the_session_and_connects_to_the_new_upstream_without_waiting() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(3_600_000_000_000, 0);
+    let old = TcpListener::bind("127.0.0.1:0").unwrap();
+    let new = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut inv = follower(d.path(), old.local_addr().unwrap(), &clock);
+    inv.start().unwrap();
+    invoke_until(&mut inv, Phase::Handshaking);
+    let mut from_old = accept(&old);
+
+    inv.agent_mut().retarget(new.local_addr().unwrap());
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    invoke_until(&mut inv, Phase::Handshaking);
+    let _from_new = accept(&new);
+    // The old session was closed: its hello, then the end of the stream.
+    from_old
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut from_old, &mut rest).unwrap();
+    assert_eq!(counter(d.path(), "connects"), 2);
+}

@@ -647,6 +647,14 @@ impl Member {
                     }
                     match other_leader {
                         Some(l) if l != *leader => {
+                            // The same replica follows the new leader: reopening it would
+                            // validate the whole store again.
+                            if let Some(m) = self.others.iter().find(|m| m.node_id == l) {
+                                follower.retarget(m.replication);
+                                *leader = l;
+                                tracing::info!(role = %self.role, leader = l, upstream = %m.replication, position = follower.position(), "following the new leader as a standby");
+                                return Ok(1);
+                            }
                             self.close_state()?;
                             self.follow(l)?;
                             return Ok(1);
@@ -1019,10 +1027,10 @@ impl Agent for Member {
         let mut work = match &mut self.state {
             State::Idle => 0,
             State::Standby {
+                leader,
                 follower,
                 cuts_seen,
                 refusals_seen,
-                ..
             } => {
                 let work = follower.do_work(cycle)?;
                 if follower.cuts() != *cuts_seen {
@@ -1030,9 +1038,14 @@ impl Agent for Member {
                     self.positions.restart();
                 }
                 // A refused connect may mean the leader's process is gone (steering deposes
-                // it), and a won election is a promotion to make: steer now, not up to a
-                // steering interval later.
-                if follower.refused_connects() != *refusals_seen || self.fence.won_at().is_some() {
+                // it), a won election is a promotion to make, and another leader one to
+                // follow: steer now, not up to a steering interval later.
+                if follower.refused_connects() != *refusals_seen
+                    || self.fence.won_at().is_some()
+                    || self.fence.leader().is_some_and(|l| {
+                        l.node_id != *leader && self.others.iter().any(|m| m.node_id == l.node_id)
+                    })
+                {
                     *refusals_seen = follower.refused_connects();
                     self.next_steer_ns = 0;
                 }
