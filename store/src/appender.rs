@@ -80,6 +80,9 @@ pub struct Appender {
     position: u64,
     next_seq: u64,
     stamp: MonotonicStamp,
+    /// The checksum of the last frame length written or replicated
+    /// ([`format::LengthChecksum`]).
+    lengths: format::LengthChecksum,
     next_index_position: u64,
     prepared: Option<Prepared>,
     preparing: Option<JoinHandle<Result<Prepared>>>,
@@ -148,6 +151,7 @@ impl Appender {
             position: r.scan.end_position,
             next_seq: r.scan.next_seq,
             stamp: MonotonicStamp::with_clock(cfg.clock.clone(), r.scan.last_timestamp_ns),
+            lengths: format::LengthChecksum::default(),
             next_index_position: r.next_index_position,
             prepared,
             preparing: None,
@@ -474,7 +478,7 @@ impl Appender {
         // SAFETY: single appender (store lock); `off` is the file offset of `self.position`,
         // above the committed position, and the caller checked the frame fits (ensure_room).
         let buf = unsafe { self.segment.mapped().bytes_mut(off, FRAME_HEADER_LEN + len) };
-        format::write_frame_header(buf, len, self.next_seq, ts, fields);
+        format::write_frame_header_with(&mut self.lengths, buf, len, self.next_seq, ts, fields);
         if self.position >= self.next_index_position {
             self.index.push(IndexEntry {
                 position: self.position,

@@ -91,8 +91,10 @@ impl Appender {
     /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
     /// does not fit in the active segment; nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
+        let mut lengths = self.lengths;
         let checked = check_frames(
             bytes,
+            &mut lengths,
             &FramesAt {
                 position: self.position,
                 next_seq: self.next_seq,
@@ -102,6 +104,7 @@ impl Appender {
                 term_start: self.expected_term_start(),
             },
         )?;
+        self.lengths = lengths;
         let (off, seq, last_ts) = (
             checked.bytes,
             self.next_seq + checked.frames,
@@ -171,6 +174,7 @@ impl Appender {
         let info = self.check_next_header(header)?;
         let checked = check_frames(
             bytes,
+            &mut format::LengthChecksum::default(),
             &FramesAt::segment_start(&info, self.stamp.last(), self.info.term),
         )?;
         if info.term == self.info.term
@@ -310,8 +314,13 @@ impl FramesAt {
 /// Checks the complete frames at the start of `bytes` as replicated frames going to `at`:
 /// length, fit in the segment, CRC32C, seq continuing, timestamp not going back, zero
 /// padding, and term-start frames exactly where a term starts (see [`check_term_start`]). An
-/// incomplete frame at the end (whose length is valid) is left out.
-fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
+/// incomplete frame at the end (whose length is valid) is left out. `lengths` keeps the
+/// checksum of the last frame length seen, across calls.
+fn check_frames(
+    bytes: &[u8],
+    lengths: &mut format::LengthChecksum,
+    at: &FramesAt,
+) -> Result<CheckedFrames> {
     let mut off = 0usize;
     let mut seq = at.next_seq;
     let mut last_ts = at.last_timestamp_ns;
@@ -336,7 +345,7 @@ fn check_frames(bytes: &[u8], at: &FramesAt) -> Result<CheckedFrames> {
         if rest.len() < span {
             break; // incomplete: wait for the rest
         }
-        let h = format::validate_frame(&rest[..len], seq)
+        let h = format::validate_frame_with(lengths, &rest[..len], seq)
             .map_err(|fault| reject(off, fault.to_string()))?;
         if h.timestamp_ns < last_ts {
             return Err(reject(off, "timestamp goes backwards".into()));
@@ -410,7 +419,11 @@ pub fn check_first_replicated_segment(
     bytes: &[u8],
 ) -> Result<CheckedFrames> {
     let info = check_first_header(header, stream_id)?;
-    check_frames(bytes, &FramesAt::segment_start(&info, 0, 0))
+    check_frames(
+        bytes,
+        &mut format::LengthChecksum::default(),
+        &FramesAt::segment_start(&info, 0, 0),
+    )
 }
 
 /// [`check_replicated_header`] for segment 0, which must start at position 0, seq 1.
