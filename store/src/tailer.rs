@@ -165,6 +165,31 @@ pub struct Tailer {
     position: u64,
     next_seq: u64,
     empty_polls: u32,
+    /// The checksum of the last frame length checked ([`format::LengthChecksum`]).
+    lengths: format::LengthChecksum,
+}
+
+/// Checks that `bytes` start with the frame that must come next (seq `next_seq`): bounds and
+/// seq always, the checksum when `options` ask for it (the length word's part from
+/// `lengths`).
+#[inline]
+fn check_next(
+    options: &TailerOptions,
+    next_seq: u64,
+    lengths: &mut format::LengthChecksum,
+    bytes: &[u8],
+) -> std::result::Result<format::FrameHeader, FrameFault> {
+    if options.verify_checksums {
+        return format::validate_frame_with(lengths, bytes, next_seq);
+    }
+    let h = format::decode_header(bytes)?;
+    if h.seq != next_seq {
+        return Err(FrameFault::Seq {
+            expected: next_seq,
+            found: h.seq,
+        });
+    }
+    Ok(h)
 }
 
 impl std::fmt::Debug for Tailer {
@@ -221,6 +246,7 @@ impl Tailer {
             segment,
             info,
             empty_polls: 0,
+            lengths: format::LengthChecksum::default(),
         })
     }
 
@@ -270,7 +296,7 @@ impl Tailer {
         let avail = self
             .segment
             .bytes(off, (committed - self.position) as usize);
-        let checked = self.check_next(avail);
+        let checked = check_next(&self.options, self.next_seq, &mut self.lengths, avail);
         self.segment.check_intact()?;
         let length = match checked {
             Ok(h) => h.length as usize,
@@ -289,23 +315,6 @@ impl Tailer {
         self.position += format::align_frame(length) as u64;
         self.next_seq += 1;
         Ok(Some(frame))
-    }
-
-    /// Checks that `bytes` start with the frame that must come next: bounds and seq always,
-    /// the checksum when the options ask for it.
-    #[inline]
-    fn check_next(&self, bytes: &[u8]) -> std::result::Result<format::FrameHeader, FrameFault> {
-        if self.options.verify_checksums {
-            return format::validate_frame(bytes, self.next_seq);
-        }
-        let h = format::decode_header(bytes)?;
-        if h.seq != self.next_seq {
-            return Err(FrameFault::Seq {
-                expected: self.next_seq,
-                found: h.seq,
-            });
-        }
-        Ok(h)
     }
 
     /// The committed position when a committed frame is waiting at the tailer's position,
@@ -472,7 +481,7 @@ impl Tailer {
         let mut frames = 0u64;
         while used < avail {
             let bytes = self.segment.bytes(off + used, avail - used);
-            let h = match self.check_next(bytes) {
+            let h = match check_next(&self.options, self.next_seq, &mut self.lengths, bytes) {
                 Ok(h) => h,
                 Err(fault) if frames == 0 => {
                     self.segment.check_intact()?;
