@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
@@ -429,7 +430,7 @@ pub struct Sequencer {
     cfg: SequencerConfig,
     socket: UdpSocket,
     appender: Appender,
-    sources: HashMap<u32, Source>,
+    sources: FxHashMap<u32, Source>,
     counters: Counters,
     refusals: Refusals,
     rx: BatchReceiver,
@@ -492,7 +493,7 @@ impl Sequencer {
             positions.restart();
             positions.read_to_end()?;
         }
-        let mut sources: HashMap<u32, Source> = HashMap::new();
+        let mut sources: FxHashMap<u32, Source> = FxHashMap::default();
         for s in &cfg.sources {
             if sources
                 .insert(
