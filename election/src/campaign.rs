@@ -240,9 +240,7 @@ async fn run(cfg: ElectionConfig, shared: Arc<Shared>, mut cmds: Commands) {
             }),
             other => other,
         };
-        if let Some(g) = granted.take() {
-            let _ = call(&cfg, "revoke an unused lease", c.lease_revoke(g.id)).await;
-        }
+        revoke_unused(&cfg, c, &mut granted).await;
         // No leader and this member may not lead (not eligible, or not in the in-sync set):
         // wait for a change (the next leader's key, most likely), then read again.
         let next = match next {
@@ -424,10 +422,7 @@ impl GroupView {
     /// The view of a read of every key of the group ([`get_group`]).
     ///
     /// Errors: `Corrupt` for a key whose value does not parse.
-    pub(crate) fn read(
-        cfg: &ElectionConfig,
-        resp: &etcd_client::GetResponse,
-    ) -> Result<Self, Error> {
+    fn read(cfg: &ElectionConfig, resp: &etcd_client::GetResponse) -> Result<Self, Error> {
         let mut view = GroupView {
             revision: revision_of(resp),
             leader: false,
@@ -439,6 +434,18 @@ impl GroupView {
             view.set(cfg, kv, false)?;
         }
         Ok(view)
+    }
+
+    /// Whether a switchover asked of the last term's leader names another member than
+    /// `node_id` to campaign.
+    fn switchover_to_another(&self, node_id: u32) -> bool {
+        self.switchover
+            .is_some_and(|r| r.term == self.term.0 && r.to != node_id)
+    }
+
+    /// Whether the in-sync set exists and does not name `node_id`.
+    fn in_sync_without(&self, node_id: u32) -> bool {
+        self.in_sync.is_some_and(|(set, _)| !set.contains(node_id))
     }
 
     /// Applies one event of a watch of the group.
@@ -514,6 +521,14 @@ async fn grant(cfg: &ElectionConfig, shared: &Shared, c: &mut Client) -> Result<
     })
 }
 
+/// Revokes the lease in `granted`, if any, that no campaign used (best effort: otherwise it
+/// expires, no key being bound to it).
+async fn revoke_unused(cfg: &ElectionConfig, c: &mut Client, granted: &mut Option<Granted>) {
+    if let Some(g) = granted.take() {
+        let _ = call(cfg, "revoke an unused lease", c.lease_revoke(g.id)).await;
+    }
+}
+
 /// Follow phase: returns `Vacant` once there is no leader key and the lease of the last
 /// leader seen (`last_lease`) is gone, with the group's keys in `read` as read then, or as
 /// the watch showed them when this member revoked that lease itself (the campaign starts
@@ -556,10 +571,8 @@ async fn follow(
         };
         let lease = kv.lease();
         *last_lease = Some(lease);
-        if let Some(g) = granted.take() {
-            // Another member won: the lease granted for this member's campaign is not needed.
-            let _ = call(cfg, "revoke an unused lease", c.lease_revoke(g.id)).await;
-        }
+        // Another member won: the lease granted for this member's campaign is not needed.
+        revoke_unused(cfg, c, granted).await;
         let leader = parse_leader(cfg, kv.value())?;
         if shared.fence_leader_changed(leader) {
             tracing::info!(
@@ -663,12 +676,8 @@ async fn depose(
     granted: &mut Option<Granted>,
 ) -> Result<(), String> {
     let campaigns = shared.eligible.load(Ordering::Relaxed)
-        && view
-            .in_sync
-            .is_none_or(|(set, _)| set.contains(cfg.node_id))
-        && view
-            .switchover
-            .is_none_or(|r| r.term != view.term.0 || r.to == cfg.node_id);
+        && !view.in_sync_without(cfg.node_id)
+        && !view.switchover_to_another(cfg.node_id);
     if !campaigns || granted.is_some() {
         return revoke_dead(cfg, shared, c, dead, lease).await;
     }
@@ -745,19 +754,18 @@ async fn campaign(
     let (term, term_rev) = view.term;
     shared.set_in_sync(in_sync);
     // A switchover asked of the last term's leader names who campaigns: the others wait.
-    if let Some(asked) = view.switchover {
-        if asked.term == term && asked.to != cfg.node_id {
-            shared.count_barred();
-            return Ok(Next::Barred {
-                revision: view.revision,
-            });
-        }
+    if view.switchover_to_another(cfg.node_id) {
+        shared.count_barred();
+        return Ok(Next::Barred {
+            revision: view.revision,
+        });
     }
-    if let Some(set) = in_sync.filter(|s| !s.contains(cfg.node_id)) {
+    let mut recorded = in_sync.unwrap_or_default();
+    if view.in_sync_without(cfg.node_id) {
         if shared.count_barred() == 0 {
             tracing::warn!(
                 node = cfg.node_id,
-                in_sync = %set,
+                in_sync = %recorded,
                 "no leader, and the in-sync set does not name this member: it may lack released frames, so it does not campaign"
             );
         }
@@ -765,7 +773,6 @@ async fn campaign(
             revision: view.revision,
         });
     }
-    let mut recorded = in_sync.unwrap_or_default();
     recorded.insert(cfg.node_id);
     shared.set_role(Role::Candidate);
     shared.count(Count::Campaign);
