@@ -406,7 +406,7 @@ impl Follower {
         self.delay = r.cfg.reconnect_min;
         self.refused = false;
         self.session_from = r.position();
-        tracing::info!(role = %self.role, %upstream, position = r.position(), "upstream changed: reconnecting");
+        tracing::info!(role = %self.role, %upstream, position = r.position(), "following another upstream");
     }
 
     /// Cuts of the replica's tail begun so far, over the follower's life (completed or not:

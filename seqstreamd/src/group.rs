@@ -652,7 +652,6 @@ impl Member {
                             if let Some(m) = self.others.iter().find(|m| m.node_id == l) {
                                 follower.retarget(m.replication);
                                 *leader = l;
-                                tracing::info!(role = %self.role, leader = l, upstream = %m.replication, position = follower.position(), "following the new leader as a standby");
                                 return Ok(1);
                             }
                             self.close_state()?;
@@ -811,12 +810,12 @@ impl Member {
             let i = *i;
             (!live(i), !sync.recorded.contains(self.others[i].node_id), i)
         };
-        named.sort_by_key(order);
+        // Live ones sort first: the k named would hold this many of them.
         let live_named = named
             .iter()
-            .take(self.sync_standbys)
             .filter(|&&i| live(i))
-            .count();
+            .count()
+            .min(self.sync_standbys);
         // Standbys that do not gate join while fewer than k named ones are live (with every
         // standby named, any that does not gate is missing: always). One that joins is named
         // in the same publication, in place of a named one that is not live.

@@ -91,20 +91,15 @@ impl Appender {
     /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
     /// does not fit in the active segment; nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
-        let mut lengths = self.lengths;
-        let checked = check_frames(
-            bytes,
-            &mut lengths,
-            &FramesAt {
-                position: self.position,
-                next_seq: self.next_seq,
-                last_timestamp_ns: self.stamp.last(),
-                room: self.limit - self.position,
-                max_len: self.max_payload() + FRAME_HEADER_LEN,
-                term_start: self.expected_term_start(),
-            },
-        )?;
-        self.lengths = lengths;
+        let at = FramesAt {
+            position: self.position,
+            next_seq: self.next_seq,
+            last_timestamp_ns: self.stamp.last(),
+            room: self.limit - self.position,
+            max_len: self.max_payload() + FRAME_HEADER_LEN,
+            term_start: self.expected_term_start(),
+        };
+        let checked = check_frames(bytes, &mut self.lengths, &at)?;
         let (off, seq, last_ts) = (
             checked.bytes,
             self.next_seq + checked.frames,
