@@ -480,7 +480,8 @@ fn when_etcd_stops_the_leader_stops_within_its_lease() {
 
 /// The standby asks etcd to end its dead leader's lease while etcd is down: nothing can
 /// answer. The request is kept and carried out once etcd is back (etcd gives every lease its
-/// full TTL when it restarts: 10 s here), not dropped to let the dead leader's lease run out.
+/// full TTL when it restarts: 10 s here), not dropped to let the dead leader's lease run out;
+/// the new leader then holds every message once.
 #[test]
 fn a_deposition_asked_while_etcd_is_down_is_carried_out_when_it_is_back() {
     let mut g = Group::new();
@@ -490,6 +491,9 @@ fn a_deposition_asked_while_etcd_is_down_is_carried_out_when_it_is_back() {
     g.wait_state(1, 2);
     wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
     wait_in_sync(&g, &[1, 2]);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 100);
+    wait_messages(&g, &g.store(2), 100);
     g.etcd.kill();
     kill(&mut one);
     // The standby finds the leader's replication address refusing and asks for the deposition.
@@ -515,6 +519,10 @@ fn a_deposition_asked_while_etcd_is_down_is_carried_out_when_it_is_back() {
         |v| v == 1,
     );
     g.wait_state(2, 2);
+    // The new leader goes on from the old one's last message: nothing lost or repeated.
+    send(&source, g.datagram_addr(2), 101, 200);
+    wait_messages(&g, &g.store(2), 200);
+    assert_eq!(messages(&g.store(2)).0, (1..=200).collect::<Vec<_>>());
 }
 
 /// Waits until etcd's in-sync set is `nodes` (ascending).
