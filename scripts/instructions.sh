@@ -11,6 +11,8 @@
 #   replication_sender_per_frame    the replication sender's do_work over the same frames
 #   compositor_per_frame            Compositor::do_work by arrival, 4,000 frames on each of
 #                                   two components (8,000 merged frames)
+#   mdp3_decode_book                a real CME MDP3 book refresh (4 entries) decoded, every
+#                                   field read, 100,000 times
 #
 # Each line is JSON, as the benches print: {"bench":"instructions","case":…,"value":…}.
 # The workloads are `hotpaths` (bench/src/bin/hotpaths.rs); the count is inclusive of
@@ -47,3 +49,4 @@ count append_256B 100000 '*append_all*' append
 count replication_client_per_frame 4000 '*Follower*do_work*' replication
 count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
 count compositor_per_frame 8000 '*Compositor*do_work*' compositor
+count mdp3_decode_book 100000 '*decode_books*' mdp3

@@ -1,4 +1,5 @@
 //! The library half of the `bench` package: what the benchmarks' binaries and tests share.
 //! The benchmarks themselves are the `bench` binary (`src/main.rs`).
 
+pub mod mdp3;
 pub mod paths;

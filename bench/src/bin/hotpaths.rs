@@ -17,6 +17,8 @@
 //! - `compositor`: `FRAMES` frames on each of two components, each merged before the next,
 //!   by arrival, on [`bench::paths::Merge`] (count `Compositor::do_work` per merged frame: the
 //!   count is per component frame, two a step).
+//! - `mdp3`: `DECODES` decodes of [`bench::mdp3::MDP3_BOOK`], a real CME MDP3 book refresh
+//!   with four entries, every field read (count `decode_books` per decode).
 //!
 //! `--keyed`: the source signs (the forwarder) or is checked (the sequencer), as with
 //! `--source-key`.
@@ -43,6 +45,8 @@ const MESSAGES: u64 = 4_000;
 const APPENDS: u64 = 100_000;
 /// Frames of the replication and compositor workloads.
 const FRAMES: u64 = 4_000;
+/// Decodes of the MDP3 workload.
+const DECODES: u64 = 100_000;
 
 #[derive(Parser)]
 #[command(about = "Fixed workloads of the hot paths, to count instructions under callgrind")]
@@ -65,6 +69,8 @@ enum Cli {
     Replication,
     /// The compositor by arrival, one frame on each component at a time.
     Compositor,
+    /// Decodes of a real MDP3 book refresh.
+    Mdp3,
 }
 
 /// Datagram `seq` of the workload: one 64-byte message, signed with counter `seq` if keyed.
@@ -179,6 +185,26 @@ fn compositor(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The counted loop of the `mdp3` workload: the XOR of every decode's fold.
+#[inline(never)]
+fn decode_books(bytes: &[u8]) -> Result<u64> {
+    let mut sum = 0;
+    for _ in 0..DECODES {
+        sum ^= bench::mdp3::decode_mdp3_book(std::hint::black_box(bytes))?;
+    }
+    Ok(sum)
+}
+
+fn mdp3() -> Result<()> {
+    let sum = decode_books(&bench::mdp3::MDP3_BOOK)?;
+    ensure!(
+        sum == 0,
+        "an even number of identical decodes folds to 0, got {sum:#x}"
+    );
+    println!("mdp3: {DECODES} decodes of a four-entry book refresh");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let dir = tempfile::tempdir().context("a scratch directory")?;
     match Cli::parse() {
@@ -187,5 +213,6 @@ fn main() -> Result<()> {
         Cli::Append => append(dir.path()),
         Cli::Replication => replication(dir.path()),
         Cli::Compositor => compositor(dir.path()),
+        Cli::Mdp3 => mdp3(),
     }
 }
