@@ -159,6 +159,13 @@ fn emit_decoder(
         out.line("buf: &'a [u8],");
     }
     out.line("block: &'a [u8],");
+    let prefix = b.fixed_prefix();
+    if prefix > 0 {
+        out.line(format!(
+            "/// `block`'s first {prefix} bytes, which hold every field without a version gate."
+        ));
+        out.line(format!("prefix: &'a [u8; {prefix}],"));
+    }
     out.line("offset: usize,");
     out.line("acting_version: u16,");
     out.close("}");
@@ -220,6 +227,7 @@ fn emit_decoder(
         out.line(
             "/// `acting_version` need, [`DecodeError::OutOfBounds`] if the block overruns `buf`.",
         );
+        out.line("#[inline]");
         out.open(format!(
             "{vis}fn wrap(buf: &'a [u8], offset: usize, block_length: usize, acting_version: u16) -> Result<Self, DecodeError> {{"
         ));
@@ -234,8 +242,17 @@ fn emit_decoder(
             "let block = {rt}::slice(buf, offset, block_length, \"{} block\")?;",
             b.name
         ));
+        if prefix > 0 {
+            out.line(format!(
+                "let prefix = block.first_chunk::<{prefix}>().ok_or(DecodeError::BlockTooShort {{ what: \"{}\", actual: block_length, required, version: acting_version }})?;",
+                b.name
+            ));
+        }
         let buf = if c.has_parts() { "buf, " } else { "" };
-        out.line(format!("Ok(Self {{ {buf}block, offset, acting_version }})"));
+        let prefix_field = if prefix > 0 { "prefix, " } else { "" };
+        out.line(format!(
+            "Ok(Self {{ {buf}block, {prefix_field}offset, acting_version }})"
+        ));
         out.close("}");
         out.line("");
     }
@@ -252,10 +269,19 @@ fn emit_decoder(
     out.line("self.block.len()");
     out.close("}");
     out.line("");
-    let getter = Getter { src: "self.block" };
+    // A field without a version gate lies inside the prefix, whose length is in its type:
+    // its read compiles to a load with no bounds check and no `None` path.
+    let block = Getter { src: "self.block" };
+    let fixed = Getter {
+        src: if prefix > 0 {
+            "self.prefix"
+        } else {
+            "self.block"
+        },
+    };
     let slots = c.slots();
     for s in &slots {
-        s.getter(ctx, &getter, out)?;
+        s.getter(ctx, if s.gated { &block } else { &fixed }, out)?;
     }
     // Parts: groups then var data, each starting where the previous one ends.
     let parts = c.parts();
@@ -280,6 +306,7 @@ fn emit_decoder(
         out.line("///");
         out.line("/// # Errors");
         out.line("/// [`DecodeError`] if this group's header, or a part before it, is malformed.");
+        out.line("#[inline]");
         out.open(format!(
             "pub fn {name}(&self) -> Result<{gdec}<'a>, DecodeError> {{"
         ));
@@ -289,6 +316,7 @@ fn emit_decoder(
         ));
         out.close("}");
         out.line("");
+        out.line("#[inline]");
         out.open(format!(
             "fn {name}_end(&self) -> Result<usize, DecodeError> {{"
         ));
@@ -599,7 +627,13 @@ fn emit_group(
     ));
     out.line("#[derive(Clone)]");
     out.open(format!("pub struct {gdec}<'a> {{"));
-    out.line("buf: &'a [u8],");
+    // A fixed-stride group keeps the bytes of its entries not yet iterated, checked once in
+    // `wrap`; an entry with parts is found by walking `buf` from `cursor`.
+    let bytes = if fixed { "entries" } else { "buf" };
+    if fixed {
+        out.line("/// The entries not yet iterated: `remaining * block_length` bytes.");
+    }
+    out.line(format!("{bytes}: &'a [u8],"));
     out.line("acting_version: u16,");
     out.line("block_length: usize,");
     out.line("count: usize,");
@@ -614,12 +648,16 @@ fn emit_group(
         g.dimension.size
     ));
     out.line("");
+    out.line("#[inline]");
     out.open(
         "fn wrap(buf: &'a [u8], offset: usize, acting_version: u16) -> Result<Self, DecodeError> {",
     );
     if b.since_version > parent.body.since_version {
         out.open(format!("if acting_version < {} {{", b.since_version));
-        out.line("return Ok(Self { buf, acting_version, block_length: 0, count: 0, remaining: 0, cursor: offset });");
+        out.line(format!(
+            "return Ok(Self {{ {bytes}: {}, acting_version, block_length: 0, count: 0, remaining: 0, cursor: offset }});",
+            if fixed { "&[]" } else { "buf" }
+        ));
         out.close("}");
     }
     out.line(format!(
@@ -640,11 +678,13 @@ fn emit_group(
     out.line("let cursor = offset + Self::HEADER_LENGTH;");
     if fixed {
         out.line(format!(
-            "{rt}::slice(buf, cursor, block_length * count, \"{} entries\")?;",
+            "let entries = {rt}::slice(buf, cursor, block_length * count, \"{} entries\")?;",
             b.name
         ));
     }
-    out.line("Ok(Self { buf, acting_version, block_length, count, remaining: count, cursor })");
+    out.line(format!(
+        "Ok(Self {{ {bytes}, acting_version, block_length, count, remaining: count, cursor }})"
+    ));
     out.close("}");
     out.line("");
     out.line(
@@ -688,21 +728,20 @@ fn emit_group(
         out.open("if self.remaining == 0 {");
         out.line("return None;");
         out.close("}");
-        out.line("let block = self.buf.get(self.cursor..)?.get(..self.block_length)?;");
-        out.line(
-            "// `wrap` refused blocks shorter than the version's minimum. Checking it again here",
-        );
-        out.line(
-            "// lets the compiler drop the bounds check of every field read inside that minimum.",
-        );
-        out.open(format!(
-            "if block.len() < {edec}::min_block_length(self.acting_version) {{"
-        ));
-        out.line("return None;");
-        out.close("}");
+        out.line("let (block, rest) = self.entries.split_at_checked(self.block_length)?;");
+        let prefix = g.body.fixed_prefix();
+        let prefix_field = if prefix > 0 {
+            out.line("// `wrap` refused blocks shorter than the version's minimum, which covers");
+            out.line("// the prefix: this never returns `None`.");
+            out.line(format!("let prefix = block.first_chunk::<{prefix}>()?;"));
+            "prefix, "
+        } else {
+            ""
+        };
         out.line(format!(
-            "let entry = {edec} {{ block, offset: self.cursor, acting_version: self.acting_version }};"
+            "let entry = {edec} {{ block, {prefix_field}offset: self.cursor, acting_version: self.acting_version }};"
         ));
+        out.line("self.entries = rest;");
         out.line("self.cursor += self.block_length;");
         out.line("self.remaining -= 1;");
         out.line("Some(entry)");
@@ -710,6 +749,7 @@ fn emit_group(
     } else {
         out.line(format!("type Item = Result<{edec}<'a>, DecodeError>;"));
         out.line("");
+        out.line("#[inline]");
         out.open("fn next(&mut self) -> Option<Self::Item> {");
         out.open("if self.remaining == 0 {");
         out.line("return None;");

@@ -387,8 +387,22 @@ impl Body {
         self.groups.is_empty() && self.data.is_empty()
     }
 
+    /// Bytes at the start of the block that every version of this body carries: the end of
+    /// the last field not newer than the body itself (such a field has no `sinceVersion`
+    /// gate). Decoders hold this prefix as an array, so reads inside it need no bounds check.
+    pub fn fixed_prefix(&self) -> usize {
+        self.fields
+            .iter()
+            .filter(|f| f.since_version <= self.since_version)
+            .map(|f| f.offset + f.ty.size())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// `(since_version, bytes)` steps: the block length that a message of at least that
     /// version must carry, ascending by version; versions that add nothing are left out.
+    /// Every step covers [`Self::fixed_prefix`]: a field as old as the body is read without
+    /// a version gate, so even a header that names a version before the body's must carry it.
     pub fn min_block_steps(&self) -> Vec<(u16, usize)> {
         let mut versions: Vec<u16> = self.fields.iter().map(|f| f.since_version).collect();
         versions.push(0);
@@ -400,7 +414,7 @@ impl Body {
                 let len = self
                     .fields
                     .iter()
-                    .filter(|f| f.since_version <= v)
+                    .filter(|f| f.since_version <= v.max(self.since_version))
                     .map(|f| f.offset + f.ty.size())
                     .max()
                     .unwrap_or(0);

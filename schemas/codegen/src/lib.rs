@@ -188,7 +188,7 @@ mod tests {
             runtime: "my::rt".to_owned(),
         };
         let code = generate(BIG_ENDIAN, &options).unwrap();
-        assert!(code.contains("my::rt::read::<4>(self.block, 0).map(u32::from_be_bytes)"));
+        assert!(code.contains("my::rt::read::<4>(self.prefix, 0).map(u32::from_be_bytes)"));
         assert!(code.contains("my::rt::write(self.buf, self.offset, value.to_be_bytes());"));
         assert!(!code.contains("_le_bytes"));
     }

@@ -825,6 +825,23 @@ mod tests {
     }
 
     #[test]
+    fn a_field_as_old_as_its_group_is_in_the_fixed_prefix_of_every_version() {
+        let versioned = SCHEMA.replace(
+            r#"<group name="Legs" id="555" dimensionType="groupSize8">
+      <field name="LegQty" id="687" type="uint32"/>"#,
+            r#"<group name="Legs" id="555" dimensionType="groupSize8" sinceVersion="1">
+      <field name="LegQty" id="687" type="uint32" sinceVersion="1"/>
+      <field name="LegPx" id="566" type="uint32" sinceVersion="2"/>"#,
+        );
+        let s = parse(&versioned).unwrap();
+        let legs = &s.messages[0].body.groups[0].body;
+        assert_eq!(legs.fixed_prefix(), 4);
+        assert_eq!(legs.min_block_steps(), [(0, 4), (2, 8)]);
+        let order = &s.messages[0].body;
+        assert_eq!(order.fixed_prefix(), 16);
+    }
+
+    #[test]
     fn rejects_overlapping_fields() {
         let bad = SCHEMA.replace(r#"offset="8""#, r#"offset="2""#);
         assert!(matches!(parse(&bad), Err(CodegenError::Layout { .. })));
