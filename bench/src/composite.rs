@@ -4,8 +4,9 @@
 //! arrival and by timestamp, next to a floor: the store appending the same composite frames
 //! directly, in the same run.
 //!
-//! Three busy threads (appender, compositor, tailer) share the cores here, so every waiter —
-//! the floor's too — yields instead of spinning (see `oneway::Pinning`). The latency is also
+//! Three busy threads (appender, compositor, tailer) share the cores here, so by default every
+//! waiter — the floor's too — yields instead of spinning (see `oneway::Pinning`); with
+//! `--idle busy-spin` (a machine with a core for each) the compositor and both ends spin. The latency is also
 //! reported against a floor of its own shape (`_vs_relay`): the stamp handed through a relay
 //! thread in the middle, as the compositor is, so that the ratio shows what the merge costs
 //! beyond having a third thread to schedule.
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::idle::IdleStrategy;
+use seqstream_agent::Idle;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
@@ -33,17 +36,16 @@ pub(crate) struct Args {
     /// Frames per component in the throughput cases.
     #[arg(long, default_value_t = 1_000_000)]
     frames: u64,
+    /// Idle strategy of the compositor; with `busy-spin`, both ends of the latency case and
+    /// of its floors spin too.
+    #[arg(long, default_value = "yield")]
+    idle: Idle,
     /// A short run for smoke tests: 2,000 samples, 20,000 frames.
     #[arg(long)]
     quick: bool,
 }
 
 const BENCH: &str = "composite";
-const YIELDING: Pinning = Pinning {
-    writer: None,
-    reader: None,
-    yield_while_waiting: true,
-};
 
 fn cfg(stream: u32) -> StoreConfig {
     StoreConfig::new(stream).segment_size(256 << 20)
@@ -59,7 +61,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .prefix("seqstream-bench-composite-")
         .tempdir()
         .context("creating a scratch dir")?;
-    latency(scratch.path(), samples, reporter)?;
+    latency(scratch.path(), samples, &args.idle, reporter)?;
     let floor = direct_append_rate(&scratch.path().join("floor"), 2 * frames)?;
     for policy in [MergePolicy::Arrival, MergePolicy::Timestamp] {
         throughput(scratch.path(), policy, frames, floor, reporter)?;
@@ -91,9 +93,10 @@ fn open_compositor(
     )?)
 }
 
-fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
-    let floor = cache_line_floor(samples, YIELDING)?;
-    let relay_floor = cache_line_relay_floor(samples, YIELDING)?;
+fn latency(dir: &Path, samples: u64, idle: &Idle, reporter: &Reporter) -> Result<()> {
+    let pinning = Pinning::waiting(idle);
+    let floor = cache_line_floor(samples, pinning)?;
+    let relay_floor = cache_line_relay_floor(samples, pinning)?;
 
     let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
     let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
@@ -104,11 +107,10 @@ fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let merger = {
         let stop = stop.clone();
+        let mut idle = idle.build();
         std::thread::spawn(move || -> Result<()> {
             while !stop.load(Ordering::Relaxed) {
-                if compositor.do_work()? == 0 {
-                    std::thread::yield_now();
-                }
+                idle.idle(compositor.do_work()?);
             }
             Ok(())
         })
@@ -125,7 +127,7 @@ fn latency(dir: &Path, samples: u64, reporter: &Reporter) -> Result<()> {
     let mut payload = [0u8; 64];
     let h = ping(
         samples,
-        YIELDING,
+        pinning,
         move |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             a.append(&payload).expect("component append");

@@ -566,14 +566,6 @@ fn warm_up(out: &mut Outbox, tailer: &mut Tailer) -> Result<()> {
     Ok(())
 }
 
-fn pinning(idle: &Idle) -> Pinning {
-    Pinning {
-        writer: None,
-        reader: None,
-        yield_while_waiting: *idle != Idle::BusySpin,
-    }
-}
-
 /// The latency of `offer_to_own_replica` and its two hops, split at the frame's timestamp
 /// (the sequencer's wall clock when it appended the frame), each ns.
 struct OwnReplica {
@@ -621,7 +613,7 @@ fn offer_to_own_replica(
     let warm_up_samples = samples / 10;
     let whole = ping(
         samples,
-        pinning(idle),
+        Pinning::waiting(idle),
         |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
@@ -679,7 +671,7 @@ fn pingpong(
     warm_up(&mut out_a, &mut tail_a)?;
     warm_up(&mut out_b, &mut tail_b)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let yielding = pinning(idle).yield_while_waiting;
+    let yielding = Pinning::waiting(idle).yield_while_waiting;
     let ponger = {
         let stop = stop.clone();
         std::thread::spawn(move || {
@@ -701,7 +693,7 @@ fn pingpong(
     payload[8] = PING;
     let h = ping(
         samples,
-        pinning(idle),
+        Pinning::waiting(idle),
         move |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             offer_until_accepted(&mut out_a, &payload);
@@ -813,7 +805,7 @@ fn udp_pair(
 /// The floor of `offer_to_own_replica`: UDP from host A to the relay on the sequencer host,
 /// TCP from it back to A.
 fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
-    let pins = pinning(idle);
+    let pins = Pinning::waiting(idle);
     let (tx, relay_udp) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
@@ -828,7 +820,7 @@ fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u
 
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
 fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
-    let pins = pinning(idle);
+    let pins = Pinning::waiting(idle);
     let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq.ip, 0)))??;
     relay_udp.set_nonblocking(true)?;
     let port = relay_udp.local_addr()?.port();
@@ -920,9 +912,9 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         layout.name()
     );
     let (tx, rx) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
-    let udp_floor = udp_one_way_over(tx, rx, samples, pinning(idle))?;
+    let udp_floor = udp_one_way_over(tx, rx, samples, Pinning::waiting(idle))?;
     let (tx, rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
-    let tcp_floor = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
+    let tcp_floor = tcp_one_way_over(tx, rx, samples, Pinning::waiting(idle))?;
     for security in [Security::Plain, Security::SourceKeys, Security::Tls] {
         let h = offer_to_own_replica(
             root,
@@ -981,7 +973,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         p50[i] = h.whole.value_at_quantile(0.5);
     }
     let (tx, rx) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.seq2)?;
-    let standby_tcp = tcp_one_way_over(tx, rx, samples, pinning(idle))?;
+    let standby_tcp = tcp_one_way_over(tx, rx, samples, Pinning::waiting(idle))?;
     reporter.emit(&Figure::new(
         BENCH,
         "standby_ack_cost_64B",

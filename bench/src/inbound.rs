@@ -7,7 +7,8 @@
 //! cost of authentication reads as the difference of two ratios to one floor.
 //!
 //! Four busy threads (application, forwarder, sequencer, store reader) share the cores here,
-//! so all of them, and both ends of the floor, wait with `sched_yield`.
+//! so by default all of them, and both ends of the floor, wait with `sched_yield`; with
+//! `--idle busy-spin` (a machine with a core for each) they all spin.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use seqstream_agent::counters::CountersWriter;
+use seqstream_agent::idle::IdleStrategy;
+use seqstream_agent::Idle;
 use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
@@ -36,6 +39,10 @@ pub(crate) struct Args {
     /// Messages in the throughput case.
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
+    /// Idle strategy of the sequencer and the forwarder; with `busy-spin`, the application
+    /// and the store reader of the latency case, and both ends of its floor, spin too.
+    #[arg(long, default_value = "yield")]
+    idle: Idle,
     /// A short run for smoke tests: 1,000 samples, 20,000 messages.
     #[arg(long)]
     quick: bool,
@@ -44,12 +51,6 @@ pub(crate) struct Args {
 const BENCH: &str = "inbound";
 const STREAM: u32 = 1;
 const MTU: usize = 1400;
-const YIELDING: Pinning = Pinning {
-    writer: None,
-    reader: None,
-    yield_while_waiting: true,
-};
-
 struct Path3 {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -64,12 +65,13 @@ impl Drop for Path3 {
     }
 }
 
-/// A sequencer and a forwarder for one outbox, each on its own thread; with `signed`, the
-/// source has a key on both.
+/// A sequencer and a forwarder for one outbox, each on its own thread idling with `idle`;
+/// with `signed`, the source has a key on both.
 fn start(
     dir: &Path,
     name: &str,
     signed: bool,
+    idle: &Idle,
 ) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
     let keys = || -> std::collections::HashMap<u32, Keyring> {
         if signed {
@@ -126,19 +128,17 @@ fn start(
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     let s = stop.clone();
+    let mut sequencer_idle = idle.build();
     threads.push(std::thread::spawn(move || {
         while !s.load(Ordering::Relaxed) {
-            if sequencer.do_work().expect("sequencer") == 0 {
-                std::thread::yield_now();
-            }
+            sequencer_idle.idle(sequencer.do_work().expect("sequencer"));
         }
     }));
     let s = stop.clone();
+    let mut forwarder_idle = idle.build();
     threads.push(std::thread::spawn(move || {
         while !s.load(Ordering::Relaxed) {
-            if forwarder.do_work().expect("forwarder") == 0 {
-                std::thread::yield_now();
-            }
+            forwarder_idle.idle(forwarder.do_work().expect("forwarder"));
         }
     }));
     Ok((Path3 { stop, threads }, store, outbox))
@@ -162,8 +162,9 @@ fn offer_latency(
     name: &str,
     samples: u64,
     signed: bool,
+    idle: &Idle,
 ) -> Result<hdrhistogram::Histogram<u64>> {
-    let (running, store, outbox) = start(dir, name, signed)?;
+    let (running, store, outbox) = start(dir, name, signed, idle)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     offer_until_accepted(&mut out, &[0u8; 64]);
     let mut tailer = Tailer::open_with(&store, TailerOptions::default());
@@ -184,7 +185,7 @@ fn offer_latency(
     let mut payload = [0u8; 64];
     let h = ping(
         samples,
-        YIELDING,
+        Pinning::waiting(idle),
         move |stamp| {
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             offer_until_accepted(&mut out, &payload);
@@ -213,9 +214,9 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let dir = scratch.path();
 
     // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
-    let floor = udp_one_way(samples, YIELDING)?;
-    let plain = offer_latency(dir, "lat", samples, false)?;
-    let signed = offer_latency(dir, "lat-auth", samples, true)?;
+    let floor = udp_one_way(samples, Pinning::waiting(&args.idle))?;
+    let plain = offer_latency(dir, "lat", samples, false, &args.idle)?;
+    let signed = offer_latency(dir, "lat-auth", samples, true, &args.idle)?;
     emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &plain, &floor)?;
     emit_percentiles(
         reporter,
@@ -227,7 +228,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
 
     // Throughput: the application offers as fast as it can; timed until all are committed.
     let udp_floor = udp_msgs_per_s(messages)?;
-    let (running, store, outbox) = start(dir, "tput", false)?;
+    let (running, store, outbox) = start(dir, "tput", false, &args.idle)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     let committed = Arc::new(AtomicU64::new(0));
     let payload = [7u8; 64];

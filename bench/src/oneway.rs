@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::Result;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
+use seqstream_agent::Idle;
 
 /// Cores for the writer and reader threads (None: unpinned), and how they wait.
 #[derive(Debug, Clone, Copy, Default)]
@@ -27,6 +28,16 @@ pub(crate) struct Pinning {
 }
 
 impl Pinning {
+    /// Unpinned threads that spin while waiting under [`Idle::BusySpin`] and yield under any
+    /// other strategy: the floor's waiters do what the measured path's threads do.
+    pub(crate) fn waiting(idle: &Idle) -> Pinning {
+        Pinning {
+            writer: None,
+            reader: None,
+            yield_while_waiting: *idle != Idle::BusySpin,
+        }
+    }
+
     #[inline]
     fn wait(&self) {
         if self.yield_while_waiting {

@@ -6,8 +6,8 @@
 //! run), against the same floor.
 //!
 //! Threads: the appender, the replica's tailer, the server's sender threads and the followers
-//! all wait with `sched_yield` (`--idle`, default `yield`), and so do both ends of the TCP
-//! floor: with more busy threads than the 2 cores here, a spinning waiter would starve the
+//! all wait as `--idle` says (default `yield`: `sched_yield`), and so do both ends of the TCP
+//! floor (they spin under `busy-spin`): with more busy threads than the 2 cores here, a spinning waiter would starve the
 //! thread it waits for until its time slice ends. The ratios say how far the replication path
 //! is from a bare TCP hop on the same machine, not what pinned busy-spinning threads on
 //! isolated cores would give (run with `--idle busy-spin` on a machine with enough cores).
@@ -61,13 +61,6 @@ const STREAM: u32 = 1;
 fn keys() -> Keyring {
     Keyring::fixed(Key::from_material(b"the replication bench's key"))
 }
-/// Every thread of these cases yields when it waits: there are more of them than cores.
-const YIELDING: Pinning = Pinning {
-    writer: None,
-    reader: None,
-    yield_while_waiting: true,
-};
-
 /// Threads started for a case; stopped and joined on drop.
 struct Running {
     stop: Arc<AtomicBool>,
@@ -214,7 +207,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .with_context(|| format!("creating a scratch dir in {}", base.display()))?;
     let dir = scratch.path();
 
-    let tcp_floor = tcp_one_way(samples, YIELDING)?;
+    let tcp_floor = tcp_one_way(samples, Pinning::waiting(&args.idle))?;
     let bw_floor = tcp_bandwidth(bytes)?;
     for &n in &followers {
         latency(
@@ -348,7 +341,7 @@ fn latency(
     })?;
     let mut tailer = Tailer::open_with(&topo.replicas[0], TailerOptions::default())?;
     tailer.seek_position(target)?;
-    let h = append_to_tailer(samples, YIELDING, appender, tailer)?;
+    let h = append_to_tailer(samples, Pinning::waiting(idle), appender, tailer)?;
     emit_percentiles(reporter, BENCH, &figure, &h, floor)?;
     drop(topo);
     if let Some(t) = slow {
