@@ -9,6 +9,9 @@
 #   append_256B                     Appender::append of a 256-byte payload, 100,000 times
 #   replication_client_per_frame    Follower::do_work, 4,000 frames replicated one at a time
 #   replication_sender_per_frame    the replication sender's do_work over the same frames
+#   catch_up_client_per_frame       Follower::do_work, 50,000 frames appended at once and
+#                                   replicated in the sender's batches (a follower catching up)
+#   catch_up_sender_per_frame       the replication sender's do_work over the same frames
 #   compositor_per_frame            Compositor::do_work by arrival, 4,000 frames on each of
 #                                   two components (8,000 merged frames)
 #   mdp3_decode_book                a real CME MDP3 book refresh (4 entries) decoded, every
@@ -48,5 +51,7 @@ count forwarder_per_message_keyed 4000 '*Forwarder*do_work*' forwarder --keyed
 count append_256B 100000 '*append_all*' append
 count replication_client_per_frame 4000 '*Follower*do_work*' replication
 count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
+count catch_up_client_per_frame 50000 '*Follower*do_work*' catch-up
+count catch_up_sender_per_frame 50000 '*server*Sender*do_work*' catch-up
 count compositor_per_frame 8000 '*Compositor*do_work*' compositor
 count mdp3_decode_book 100000 '*decode_books*' mdp3

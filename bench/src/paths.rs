@@ -286,6 +286,34 @@ impl Replication {
         next_message(&mut self.tailer)
     }
 
+    /// Appends the next `count` frames at once, cycles until the replica's position reaches
+    /// the primary's (as a follower catching up), then reads them all from the replica.
+    pub fn catch_up(&mut self, count: u64) -> Result<()> {
+        let first = self.next;
+        for i in first..first + count {
+            self.appender.append(&payload(i))?;
+        }
+        self.next += count;
+        let deadline = Instant::now() + PATIENCE;
+        while self.follower.position() < self.appender.position() {
+            let c = DutyCycle {
+                now_ns: self.clock.monotonic_ns(),
+            };
+            self.server.do_work(&c).map_err(agent_error)?;
+            self.senders.do_work(&c).map_err(agent_error)?;
+            self.follower.do_work(&c).map_err(agent_error)?;
+            ensure!(Instant::now() < deadline, "the replica did not catch up");
+        }
+        for want in first..self.next {
+            let got = next_message(&mut self.tailer)?;
+            ensure!(
+                got == Some(want),
+                "{got:?} in the replica, frame {want} expected"
+            );
+        }
+        Ok(())
+    }
+
     /// Appends the next `count` frames at once and cycles until the replica has them all.
     pub fn frames(&mut self, count: u64) -> Result<()> {
         let first = self.next;

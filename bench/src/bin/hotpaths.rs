@@ -14,6 +14,9 @@
 //! - `replication`: `FRAMES` 64-byte frames, each appended and replicated before the next, on
 //!   [`bench::paths::Replication`] (count `Follower::do_work` for the replication client per
 //!   frame, the sender's `do_work` for the sender per frame).
+//! - `catch-up`: `CATCH_UP_FRAMES` 64-byte frames appended at once, then replicated in the
+//!   sender's batches until the replica holds them, as a follower catching up receives them
+//!   (count `Follower::do_work` and the sender's `do_work` per frame).
 //! - `compositor`: `FRAMES` frames on each of two components, each merged before the next,
 //!   by arrival, on [`bench::paths::Merge`] (count `Compositor::do_work` per merged frame: the
 //!   count is per component frame, two a step).
@@ -45,6 +48,8 @@ const MESSAGES: u64 = 4_000;
 const APPENDS: u64 = 100_000;
 /// Frames of the replication and compositor workloads.
 const FRAMES: u64 = 4_000;
+/// Frames of the catch-up workload.
+const CATCH_UP_FRAMES: u64 = 50_000;
 /// Decodes of the MDP3 workload.
 const DECODES: u64 = 100_000;
 
@@ -67,6 +72,8 @@ enum Cli {
     Append,
     /// Replication server, sender and client, one frame at a time.
     Replication,
+    /// Replication server, sender and client, many frames at once.
+    CatchUp,
     /// The compositor by arrival, one frame on each component at a time.
     Compositor,
     /// Decodes of a real MDP3 book refresh.
@@ -175,6 +182,13 @@ fn replication(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+fn catch_up(dir: &std::path::Path) -> Result<()> {
+    let mut path = bench::paths::Replication::new(dir)?;
+    path.catch_up(CATCH_UP_FRAMES)?;
+    println!("catch-up: {CATCH_UP_FRAMES} frames appended at once and replicated");
+    Ok(())
+}
+
 fn compositor(dir: &std::path::Path) -> Result<()> {
     let mut merge =
         bench::paths::Merge::new(dir, seqstream_sequencer::compositor::MergePolicy::Arrival)?;
@@ -212,6 +226,7 @@ fn main() -> Result<()> {
         Cli::Forwarder { keyed } => forwarder(dir.path(), keyed),
         Cli::Append => append(dir.path()),
         Cli::Replication => replication(dir.path()),
+        Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor => compositor(dir.path()),
         Cli::Mdp3 => mdp3(),
     }
