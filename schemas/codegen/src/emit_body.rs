@@ -138,7 +138,8 @@ fn emit_decoder(
     if c.is_message {
         out.doc(&format!(
             "Decoder of message `{}` (template id {}, block length {}{}). A flyweight over the \
-             message bytes: it copies nothing and bounds-checks every read.",
+             message bytes: it copies nothing and bounds-checks every read (a field that every \
+             version has, against the block prefix that opening the message checked once).",
             b.name,
             b.id,
             b.block_length,
