@@ -6,7 +6,8 @@
 #   scripts/device.sh prepare [--aeron]
 #       here: builds `bench` in release (and with --aeron, aeron-pingpong as scripts/aeron.sh
 #       builds it: Aeron's C source, minutes the first time) and puts stripped copies in
-#       .device/ (git-ignored; about 8 MiB, 12 with Aeron)
+#       .device/ (git-ignored; about 8 MiB, 10 with Aeron and the libraries it needs beyond
+#       glibc, which the device's image may lack)
 #   scripts/device.sh run [--quick] [OUT_DIR]
 #       there, or anywhere: runs the benches from .device/ with every thread busy-spinning and
 #       writes OUT_DIR/figures.jsonl (every figure), OUT_DIR/figures.md (the table) and
@@ -42,6 +43,14 @@ prepare() {
     # briefly: the binary is what is kept.
     "$root/scripts/aeron.sh" --quick --no-e2e "$target/aeron-report" >/dev/null
     strip -o "$kit/aeron-pingpong" "$target/aeron/release/aeron-pingpong"
+    # Its shared libraries beyond glibc (libbsd, libmd, libuuid) may be missing there.
+    mkdir -p "$kit/lib"
+    ldd "$kit/aeron-pingpong" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+      case "$name" in
+        libc.so.* | libm.so.* | libgcc_s.so.* | ld-linux*) ;;
+        *) cp -L "$path" "$kit/lib/$name" ;;
+      esac
+    done
   fi
   ls -l "$kit"
 }
@@ -90,7 +99,7 @@ run() {
   step e2e "$bench" e2e "${quick[@]}" --idle busy-spin --network loopback
   if [ -x "$kit/aeron-pingpong" ]; then
     # Aeron spinning too (its driver spins by default; here ping and pong as well), as ours do.
-    step aeron "$kit/aeron-pingpong" "${quick[@]}" --idle spin
+    step aeron env LD_LIBRARY_PATH="$kit/lib" "$kit/aeron-pingpong" "${quick[@]}" --idle spin
   fi
   "$bench" table --json "$out/figures.jsonl" >"$out/figures.md"
   python3 - "$out/figures.jsonl" "$cores" >"$out/targets.md" <<'EOF'
