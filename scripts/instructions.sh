@@ -14,6 +14,7 @@
 #   catch_up_sender_per_frame       the replication sender's do_work over the same frames
 #   compositor_per_frame            Compositor::do_work by arrival, 4,000 frames on each of
 #                                   two components (8,000 merged frames)
+#   compositor_timestamp_per_frame  the same by timestamp
 #   mdp3_decode_book                a real CME MDP3 book refresh (4 entries) decoded, every
 #                                   field read, 100,000 times
 #
@@ -54,4 +55,5 @@ count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
 count catch_up_client_per_frame 50000 '*Follower*do_work*' catch-up
 count catch_up_sender_per_frame 50000 '*server*Sender*do_work*' catch-up
 count compositor_per_frame 8000 '*Compositor*do_work*' compositor
+count compositor_timestamp_per_frame 8000 '*Compositor*do_work*' compositor --timestamp
 count mdp3_decode_book 100000 '*decode_books*' mdp3

@@ -62,6 +62,11 @@ pub enum Error {
     /// not a component.
     #[error("configuration: {0}")]
     Config(String),
+    /// Under the timestamp policy, a component's tailer no longer stood just past the frame
+    /// held as its next: the compositor's own bookkeeping failed (a bug), reported rather
+    /// than merging other bytes.
+    #[error("stream {0}: the frame held as the next is no longer under the component's tailer")]
+    HeadLost(u32),
 }
 
 /// Configuration of a compositor.
@@ -78,8 +83,9 @@ pub struct CompositorConfig {
     pub policy: MergePolicy,
 }
 
-/// The next frame of a component, copied out of its store (timestamp policy); its payload is
-/// the component's `payload`.
+/// The next frame of a component (timestamp policy): its header fields. The frame itself stays
+/// in the component's store mapping, where [`Tailer::last_polled`] reads it again when it
+/// sorts first, so its payload is copied once, into the composite.
 #[derive(Debug)]
 struct Head {
     seq: u64,
@@ -91,9 +97,6 @@ struct Component {
     stream_id: u32,
     tailer: Tailer,
     head: Option<Head>,
-    /// The payload of `head`: overwritten by each head, never shrunk, so once it has grown to
-    /// the largest frame no frame allocates.
-    payload: Vec<u8>,
     /// Timestamp of the latest frame or heartbeat seen: no later frame is earlier.
     watermark: u64,
     frames: Counter,
@@ -149,7 +152,6 @@ impl Compositor {
                 stream_id,
                 tailer,
                 head: None,
-                payload: Vec::new(),
                 watermark: 0,
                 frames: c("frames merged")?,
                 heartbeats: c("heartbeats seen")?,
@@ -261,11 +263,14 @@ impl Compositor {
                 seq: h.seq,
                 timestamp_ns: h.timestamp_ns,
             };
+            // `refill` polls a component only while it holds no head, so its tailer still
+            // stands just past the head's frame.
+            let f = c.tailer.last_polled().ok_or(Error::HeadLost(c.stream_id))?;
             let mut claim = self
                 .out
-                .claim_with(h.fields, PREFIX_LEN + c.payload.len())?;
+                .claim_with(h.fields, PREFIX_LEN + f.payload().len())?;
             origin.write(&mut claim[..PREFIX_LEN]);
-            claim[PREFIX_LEN..].copy_from_slice(&c.payload);
+            claim[PREFIX_LEN..].copy_from_slice(f.payload());
             claim.commit_at(h.timestamp_ns)?;
             c.frames.incr();
             work += 1 + refill(c)?;
@@ -287,8 +292,6 @@ fn refill(c: &mut Component) -> Result<usize, Error> {
         }
         let mut fields = f.fields();
         fields.flags = flags::COMPOSITE;
-        c.payload.clear();
-        c.payload.extend_from_slice(f.payload());
         c.head = Some(Head {
             seq: f.seq(),
             timestamp_ns: f.timestamp_ns(),

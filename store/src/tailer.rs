@@ -167,6 +167,8 @@ pub struct Tailer {
     empty_polls: u32,
     /// The checksum of the last frame length checked ([`format::LengthChecksum`]).
     lengths: format::LengthChecksum,
+    /// Position and length of the frame the last [`poll`](Tailer::poll) returned.
+    last: Option<(u64, usize)>,
 }
 
 /// Checks that `bytes` start with the frame that must come next (seq `next_seq`): bounds and
@@ -247,6 +249,7 @@ impl Tailer {
             info,
             empty_polls: 0,
             lengths: format::LengthChecksum::default(),
+            last: None,
         })
     }
 
@@ -312,9 +315,28 @@ impl Tailer {
             bytes: self.segment.bytes(off, length),
             position: self.position,
         };
+        self.last = Some((self.position, length));
         self.position += format::align_frame(length) as u64;
         self.next_seq += 1;
         Ok(Some(frame))
+    }
+
+    /// The frame the last [`poll`](Self::poll) returned, read again from the mapping without
+    /// a check (it was checked then, and committed frames never change), while the tailer
+    /// still stands just past it in the same segment: no poll, seek or roll since. `None`
+    /// otherwise. A reader can so hold a frame across calls without copying it, as the
+    /// compositor holds each component's next frame until it sorts first.
+    #[inline]
+    pub fn last_polled(&self) -> Option<Frame<'_>> {
+        let (position, length) = self.last?;
+        // A roll or a seek to another segment cleared `last` (`set_segment`).
+        let here = position + format::align_frame(length) as u64 == self.position;
+        here.then(|| Frame {
+            bytes: self
+                .segment
+                .bytes(file_offset(&self.info, position), length),
+            position,
+        })
     }
 
     /// The committed position when a committed frame is waiting at the tailer's position,
@@ -438,10 +460,11 @@ impl Tailer {
     }
 
     /// Makes `segment` the one the tailer reads, with what depends on it: the successor's
-    /// name, and no successor mapped yet.
+    /// name, no successor mapped yet, and no last polled frame (it was in another mapping).
     fn set_segment(&mut self, segment: Segment, info: SegmentInfo) {
         self.next_path = self.dir.join(segment_file_name(info.index + 1));
         self.next = None;
+        self.last = None;
         self.segment = segment;
         self.info = info;
     }

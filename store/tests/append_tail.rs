@@ -406,3 +406,41 @@ fn a_tailer_that_seeks_into_the_active_segment_checks_that_segment_s_successor()
     assert!(t.poll().unwrap().is_none());
     t.check_end().unwrap();
 }
+
+#[test]
+fn the_last_polled_frame_reads_again_until_the_tailer_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(4)).unwrap();
+    for seq in 1..=200u64 {
+        let mut buf = vec![0u8; pattern::payload_len(seq, 0, 700)];
+        pattern::fill(seq, &mut buf);
+        a.append(&buf).unwrap();
+    }
+    assert!(a.stats().rolls > 2, "{:?}", a.stats());
+    let mut t = Tailer::open(dir.path()).unwrap();
+    assert!(t.last_polled().is_none(), "nothing polled yet");
+    let mut segments = std::collections::HashSet::new();
+    for seq in 1..=200u64 {
+        let (position, bytes) = {
+            let f = t.poll().unwrap().expect("frame");
+            (f.position(), f.as_bytes().to_vec())
+        };
+        segments.insert(t.segment_index());
+        // Held across a poll that finds nothing new, too.
+        if seq == 200 {
+            assert!(t.poll().unwrap().is_none());
+        }
+        let again = t.last_polled().expect("the frame just polled");
+        assert_eq!((again.seq(), again.position()), (seq, position));
+        assert_eq!(again.as_bytes(), &bytes[..]);
+        assert!(pattern::check(seq, again.payload()));
+    }
+    assert!(segments.len() > 2, "the frames span rolls: {segments:?}");
+    t.seek_seq(100).unwrap();
+    assert!(
+        t.last_polled().is_none(),
+        "a seek moves the tailer off the frame"
+    );
+    t.poll().unwrap().expect("frame 100");
+    assert_eq!(t.last_polled().map(|f| f.seq()), Some(100));
+}

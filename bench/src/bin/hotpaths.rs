@@ -17,9 +17,9 @@
 //! - `catch-up`: `CATCH_UP_FRAMES` 64-byte frames appended at once, then replicated in the
 //!   sender's batches until the replica holds them, as a follower catching up receives them
 //!   (count `Follower::do_work` and the sender's `do_work` per frame).
-//! - `compositor`: `FRAMES` frames on each of two components, each merged before the next,
-//!   by arrival, on [`bench::paths::Merge`] (count `Compositor::do_work` per merged frame: the
-//!   count is per component frame, two a step).
+//! - `compositor [--timestamp]`: `FRAMES` frames on each of two components, each merged
+//!   before the next, by arrival (or by timestamp), on [`bench::paths::Merge`] (count
+//!   `Compositor::do_work` per merged frame: the count is per component frame, two a step).
 //! - `mdp3`: `DECODES` decodes of [`bench::mdp3::MDP3_BOOK`], a real CME MDP3 book refresh
 //!   with four entries, every field read (count `decode_books` per decode).
 //!
@@ -74,8 +74,12 @@ enum Cli {
     Replication,
     /// Replication server, sender and client, many frames at once.
     CatchUp,
-    /// The compositor by arrival, one frame on each component at a time.
-    Compositor,
+    /// The compositor, one frame on each component at a time.
+    Compositor {
+        /// Merge by timestamp rather than by arrival.
+        #[arg(long)]
+        timestamp: bool,
+    },
     /// Decodes of a real MDP3 book refresh.
     Mdp3,
 }
@@ -189,13 +193,18 @@ fn catch_up(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn compositor(dir: &std::path::Path) -> Result<()> {
-    let mut merge =
-        bench::paths::Merge::new(dir, seqstream_sequencer::compositor::MergePolicy::Arrival)?;
+fn compositor(dir: &std::path::Path, timestamp: bool) -> Result<()> {
+    use seqstream_sequencer::compositor::MergePolicy;
+    let policy = if timestamp {
+        MergePolicy::Timestamp
+    } else {
+        MergePolicy::Arrival
+    };
+    let mut merge = bench::paths::Merge::new(dir, policy)?;
     for _ in 0..FRAMES {
         merge.frame()?;
     }
-    println!("compositor: {FRAMES} frames of each of two components merged by arrival");
+    println!("compositor: {FRAMES} frames of each of two components merged by {policy:?}");
     Ok(())
 }
 
@@ -227,7 +236,7 @@ fn main() -> Result<()> {
         Cli::Append => append(dir.path()),
         Cli::Replication => replication(dir.path()),
         Cli::CatchUp => catch_up(dir.path()),
-        Cli::Compositor => compositor(dir.path()),
+        Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
         Cli::Mdp3 => mdp3(),
     }
 }
