@@ -277,31 +277,38 @@ impl Replication {
 
     /// One duty cycle of the server, its senders and the client; the frame replicated next.
     pub fn cycle(&mut self) -> Result<Option<u64>> {
+        self.run_agents()?;
+        next_message(&mut self.tailer)
+    }
+
+    /// One duty cycle of the server, its senders and the client.
+    fn run_agents(&mut self) -> Result<()> {
         let c = DutyCycle {
             now_ns: self.clock.monotonic_ns(),
         };
         self.server.do_work(&c).map_err(agent_error)?;
         self.senders.do_work(&c).map_err(agent_error)?;
         self.follower.do_work(&c).map_err(agent_error)?;
-        next_message(&mut self.tailer)
+        Ok(())
     }
 
-    /// Appends the next `count` frames at once, cycles until the replica's position reaches
-    /// the primary's (as a follower catching up), then reads them all from the replica.
-    pub fn catch_up(&mut self, count: u64) -> Result<()> {
+    /// Appends the next `count` frames on the primary; the first one's number.
+    fn append_next(&mut self, count: u64) -> Result<u64> {
         let first = self.next;
         for i in first..first + count {
             self.appender.append(&payload(i))?;
         }
         self.next += count;
+        Ok(first)
+    }
+
+    /// Appends the next `count` frames at once, cycles until the replica's position reaches
+    /// the primary's (as a follower catching up), then reads them all from the replica.
+    pub fn catch_up(&mut self, count: u64) -> Result<()> {
+        let first = self.append_next(count)?;
         let deadline = Instant::now() + PATIENCE;
         while self.follower.position() < self.appender.position() {
-            let c = DutyCycle {
-                now_ns: self.clock.monotonic_ns(),
-            };
-            self.server.do_work(&c).map_err(agent_error)?;
-            self.senders.do_work(&c).map_err(agent_error)?;
-            self.follower.do_work(&c).map_err(agent_error)?;
+            self.run_agents()?;
             ensure!(Instant::now() < deadline, "the replica did not catch up");
         }
         for want in first..self.next {
@@ -316,11 +323,7 @@ impl Replication {
 
     /// Appends the next `count` frames at once and cycles until the replica has them all.
     pub fn frames(&mut self, count: u64) -> Result<()> {
-        let first = self.next;
-        for i in first..first + count {
-            self.appender.append(&payload(i))?;
-        }
-        self.next += count;
+        let first = self.append_next(count)?;
         let deadline = Instant::now() + PATIENCE;
         let mut want = first;
         while want < self.next {
