@@ -391,9 +391,14 @@ impl Body {
     /// the last field not newer than the body itself (such a field has no `sinceVersion`
     /// gate). Decoders hold this prefix as an array, so reads inside it need no bounds check.
     pub fn fixed_prefix(&self) -> usize {
+        self.block_end(self.since_version)
+    }
+
+    /// The end of the last field that a body of schema version `version` has (0 if none).
+    fn block_end(&self, version: u16) -> usize {
         self.fields
             .iter()
-            .filter(|f| f.since_version <= self.since_version)
+            .filter(|f| f.since_version <= version)
             .map(|f| f.offset + f.ty.size())
             .max()
             .unwrap_or(0)
@@ -410,16 +415,7 @@ impl Body {
         versions.dedup();
         versions
             .into_iter()
-            .map(|v| {
-                let len = self
-                    .fields
-                    .iter()
-                    .filter(|f| f.since_version <= v.max(self.since_version))
-                    .map(|f| f.offset + f.ty.size())
-                    .max()
-                    .unwrap_or(0);
-                (v, len)
-            })
+            .map(|v| (v, self.block_end(v.max(self.since_version))))
             .fold(Vec::new(), |mut steps: Vec<(u16, usize)>, (v, len)| {
                 if steps.last().map(|&(_, prev)| prev) != Some(len) {
                     steps.push((v, len));
