@@ -47,24 +47,28 @@ pub(crate) struct Args {
 
 const BENCH: &str = "composite";
 
-fn cfg(stream: u32) -> StoreConfig {
-    StoreConfig::new(stream).segment_size(256 << 20)
+/// The segment size of a full run's stores: the throughput cases' million frames per
+/// component fit in one.
+const SEGMENT: u64 = 256 << 20;
+
+fn cfg(stream: u32, segment: u64) -> StoreConfig {
+    StoreConfig::new(stream).segment_size(segment)
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
-    let (samples, frames) = if args.quick {
-        (2_000, 20_000)
+    let (samples, frames, segment) = if args.quick {
+        (2_000, 20_000, crate::QUICK_SEGMENT)
     } else {
-        (args.samples, args.frames)
+        (args.samples, args.frames, SEGMENT)
     };
     let scratch = tempfile::Builder::new()
         .prefix("seqstream-bench-composite-")
         .tempdir()
         .context("creating a scratch dir")?;
-    latency(scratch.path(), samples, &args.idle, reporter)?;
-    let floor = direct_append_rate(&scratch.path().join("floor"), 2 * frames)?;
+    latency(scratch.path(), samples, segment, &args.idle, reporter)?;
+    let floor = direct_append_rate(&scratch.path().join("floor"), 2 * frames, segment)?;
     for policy in [MergePolicy::Arrival, MergePolicy::Timestamp] {
-        throughput(scratch.path(), policy, frames, floor, reporter)?;
+        throughput(scratch.path(), policy, frames, segment, floor, reporter)?;
     }
     Ok(())
 }
@@ -73,6 +77,7 @@ fn open_compositor(
     dir: &Path,
     components: &[&Path],
     out: &Path,
+    segment: u64,
     policy: MergePolicy,
 ) -> Result<Compositor> {
     let counters = CountersWriter::create(
@@ -86,24 +91,25 @@ fn open_compositor(
         CompositorConfig {
             components: components.iter().map(|p| p.to_path_buf()).collect(),
             output: out.to_path_buf(),
-            store_config: cfg(100),
+            store_config: cfg(100, segment),
             policy,
         },
         &counters,
     )?)
 }
 
-fn latency(dir: &Path, samples: u64, idle: &Idle, reporter: &Reporter) -> Result<()> {
+fn latency(dir: &Path, samples: u64, segment: u64, idle: &Idle, reporter: &Reporter) -> Result<()> {
     let pinning = Pinning::waiting(idle);
     let floor = cache_line_floor(samples, pinning)?;
     let relay_floor = cache_line_relay_floor(samples, pinning)?;
 
     let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
-    let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
-    let mut b = Appender::open_or_create(&b_dir, cfg(2))?;
+    let mut a = Appender::open_or_create(&a_dir, cfg(1, segment))?;
+    let mut b = Appender::open_or_create(&b_dir, cfg(2, segment))?;
     a.append(&[0u8; 64])?;
     b.append(&[0u8; 64])?;
-    let mut compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, MergePolicy::Arrival)?;
+    let mut compositor =
+        open_compositor(dir, &[&a_dir, &b_dir], &out, segment, MergePolicy::Arrival)?;
     let stop = Arc::new(AtomicBool::new(false));
     let merger = {
         let stop = stop.clone();
@@ -138,9 +144,11 @@ fn latency(dir: &Path, samples: u64, idle: &Idle, reporter: &Reporter) -> Result
                 u64::from_le_bytes(p[..8].try_into().expect("8 bytes"))
             })
         },
-    )?;
+    );
     stop.store(true, Ordering::Relaxed);
+    // The compositor's error first: it explains a ping that stalled.
     merger.join().expect("merger thread")?;
+    let h = h?;
     emit_percentiles(reporter, BENCH, "component_to_composite_64B", &h, &floor)?;
     emit_percentiles(
         reporter,
@@ -153,8 +161,8 @@ fn latency(dir: &Path, samples: u64, idle: &Idle, reporter: &Reporter) -> Result
 }
 
 /// Frames/s of the store appending composite-sized frames (64-byte payload + prefix) itself.
-fn direct_append_rate(dir: &Path, frames: u64) -> Result<f64> {
-    let mut a = Appender::open_or_create(dir, cfg(100).prepare_ahead(false))?;
+fn direct_append_rate(dir: &Path, frames: u64, segment: u64) -> Result<f64> {
+    let mut a = Appender::open_or_create(dir, cfg(100, segment).prepare_ahead(false))?;
     let payload = [7u8; 64 + PREFIX_LEN];
     let t0 = Instant::now();
     for _ in 0..frames {
@@ -167,6 +175,7 @@ fn throughput(
     dir: &Path,
     policy: MergePolicy,
     frames: u64,
+    segment: u64,
     floor: f64,
     reporter: &Reporter,
 ) -> Result<()> {
@@ -177,8 +186,8 @@ fn throughput(
         dir.join(format!("{name}-out")),
     );
     // Two busy components, written in alternation, then heartbeats that release the tail.
-    let mut a = Appender::open_or_create(&a_dir, cfg(1))?;
-    let mut b = Appender::open_or_create(&b_dir, cfg(2))?;
+    let mut a = Appender::open_or_create(&a_dir, cfg(1, segment))?;
+    let mut b = Appender::open_or_create(&b_dir, cfg(2, segment))?;
     let payload = [5u8; 64];
     for _ in 0..frames {
         a.append(&payload)?;
@@ -187,7 +196,7 @@ fn throughput(
     let end = a.last_timestamp_ns().max(b.last_timestamp_ns()) + 1;
     a.append_heartbeat(Some(end))?;
     b.append_heartbeat(Some(end))?;
-    let mut compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, policy)?;
+    let mut compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, segment, policy)?;
     let t0 = Instant::now();
     while compositor.output().next_seq() - 1 < 2 * frames {
         compositor.do_work()?;

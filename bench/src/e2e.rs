@@ -187,6 +187,14 @@ struct Site {
     security: Security,
 }
 
+impl Drop for Site {
+    /// A case's files go with it, so that a run holds one case's stores at a time. Its hosts,
+    /// started after it, have stopped by then.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A free port on `ip` (bound then released; nothing else in the host should take it in
 /// the moment before a role binds it).
 fn free_port(ip: IpAddr, udp: bool) -> Result<u16> {
@@ -641,8 +649,10 @@ fn offer_to_own_replica(
             }
             None
         },
-    )?;
+    );
+    // The hosts' errors first: a role that failed explains a ping that stalled.
     hosts.stop()?;
+    let whole = whole?;
     drop(etcd);
     Ok(OwnReplica {
         whole,

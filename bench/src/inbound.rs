@@ -51,6 +51,9 @@ pub(crate) struct Args {
 const BENCH: &str = "inbound";
 const STREAM: u32 = 1;
 const MTU: usize = 1400;
+/// The segment size of a full run's stream: the latency and throughput cases' default
+/// messages fit in one.
+const SEGMENT: u64 = 512 << 20;
 struct Path3 {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -72,6 +75,7 @@ fn start(
     name: &str,
     signed: bool,
     idle: &Idle,
+    segment: u64,
 ) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
     let keys = || -> std::collections::HashMap<u32, Keyring> {
         if signed {
@@ -97,7 +101,7 @@ fn start(
     let mut sequencer = Sequencer::open(
         SequencerConfig {
             store: store.clone(),
-            store_config: StoreConfig::new(STREAM).segment_size(512 << 20),
+            store_config: StoreConfig::new(STREAM).segment_size(segment),
             listen: "127.0.0.1:0".parse()?,
             sources: vec!["1@127.0.0.1".parse().map_err(anyhow::Error::msg)?],
             recv_buffer: Some(8 << 20),
@@ -163,8 +167,9 @@ fn offer_latency(
     samples: u64,
     signed: bool,
     idle: &Idle,
+    segment: u64,
 ) -> Result<hdrhistogram::Histogram<u64>> {
-    let (running, store, outbox) = start(dir, name, signed, idle)?;
+    let (running, store, outbox) = start(dir, name, signed, idle, segment)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     offer_until_accepted(&mut out, &[0u8; 64]);
     let mut tailer = Tailer::open_with(&store, TailerOptions::default());
@@ -202,10 +207,10 @@ fn offer_latency(
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
-    let (samples, messages) = if args.quick {
-        (1_000, 20_000)
+    let (samples, messages, segment) = if args.quick {
+        (1_000, 20_000, crate::QUICK_SEGMENT)
     } else {
-        (args.samples, args.messages)
+        (args.samples, args.messages, SEGMENT)
     };
     let scratch = tempfile::Builder::new()
         .prefix("seqstream-bench-inbound-")
@@ -215,8 +220,8 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
 
     // Floor: a raw UDP one-way hop over loopback, the same one-in-flight method.
     let floor = udp_one_way(samples, Pinning::waiting(&args.idle))?;
-    let plain = offer_latency(dir, "lat", samples, false, &args.idle)?;
-    let signed = offer_latency(dir, "lat-auth", samples, true, &args.idle)?;
+    let plain = offer_latency(dir, "lat", samples, false, &args.idle, segment)?;
+    let signed = offer_latency(dir, "lat-auth", samples, true, &args.idle, segment)?;
     emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &plain, &floor)?;
     emit_percentiles(
         reporter,
@@ -228,7 +233,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
 
     // Throughput: the application offers as fast as it can; timed until all are committed.
     let udp_floor = udp_msgs_per_s(messages)?;
-    let (running, store, outbox) = start(dir, "tput", false, &args.idle)?;
+    let (running, store, outbox) = start(dir, "tput", false, &args.idle, segment)?;
     let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
     let committed = Arc::new(AtomicU64::new(0));
     let payload = [7u8; 64];

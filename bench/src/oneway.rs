@@ -7,9 +7,9 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use seqstream_agent::Idle;
@@ -56,38 +56,126 @@ pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// How long either end of [`ping`] waits for the other before it gives up. Far beyond any
+/// hop on a loaded machine, so only a path that has stopped (an agent that failed, a frame
+/// that was lost) reaches it: a benchmark then fails with an error instead of spinning forever.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Raised when dropped unless disarmed: tells the other end of [`ping`] that this one ended
+/// early (returned an error or panicked), so that it stops waiting.
+struct Alarm<'a>(Option<&'a AtomicBool>);
+
+impl Alarm<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Alarm<'_> {
+    fn drop(&mut self) {
+        if let Some(raised) = self.0 {
+            raised.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The error of an end of [`ping`] that stopped waiting because the other end failed: the
+/// other end's error is the one to report.
+#[derive(Debug)]
+struct OtherEndFailed(String);
+
+impl std::fmt::Display for OtherEndFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: the other end failed", self.0)
+    }
+}
+
+impl std::error::Error for OtherEndFailed {}
+
+/// One wait of one end of [`ping`] for the other: waits as `pins` says, and fails once the
+/// other end has ended early or [`STALL`] has passed (the clock is read every 1024 waits).
+struct Waiting<'a> {
+    pins: Pinning,
+    other_failed: &'a AtomicBool,
+    stall: Duration,
+    since: Instant,
+    waits: u32,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(pins: Pinning, other_failed: &'a AtomicBool, stall: Duration) -> Waiting<'a> {
+        Waiting {
+            pins,
+            other_failed,
+            stall,
+            since: Instant::now(),
+            waits: 0,
+        }
+    }
+
+    #[inline]
+    fn wait(&mut self, what: impl FnOnce() -> String) -> Result<()> {
+        self.pins.wait();
+        self.waits = self.waits.wrapping_add(1);
+        if self.waits.is_multiple_of(1024) {
+            if self.other_failed.load(Ordering::Relaxed) {
+                return Err(OtherEndFailed(what()).into());
+            }
+            ensure!(
+                self.since.elapsed() < self.stall,
+                "{} in {:?}",
+                what(),
+                self.stall
+            );
+        }
+        Ok(())
+    }
+}
+
 /// One-way latency, one message in flight: the writer stamps a clock reading, the reader
 /// records `now - stamp` when it sees it and acknowledges, then the writer sends the next.
 /// Returns the reader's histogram in ns.
+///
+/// # Errors
+/// Either end's error; an error when no message arrives, or no acknowledgement, within
+/// [`STALL`] (the path stopped); and an error when either end panicked.
 pub(crate) fn ping(
     samples: u64,
     pins: Pinning,
     send: impl FnMut(u64) + Send,
     recv: impl FnMut() -> Option<u64> + Send,
 ) -> Result<Histogram<u64>> {
+    ping_within(samples, pins, STALL, send, recv)
+}
+
+/// [`ping`], giving up after `stall` instead of [`STALL`].
+fn ping_within(
+    samples: u64,
+    pins: Pinning,
+    stall: Duration,
+    send: impl FnMut(u64) + Send,
+    recv: impl FnMut() -> Option<u64> + Send,
+) -> Result<Histogram<u64>> {
     let epoch = Instant::now();
-    let ack = Arc::new(CachePadded::new(AtomicU64::new(0)));
-    let failed = Arc::new(AtomicBool::new(false));
+    let ack = CachePadded::new(AtomicU64::new(0));
+    let (writer_failed, reader_failed) = (AtomicBool::new(false), AtomicBool::new(false));
     let warmup = samples / 10;
     let total = samples + warmup;
     std::thread::scope(|s| {
         let reader = {
-            let ack = ack.clone();
-            let failed = failed.clone();
-            let core = pins.reader;
+            let (ack, writer_failed, reader_failed) = (&ack, &writer_failed, &reader_failed);
             let mut recv = recv;
             s.spawn(move || -> Result<Histogram<u64>> {
-                pin(core)?;
+                let alarm = Alarm(Some(reader_failed));
+                pin(pins.reader)?;
                 let mut h = histogram();
                 for i in 1..=total {
+                    let mut waiting = Waiting::new(pins, writer_failed, stall);
                     let stamp = loop {
                         if let Some(t) = recv() {
                             break t;
                         }
-                        if failed.load(Ordering::Relaxed) {
-                            anyhow::bail!("writer failed");
-                        }
-                        pins.wait();
+                        waiting.wait(|| format!("message {i} of {total} did not arrive"))?;
                     };
                     let now = epoch.elapsed().as_nanos() as u64;
                     if i > warmup {
@@ -95,25 +183,33 @@ pub(crate) fn ping(
                     }
                     ack.store(i, Ordering::Release);
                 }
+                alarm.disarm();
                 Ok(h)
             })
         };
         let mut send = send;
         let writer = (|| -> Result<()> {
+            let alarm = Alarm(Some(&writer_failed));
             pin(pins.writer)?;
             for i in 1..=total {
                 send(epoch.elapsed().as_nanos() as u64);
+                let mut waiting = Waiting::new(pins, &reader_failed, stall);
                 while ack.load(Ordering::Acquire) < i {
-                    pins.wait();
+                    waiting.wait(|| format!("message {i} of {total} was not acknowledged"))?;
                 }
             }
+            alarm.disarm();
             Ok(())
         })();
-        if writer.is_err() {
-            failed.store(true, Ordering::Relaxed);
+        let h = reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("the reader thread panicked"))?;
+        match (writer, h) {
+            (Ok(()), h) => h,
+            // The reader's error, unless it only reports the writer's: both stall together.
+            (Err(_), Err(r)) if !r.is::<OtherEndFailed>() => Err(r),
+            (Err(w), _) => Err(w),
         }
-        let h = reader.join().expect("reader thread panicked")?;
-        writer.map(|_| h)
     })
 }
 
@@ -289,5 +385,68 @@ impl StampReader {
             self.have = 0;
             u64::from_le_bytes(self.got)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{ping_within, Pinning};
+
+    const YIELDING: Pinning = Pinning {
+        writer: None,
+        reader: None,
+        yield_while_waiting: true,
+    };
+
+    #[test]
+    fn a_ping_whose_messages_stop_arriving_fails_after_the_stall_bound() {
+        let mut sent = 0;
+        let line = std::sync::Mutex::new(None);
+        let err = ping_within(
+            100,
+            YIELDING,
+            Duration::from_millis(200),
+            |stamp| {
+                sent += 1;
+                // The path stops after the fifth message.
+                if sent <= 5 {
+                    *line.lock().unwrap() = Some(stamp);
+                }
+            },
+            || line.lock().unwrap().take(),
+        );
+        let err = err.unwrap_err().to_string();
+        assert!(err.contains("message 6 of 110 did not arrive"), "{err}");
+    }
+
+    #[test]
+    fn a_ping_whose_reader_panics_fails_instead_of_waiting_for_its_ack() {
+        let err = ping_within(
+            10,
+            YIELDING,
+            Duration::from_secs(3600),
+            |_| {},
+            || panic!("the reader's path broke"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("reader thread panicked"), "{err}");
+    }
+
+    #[test]
+    fn a_ping_whose_writer_fails_stops_its_reader() {
+        let err = ping_within(
+            10,
+            Pinning {
+                writer: Some(usize::MAX),
+                ..YIELDING
+            },
+            Duration::from_secs(3600),
+            |_| {},
+            || None,
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("the other end failed"), "{err}");
     }
 }

@@ -84,8 +84,43 @@ struct Topology {
     running: Running,
 }
 
-fn store_cfg() -> StoreConfig {
-    StoreConfig::new(STREAM).segment_size(256 << 20)
+/// The segment size of a full run's stores: the default `--bytes`, written twice (streamed,
+/// then caught up), fills one.
+const SEGMENT: u64 = 256 << 20;
+
+/// Where and how every case sets up its topology.
+struct Setup<'a> {
+    /// The scratch dir that holds every case's stores and counters.
+    dir: &'a Path,
+    /// The idle strategy of the server's senders and of the followers.
+    idle: &'a Idle,
+    /// The segment size of every store, in bytes.
+    segment: u64,
+}
+
+impl Setup<'_> {
+    fn store_cfg(&self) -> StoreConfig {
+        StoreConfig::new(STREAM).segment_size(self.segment)
+    }
+
+    /// Removes the files of the case called `name`: every path under `dir` named
+    /// `{name}-…`, as [`topology`] names them.
+    fn remove(&self, name: &str) -> Result<()> {
+        let prefix = format!("{name}-");
+        for r in self.dir.read_dir()? {
+            let p = r?.path();
+            if p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&prefix))
+            {
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p)?;
+                } else {
+                    std::fs::remove_file(&p)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The TLS configurations of a case: the server's and its followers'.
@@ -106,16 +141,11 @@ fn tls(dir: &Path) -> Result<Tls> {
 
 /// A server on `primary` and `followers` followers, each in its own thread; over TLS when
 /// `tls` is given.
-fn topology(
-    dir: &Path,
-    name: &str,
-    followers: usize,
-    idle: &Idle,
-    tls: Option<&Tls>,
-) -> Result<Topology> {
+fn topology(setup: &Setup, name: &str, followers: usize, tls: Option<&Tls>) -> Result<Topology> {
+    let (dir, idle) = (setup.dir, setup.idle);
     let primary = dir.join(format!("{name}-primary"));
     if !primary.exists() {
-        drop(Appender::open_or_create(&primary, store_cfg())?);
+        drop(Appender::open_or_create(&primary, setup.store_cfg())?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -143,7 +173,7 @@ fn topology(
         let replica = dir.join(format!("{name}-replica-{i}"));
         let cpath = dir.join(format!("{name}-follower-{i}.counters"));
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, addr, keys());
-        fcfg.store_config = store_cfg();
+        fcfg.store_config = setup.store_cfg();
         fcfg.tls = tls.map(|t| {
             (
                 t.client.clone(),
@@ -195,10 +225,10 @@ fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool) -> Result<()> 
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
-    let (followers, samples, bytes) = if args.quick {
-        (vec![1, 2], 2_000, 8 << 20)
+    let (followers, samples, bytes, segment) = if args.quick {
+        (vec![1, 2], 2_000, 8 << 20, crate::QUICK_SEGMENT)
     } else {
-        (args.followers.clone(), args.samples, args.bytes)
+        (args.followers.clone(), args.samples, args.bytes, SEGMENT)
     };
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = tempfile::Builder::new()
@@ -206,40 +236,21 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .tempdir_in(&base)
         .with_context(|| format!("creating a scratch dir in {}", base.display()))?;
     let dir = scratch.path();
+    let setup = Setup {
+        dir,
+        idle: &args.idle,
+        segment,
+    };
 
     let tcp_floor = tcp_one_way(samples, Pinning::waiting(&args.idle))?;
     let bw_floor = tcp_bandwidth(bytes)?;
     for &n in &followers {
-        latency(
-            dir,
-            n,
-            samples,
-            &args.idle,
-            &tcp_floor,
-            reporter,
-            Case::Plain,
-        )?;
-        throughput(dir, n, bytes, &args.idle, bw_floor, reporter)?;
+        latency(&setup, n, samples, &tcp_floor, reporter, Case::Plain)?;
+        throughput(&setup, n, bytes, bw_floor, reporter)?;
     }
-    latency(
-        dir,
-        1,
-        samples,
-        &args.idle,
-        &tcp_floor,
-        reporter,
-        Case::SlowPeer,
-    )?;
+    latency(&setup, 1, samples, &tcp_floor, reporter, Case::SlowPeer)?;
     let tls = tls(dir)?;
-    latency(
-        dir,
-        1,
-        samples,
-        &args.idle,
-        &tcp_floor,
-        reporter,
-        Case::Tls(&tls),
-    )?;
+    latency(&setup, 1, samples, &tcp_floor, reporter, Case::Tls(&tls))?;
     Ok(())
 }
 
@@ -303,12 +314,10 @@ enum Case<'a> {
     Tls(&'a Tls),
 }
 
-#[allow(clippy::too_many_arguments)]
 fn latency(
-    dir: &Path,
+    setup: &Setup,
     n: usize,
     samples: u64,
-    idle: &Idle,
     floor: &hdrhistogram::Histogram<u64>,
     reporter: &Reporter,
     case: Case<'_>,
@@ -330,10 +339,10 @@ fn latency(
             Some(t),
         ),
     };
-    let topo = topology(dir, &name, n, idle, tls)?;
+    let topo = topology(setup, &name, n, tls)?;
     let slow =
         matches!(case, Case::SlowPeer).then(|| slow_peer(topo.addr, topo.running.stop.clone()));
-    let mut appender = Appender::open(&topo.primary, store_cfg())?;
+    let mut appender = Appender::open(&topo.primary, setup.store_cfg())?;
     appender.append(&[0u8; 64])?; // creates every replica
     let target = appender.position();
     wait_until(Duration::from_secs(30), || {
@@ -341,28 +350,27 @@ fn latency(
     })?;
     let mut tailer = Tailer::open_with(&topo.replicas[0], TailerOptions::default())?;
     tailer.seek_position(target)?;
-    let h = append_to_tailer(samples, Pinning::waiting(idle), appender, tailer)?;
+    let h = append_to_tailer(samples, Pinning::waiting(setup.idle), appender, tailer)?;
     emit_percentiles(reporter, BENCH, &figure, &h, floor)?;
     drop(topo);
     if let Some(t) = slow {
         let _ = t.join();
     }
-    Ok(())
+    setup.remove(&name)
 }
 
 fn throughput(
-    dir: &Path,
+    setup: &Setup,
     n: usize,
     bytes: u64,
-    idle: &Idle,
     floor_bytes_per_s: f64,
     reporter: &Reporter,
 ) -> Result<()> {
     let name = format!("tput-{n}");
     // Set up first (replica stores created, segments preallocated), then time the stream:
     // from the first append of `bytes` until every replica holds the last byte.
-    let topo = topology(dir, &name, n, idle, None)?;
-    let mut a = Appender::open(&topo.primary, store_cfg())?;
+    let topo = topology(setup, &name, n, None)?;
+    let mut a = Appender::open(&topo.primary, setup.store_cfg())?;
     a.append(&[1u8; 64])?;
     let start = a.position();
     wait_until(Duration::from_secs(60), || {
@@ -388,7 +396,7 @@ fn throughput(
     }
     let end2 = a.position();
     drop(a);
-    let topo = topology(dir, &name, n, idle, None)?;
+    let topo = topology(setup, &name, n, None)?;
     let t0 = Instant::now();
     wait_until(Duration::from_secs(300), || {
         topo.counters.iter().all(|c| replica_position(c) == end2)
@@ -420,14 +428,5 @@ fn throughput(
             Better::Higher,
         ));
     }
-    for r in dir.read_dir()? {
-        let p = r?.path();
-        if p.file_name()
-            .is_some_and(|f| f.to_string_lossy().starts_with(&name))
-            && p.is_dir()
-        {
-            std::fs::remove_dir_all(&p)?;
-        }
-    }
-    Ok(())
+    setup.remove(&name)
 }

@@ -117,12 +117,15 @@ fn throughput(
         drop(map);
         std::fs::remove_file(&path)?;
 
-        // The store: one pretouched 1 GiB segment holds the whole run. Preparing the next
+        // The store: one pretouched segment holds the whole run (the smallest power of two
+        // beyond `bytes` and the segment's header: 1 GiB by default). Preparing the next
         // segment (kernel page zeroing, ~1 GB/s on a 2-vCPU guest) is off the appender's
         // thread in production; with two cores it would compete with this measurement, so
         // it is off here and this figure is the append path alone.
         let sdir = dir.join(format!("store-{payload}-{rep}"));
-        let cfg = StoreConfig::new(1).prepare_ahead(false);
+        let cfg = StoreConfig::new(1)
+            .segment_size((bytes + 8192).next_power_of_two())
+            .prepare_ahead(false);
         let mut appender = Appender::open_or_create(&sdir, cfg)?;
         let t0 = Instant::now();
         for _ in 0..frames {
@@ -168,7 +171,12 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
 
     // The store: append a 64-byte frame carrying the stamp; the tailer polls the store.
     let sdir = dir.join("latency-store");
-    let appender = Appender::open_or_create(&sdir, StoreConfig::new(1).segment_size(256 << 20))?;
+    let segment = if args.quick {
+        crate::QUICK_SEGMENT
+    } else {
+        256 << 20
+    };
+    let appender = Appender::open_or_create(&sdir, StoreConfig::new(1).segment_size(segment))?;
     let tailer = Tailer::open_with(
         &sdir,
         TailerOptions {

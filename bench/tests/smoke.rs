@@ -1,21 +1,31 @@
 //! The benchmarks run end to end (in their short `--quick` form) and print the documented
 //! JSON shape. No figure is judged here: speed is measured by the benchmarks, never by tests.
 
+use std::ffi::OsStr;
 use std::process::Command;
+use std::time::Duration;
 
-fn run_json(args: &[&str]) -> Vec<serde_json::Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("running bench");
+/// How long one bench run may take. A `--quick` run takes under a minute here with every
+/// smoke test running at once on 2 cores; one that hangs fails its test instead of the suite.
+const BOUND: Duration = Duration::from_secs(600);
+
+/// What `bench args` printed on stdout; the test fails if it failed or ran past [`BOUND`].
+fn bench<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let out = seqstream_testkit::output_within(
+        Command::new(env!("CARGO_BIN_EXE_bench")).args(args),
+        BOUND,
+    )
+    .unwrap_or_else(|e| panic!("bench {args:?}: {e}"));
     assert!(
         out.status.success(),
         "bench {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run_json(args: &[&str]) -> Vec<serde_json::Value> {
+    bench(&[args, &["--json"]].concat())
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
         .collect()
@@ -195,19 +205,6 @@ fn hgrm_plot_and_table_report_a_latency_bench() {
     let dir = tempfile::tempdir().unwrap();
     let hgrm = dir.path().join("hgrm");
     let plots = dir.path().join("plots");
-    let bench = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-            .args(args)
-            .output()
-            .expect("running bench");
-        assert!(
-            out.status.success(),
-            "bench {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-
     let figures = bench(&[
         "store".as_ref(),
         "--quick".as_ref(),

@@ -1,6 +1,7 @@
 //! What seqstream's tests share across crates (a dev-dependency only; nothing here runs in a
 //! daemon): [`CountingAllocator`], for tests that prove a duty cycle allocates nothing per
-//! message; [`KillOnDrop`], a child process that never outlives its test; free ports;
+//! message; [`KillOnDrop`], a child process that never outlives its test; [`output_within`],
+//! a program run with a time bound; free ports;
 //! waiting on a counter; a process's thread names; key files ([`write_key`]); a real etcd
 //! server ([`etcd::Etcd`]), a TCP proxy whose link a test can cut ([`proxy::TcpProxy`]),
 //! and datagrams of checkable messages ([`pattern_datagram`]).
@@ -141,6 +142,104 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Runs `cmd` to its end with stdout and stderr captured, as [`Command::output`] does, but
+/// in a process group of its own that is killed, whole, once `timeout` has passed: a test
+/// that runs a long program (a benchmark, a daemon's run) bounds its time and leaves none of
+/// the program's children behind.
+///
+/// # Errors
+/// Spawning or waiting failed; [`std::io::ErrorKind::TimedOut`], with what the program had
+/// written to stderr, when it ran past `timeout`.
+///
+/// [`Command::output`]: std::process::Command::output
+pub fn output_within(
+    cmd: &mut std::process::Command,
+    timeout: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Each pipe is read to its end on a thread of its own, which sends what it read.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            let _ = tx.send(bytes);
+        });
+        rx
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = std::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    while !ended(child.id())? {
+        if std::time::Instant::now() >= deadline {
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Whether it ended or not, nothing of its group outlives this call: a process it left
+    // behind would hold the pipes open. The child is not reaped yet, so its pid, the group's
+    // id, names this group and no other.
+    // SAFETY: kill(2) takes no memory of ours.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    let status = child.wait()?;
+    // A process that left the group (setsid) could hold a pipe open still: its bytes are
+    // not waited for beyond a few seconds.
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap_or_else(|_| b"(a pipe still open: a process left the group)".to_vec())
+    };
+    let (stdout, stderr) = (collect(stdout), collect(stderr));
+    if timed_out {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "{cmd:?} ran past {timeout:?} and was killed; its stderr:\n{}",
+                String::from_utf8_lossy(&stderr)
+            ),
+        ));
+    }
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// Whether `pid`, a child of this process, has ended, without reaping it: until it is
+/// reaped, its pid (and the id of a group it leads) is not reused.
+fn ended(pid: u32) -> std::io::Result<bool> {
+    // SAFETY: an all-zero siginfo_t is a valid value (a plain C struct).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only `info`, a siginfo_t we own, for the duration of the call.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled `info` (or left it zeroed: WNOHANG and no child has ended), and
+    // si_pid is the field it sets for every child state change.
+    Ok(unsafe { info.si_pid() } != 0)
 }
 
 /// A UDP port on 127.0.0.1 that was free a moment ago (bound, read, released), below the
@@ -307,5 +406,63 @@ pub fn replicate_into(
         };
         let (frames, _) = r.append_replicated(&bytes).expect("a replicated frame");
         assert_eq!(frames, 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    use super::output_within;
+
+    #[test]
+    fn output_within_returns_what_the_program_printed_and_its_status() {
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+    }
+
+    /// Whether `pid` is gone or a zombie (killed, not yet reaped by its new parent).
+    fn dead(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')').next().unwrap().trim_start().starts_with('Z')
+        })
+    }
+
+    #[test]
+    fn output_within_kills_a_program_past_its_bound_with_the_children_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "sleep 600 & echo $! > {}; echo started >&2; wait",
+            pid_file.display()
+        );
+        let err = output_within(
+            Command::new("sh").args(["-c", &script]),
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("started"), "{err}");
+        let child: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !dead(child) {
+            if Instant::now() >= deadline {
+                // SAFETY: kill(2) takes no memory of ours.
+                unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) };
+                panic!("sleep {child} outlived the bound");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
