@@ -118,15 +118,16 @@ impl<'a> Waiting<'a> {
         self.pins.wait();
         self.waits = self.waits.wrapping_add(1);
         if self.waits.is_multiple_of(1024) {
-            if self.other_failed.load(Ordering::Relaxed) {
-                return Err(OtherEndFailed(what()).into());
-            }
+            // Its own stall first: when both ends stall, each reports its own.
             ensure!(
                 self.since.elapsed() < self.stall,
                 "{} in {:?}",
                 what(),
                 self.stall
             );
+            if self.other_failed.load(Ordering::Relaxed) {
+                return Err(OtherEndFailed(what()).into());
+            }
         }
         Ok(())
     }
@@ -137,8 +138,9 @@ impl<'a> Waiting<'a> {
 /// Returns the reader's histogram in ns.
 ///
 /// # Errors
-/// Either end's error; an error when no message arrives, or no acknowledgement, within
-/// [`STALL`] (the path stopped); and an error when either end panicked.
+/// Either end's error; an error when no message arrives within [`STALL`] (the path
+/// stopped: the writer waits twice as long for an acknowledgement, so that the reader is the
+/// one to report it); and an error when either end panicked.
 pub(crate) fn ping(
     samples: u64,
     pins: Pinning,
@@ -188,19 +190,20 @@ fn ping_within(
             })
         };
         let mut send = send;
-        let writer = (|| -> Result<()> {
+        let writer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<()> {
             let alarm = Alarm(Some(&writer_failed));
             pin(pins.writer)?;
             for i in 1..=total {
                 send(epoch.elapsed().as_nanos() as u64);
-                let mut waiting = Waiting::new(pins, &reader_failed, stall);
+                let mut waiting = Waiting::new(pins, &reader_failed, 2 * stall);
                 while ack.load(Ordering::Acquire) < i {
                     waiting.wait(|| format!("message {i} of {total} was not acknowledged"))?;
                 }
             }
             alarm.disarm();
             Ok(())
-        })();
+        }))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the writer panicked")));
         let h = reader
             .join()
             .map_err(|_| anyhow::anyhow!("the reader thread panicked"))?;
@@ -432,6 +435,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("reader thread panicked"), "{err}");
+    }
+
+    #[test]
+    fn a_ping_whose_writer_panics_fails_instead_of_waiting_for_a_message() {
+        let err = ping_within(
+            10,
+            YIELDING,
+            Duration::from_secs(3600),
+            |_| panic!("the writer's path broke"),
+            || None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("writer panicked"), "{err}");
     }
 
     #[test]

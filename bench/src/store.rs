@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use seqstream_store::config::MIN_SEGMENT_SIZE;
+use seqstream_store::format::SEGMENT_HEADER_LEN;
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
 use crate::oneway::{append_to_tailer, cache_line_floor, Pinning};
@@ -118,13 +120,17 @@ fn throughput(
         std::fs::remove_file(&path)?;
 
         // The store: one pretouched segment holds the whole run (the smallest power of two
-        // beyond `bytes` and the segment's header: 1 GiB by default). Preparing the next
-        // segment (kernel page zeroing, ~1 GB/s on a 2-vCPU guest) is off the appender's
+        // that holds the segment's header and every frame: 1 GiB by default). Preparing the
+        // next segment (kernel page zeroing, ~1 GB/s on a 2-vCPU guest) is off the appender's
         // thread in production; with two cores it would compete with this measurement, so
         // it is off here and this figure is the append path alone.
         let sdir = dir.join(format!("store-{payload}-{rep}"));
         let cfg = StoreConfig::new(1)
-            .segment_size((bytes + 8192).next_power_of_two())
+            .segment_size(
+                (SEGMENT_HEADER_LEN as u64 + frames * span as u64)
+                    .next_power_of_two()
+                    .max(MIN_SEGMENT_SIZE),
+            )
             .prepare_ahead(false);
         let mut appender = Appender::open_or_create(&sdir, cfg)?;
         let t0 = Instant::now();

@@ -147,7 +147,8 @@ impl Drop for KillOnDrop {
 /// Runs `cmd` to its end with stdout and stderr captured, as [`Command::output`] does, but
 /// in a process group of its own that is killed, whole, once `timeout` has passed: a test
 /// that runs a long program (a benchmark, a daemon's run) bounds its time and leaves none of
-/// the program's children behind.
+/// the program's children behind. The program is also killed if the test process dies first
+/// (`PR_SET_PDEATHSIG`: a signal to the test's own process group no longer reaches it).
 ///
 /// # Errors
 /// Spawning or waiting failed; [`std::io::ErrorKind::TimedOut`], with what the program had
@@ -162,12 +163,25 @@ pub fn output_within(
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
 
-    let mut child = cmd
-        .process_group(0)
+    cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and calls only prctl(2),
+    // which is async-signal-safe. The death signal follows the thread that forked, which
+    // stays in this function until the child is reaped.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut child = KillOnDrop(cmd.spawn()?);
+    // From here on, every way out (an error included) kills the group first, then the child
+    // itself should it have left its group, and reaps it: `group` drops before `child`.
+    let group = KillGroup(child.pid());
     // Each pipe is read to its end on a thread of its own, which sends what it read.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -180,11 +194,11 @@ pub fn output_within(
         });
         rx
     };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
     let deadline = std::time::Instant::now() + timeout;
     let mut timed_out = false;
-    while !ended(child.id())? {
+    while !ended(child.pid())? {
         if std::time::Instant::now() >= deadline {
             timed_out = true;
             break;
@@ -192,11 +206,10 @@ pub fn output_within(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // Whether it ended or not, nothing of its group outlives this call: a process it left
-    // behind would hold the pipes open. The child is not reaped yet, so its pid, the group's
-    // id, names this group and no other.
-    // SAFETY: kill(2) takes no memory of ours.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let status = child.wait()?;
+    // behind would hold the pipes open.
+    drop(group);
+    let _ = child.0.kill();
+    let status = child.0.wait()?;
     // A process that left the group (setsid) could hold a pipe open still: its bytes are
     // not waited for beyond a few seconds.
     let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
@@ -218,6 +231,18 @@ pub fn output_within(
         stdout,
         stderr,
     })
+}
+
+/// Kills, when dropped, the process group whose id it holds: the group of a child of this
+/// process that leads it and is not reaped yet, so that the id names this group and no
+/// other (an unreaped child's pid is not reused).
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) takes no memory of ours.
+        unsafe { libc::kill(-(self.0 as libc::pid_t), libc::SIGKILL) };
+    }
 }
 
 /// Whether `pid`, a child of this process, has ended, without reaping it: until it is
@@ -435,6 +460,68 @@ mod tests {
         })
     }
 
+    /// Waits (at most 30 s) until `pid` is dead; kills it and fails if it is not by then.
+    fn expect_dead(pid: u32, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !dead(pid) {
+            if Instant::now() >= deadline {
+                // SAFETY: kill(2) takes no memory of ours.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                panic!("{what} {pid} is still running");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Reads the pid that a program wrote to `file`, waiting (at most 30 s) for it.
+    fn read_pid(file: &std::path::Path) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(pid) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "no pid in {}", file.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    const CHILD_ENV: &str = "SEQSTREAM_TESTKIT_OUTPUT_WITHIN_PID_FILE";
+
+    #[test]
+    fn output_within_kills_the_program_when_the_test_process_dies() {
+        if let Some(pid_file) = std::env::var_os(CHILD_ENV) {
+            // The test process that the outer run of this test kills.
+            let script = format!(
+                "echo $$ > {}; exec sleep 600",
+                std::path::Path::new(&pid_file).display()
+            );
+            let _ = output_within(
+                Command::new("sh").args(["-c", &script]),
+                Duration::from_secs(600),
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let mut test = crate::KillOnDrop::spawn(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "tests::output_within_kills_the_program_when_the_test_process_dies",
+                ])
+                .env(CHILD_ENV, &pid_file)
+                .stdout(std::process::Stdio::null()),
+        )
+        .unwrap();
+        let program = read_pid(&pid_file);
+        test.0.kill().unwrap();
+        test.0.wait().unwrap();
+        expect_dead(program, "the program of a killed test");
+    }
+
     #[test]
     fn output_within_kills_a_program_past_its_bound_with_the_children_it_started() {
         let dir = tempfile::tempdir().unwrap();
@@ -450,19 +537,6 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
         assert!(err.to_string().contains("started"), "{err}");
-        let child: u32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !dead(child) {
-            if Instant::now() >= deadline {
-                // SAFETY: kill(2) takes no memory of ours.
-                unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) };
-                panic!("sleep {child} outlived the bound");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        expect_dead(read_pid(&pid_file), "the child of a program past its bound");
     }
 }
