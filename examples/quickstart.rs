@@ -137,18 +137,16 @@ impl Infrastructure {
         )?;
         let mut forwarder = Forwarder::open(
             ForwarderConfig {
-                outboxes: vec![PathBuf::from(outbox)],
-                routes: vec![Route {
-                    stream_id: STREAM,
-                    sequencers: vec![sequencer.local_addr()],
-                    node_ids: Vec::new(),
-                    local_store: store.to_path_buf(),
-                }],
                 bind: listen,
-                mtu: 1400,
                 resend_timeout: Duration::from_millis(200),
-                epoch: 1,
-                keys: Default::default(),
+                ..ForwarderConfig::new(
+                    vec![PathBuf::from(outbox)],
+                    vec![Route::to_sequencer(
+                        STREAM,
+                        sequencer.local_addr(),
+                        store.to_path_buf(),
+                    )],
+                )
             },
             &CountersWriter::create(&dir.join("iodaemon.counters"), 64)?,
         )?;

@@ -114,18 +114,18 @@ fn start(
     let fcounters = CountersWriter::create(&dir.join(format!("{name}-io.counters")), 64)?;
     let mut forwarder = Forwarder::open(
         ForwarderConfig {
-            outboxes: vec![outbox.clone()],
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencers: vec![sequencer.local_addr()],
-                node_ids: Vec::new(),
-                local_store: store.clone(),
-            }],
             bind: "127.0.0.1:0".parse()?,
             mtu: MTU,
             resend_timeout: Duration::from_millis(500),
-            epoch: 1,
             keys: keys(),
+            ..ForwarderConfig::new(
+                vec![outbox.clone()],
+                vec![Route::to_sequencer(
+                    STREAM,
+                    sequencer.local_addr(),
+                    store.clone(),
+                )],
+            )
         },
         &fcounters,
     )?;

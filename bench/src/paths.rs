@@ -86,18 +86,13 @@ pub fn forwarder_config(
     keyed: bool,
 ) -> Result<ForwarderConfig> {
     Ok(ForwarderConfig {
-        outboxes: vec![outbox],
-        routes: vec![Route {
-            stream_id: STREAM,
-            sequencers: vec![sequencer],
-            node_ids: Vec::new(),
-            local_store,
-        }],
         bind: "127.0.0.1:0".parse()?,
-        mtu: 1400,
         resend_timeout: NEVER,
-        epoch: 1,
         keys: source_keys(keyed),
+        ..ForwarderConfig::new(
+            vec![outbox],
+            vec![Route::to_sequencer(STREAM, sequencer, local_store)],
+        )
     })
 }
 

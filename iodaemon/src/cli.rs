@@ -12,7 +12,7 @@ use seqstream_agent::daemon::{PlacementArgs, Role, RoleContext};
 use seqstream_agent::host::Hosted;
 use seqstream_auth::sources::SourceKeyArgs;
 
-use crate::forwarder::{Forwarder, ForwarderConfig, Route};
+use crate::forwarder::{self, Forwarder, ForwarderConfig, Route};
 
 /// The forwarder role: outboxes drained to the streams' sequencers over UDP, resent until
 /// each message appears in the host's copy of its stream.
@@ -28,17 +28,17 @@ pub struct ForwardArgs {
     #[arg(long = "route", required = true, value_parser = parse_route)]
     pub routes: Vec<Route>,
     /// Local UDP address to send from and receive NAKs on.
-    #[arg(long, default_value = "0.0.0.0:0")]
+    #[arg(long, default_value_t = forwarder::DEFAULT_BIND)]
     pub bind: SocketAddr,
     /// Largest datagram, bytes.
-    #[arg(long, default_value_t = 1400)]
+    #[arg(long, default_value_t = forwarder::DEFAULT_MTU)]
     pub mtu: usize,
     /// Resend a message unconfirmed this many ms after it began to wait (sent with nothing
     /// else in flight, the confirmation before it, or its last resend).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = forwarder::DEFAULT_RESEND_TIMEOUT.as_millis() as u64)]
     pub resend_timeout_ms: u64,
     /// Session epoch written in every datagram.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = forwarder::DEFAULT_EPOCH)]
     pub epoch: u32,
     /// The keys of the sources whose datagrams are signed.
     #[command(flatten)]

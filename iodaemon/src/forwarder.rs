@@ -87,6 +87,51 @@ pub struct ForwarderConfig {
     pub keys: std::collections::HashMap<u32, Keyring>,
 }
 
+/// The default [`ForwarderConfig::bind`]: an ephemeral port on every interface.
+pub const DEFAULT_BIND: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+/// The default [`ForwarderConfig::mtu`], bytes: a datagram that fits an Ethernet frame with
+/// room for IP and UDP headers and tunnel overhead.
+pub const DEFAULT_MTU: usize = 1400;
+/// The default [`ForwarderConfig::resend_timeout`].
+pub const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_millis(500);
+/// The default [`ForwarderConfig::epoch`].
+pub const DEFAULT_EPOCH: u32 = 1;
+
+impl Route {
+    /// The route of `stream_id` to one sequencer (not a group) at `sequencer`, confirmed in
+    /// this host's copy of the stream at `local_store`.
+    pub fn to_sequencer(
+        stream_id: u32,
+        sequencer: SocketAddr,
+        local_store: impl Into<PathBuf>,
+    ) -> Route {
+        Route {
+            stream_id,
+            sequencers: vec![sequencer],
+            node_ids: Vec::new(),
+            local_store: local_store.into(),
+        }
+    }
+}
+
+impl ForwarderConfig {
+    /// Drains `outboxes` along `routes` with the defaults that `iodaemon forward` and
+    /// `seqstreamd`'s `[[forward]]` use: [`DEFAULT_BIND`], [`DEFAULT_MTU`],
+    /// [`DEFAULT_RESEND_TIMEOUT`], [`DEFAULT_EPOCH`], and no source signs.
+    pub fn new(outboxes: Vec<PathBuf>, routes: Vec<Route>) -> ForwarderConfig {
+        ForwarderConfig {
+            outboxes,
+            routes,
+            bind: DEFAULT_BIND,
+            mtu: DEFAULT_MTU,
+            resend_timeout: DEFAULT_RESEND_TIMEOUT,
+            epoch: DEFAULT_EPOCH,
+            keys: Default::default(),
+        }
+    }
+}
+
 /// Errors that stop the forwarder.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

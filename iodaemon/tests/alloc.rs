@@ -65,19 +65,13 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
     let io_counters = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
     let mut fwd = Forwarder::open(
         ForwarderConfig {
-            outboxes: vec![outbox_path],
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencers: vec![seq.local_addr()],
-                node_ids: Vec::new(),
-                local_store: store,
-            }],
             bind: "127.0.0.1:0".parse().unwrap(),
-            mtu: 1400,
             // Never within the test: nothing is lost on loopback.
             resend_timeout: Duration::from_secs(3600),
-            epoch: 1,
-            keys: Default::default(),
+            ..ForwarderConfig::new(
+                vec![outbox_path],
+                vec![Route::to_sequencer(STREAM, seq.local_addr(), store)],
+            )
         },
         &io_counters,
     )

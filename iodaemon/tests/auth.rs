@@ -156,19 +156,19 @@ impl Site {
             Outbox::open_or_create(&p("app.outbox"), SOURCE, STREAM, 1 << 20, 4096).unwrap();
         let forwarder = Forwarder::open_with_clock(
             ForwarderConfig {
-                outboxes: vec![p("app.outbox")],
-                routes: vec![Route {
-                    stream_id: STREAM,
-                    sequencers: vec![socket.local_addr().unwrap()],
-                    node_ids: Vec::new(),
-                    local_store: p("store"),
-                }],
                 bind: "127.0.0.1:0".parse().unwrap(),
-                mtu: 1400,
                 // Never within the test: only NAKs resend.
                 resend_timeout: Duration::from_secs(3600),
                 epoch: EPOCH,
                 keys: [(SOURCE, ring("io.key"))].into(),
+                ..ForwarderConfig::new(
+                    vec![p("app.outbox")],
+                    vec![Route::to_sequencer(
+                        STREAM,
+                        socket.local_addr().unwrap(),
+                        p("store"),
+                    )],
+                )
             },
             &CountersWriter::create(&p("io.counters"), 64).unwrap(),
             clock.clock(),

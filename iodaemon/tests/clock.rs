@@ -36,18 +36,16 @@ fn resends_follow_monotonic_time_only() {
     let w = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
     let mut f = Forwarder::open_with_clock(
         ForwarderConfig {
-            outboxes: vec![outbox],
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencers: vec![sequencer.local_addr().unwrap()],
-                node_ids: Vec::new(),
-                local_store: d.path().join("no-replica-yet"),
-            }],
             bind: "127.0.0.1:0".parse().unwrap(),
-            mtu: 1400,
             resend_timeout: Duration::from_millis(500),
-            epoch: 1,
-            keys: Default::default(),
+            ..ForwarderConfig::new(
+                vec![outbox],
+                vec![Route::to_sequencer(
+                    STREAM,
+                    sequencer.local_addr().unwrap(),
+                    d.path().join("no-replica-yet"),
+                )],
+            )
         },
         &w,
         clock.clock(),

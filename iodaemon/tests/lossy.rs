@@ -73,18 +73,12 @@ fn every_message_exactly_once_in_order_through_a_lossy_link() {
     let fcounters = CountersWriter::create(&d.path().join("io.counters"), 64).unwrap();
     let mut forwarder = Forwarder::open(
         ForwarderConfig {
-            outboxes: outboxes.clone(),
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencers: vec![relay.addr()],
-                node_ids: Vec::new(),
-                local_store: store.clone(),
-            }],
             bind: "127.0.0.1:0".parse().unwrap(),
-            mtu: 1400,
             resend_timeout: Duration::from_millis(20),
-            epoch: 1,
-            keys: Default::default(),
+            ..ForwarderConfig::new(
+                outboxes.clone(),
+                vec![Route::to_sequencer(STREAM, relay.addr(), store.clone())],
+            )
         },
         &fcounters,
     )

@@ -85,19 +85,18 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     let w = CountersWriter::create(&counters_path, 64).unwrap();
     let mut f = Forwarder::open(
         ForwarderConfig {
-            outboxes: vec![outbox],
-            routes: vec![Route {
-                stream_id: STREAM,
-                sequencers: vec![sequencer.local_addr().unwrap()],
-                node_ids: Vec::new(),
-                local_store: d.path().join("no-store-yet"),
-            }],
             bind: "127.0.0.1:0".parse().unwrap(),
-            mtu: 1400,
             // Never within the test: only NAKs may trigger a resend.
             resend_timeout: Duration::from_secs(3600),
             epoch: EPOCH,
-            keys: Default::default(),
+            ..ForwarderConfig::new(
+                vec![outbox],
+                vec![Route::to_sequencer(
+                    STREAM,
+                    sequencer.local_addr().unwrap(),
+                    d.path().join("no-store-yet"),
+                )],
+            )
         },
         &w,
     )

@@ -55,19 +55,16 @@ impl Member {
 /// One outbox's stream routed to `members` (named by `node_ids`), confirmed in `store`; a
 /// 100 ms resend timeout.
 fn config(outbox: &Path, members: &[&Member], node_ids: Vec<u32>, store: &Path) -> ForwarderConfig {
+    let route = Route {
+        stream_id: STREAM,
+        sequencers: members.iter().map(|m| m.addr()).collect(),
+        node_ids,
+        local_store: store.to_path_buf(),
+    };
     ForwarderConfig {
-        outboxes: vec![outbox.to_path_buf()],
-        routes: vec![Route {
-            stream_id: STREAM,
-            sequencers: members.iter().map(|m| m.addr()).collect(),
-            node_ids,
-            local_store: store.to_path_buf(),
-        }],
         bind: "127.0.0.1:0".parse().unwrap(),
-        mtu: 1400,
         resend_timeout: Duration::from_millis(100),
-        epoch: 1,
-        keys: Default::default(),
+        ..ForwarderConfig::new(vec![outbox.to_path_buf()], vec![route])
     }
 }
 

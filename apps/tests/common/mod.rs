@@ -81,18 +81,16 @@ impl LocalStream {
         .unwrap();
         let mut forwarder = Forwarder::open(
             ForwarderConfig {
-                outboxes: outboxes.to_vec(),
-                routes: vec![Route {
-                    stream_id: stream,
-                    sequencers: vec![sequencer.local_addr()],
-                    node_ids: Vec::new(),
-                    local_store: store.to_path_buf(),
-                }],
                 bind: "127.0.0.1:0".parse().unwrap(),
-                mtu: 1400,
                 resend_timeout: Duration::from_millis(100),
-                epoch: 1,
-                keys: Default::default(),
+                ..ForwarderConfig::new(
+                    outboxes.to_vec(),
+                    vec![Route::to_sequencer(
+                        stream,
+                        sequencer.local_addr(),
+                        store.to_path_buf(),
+                    )],
+                )
             },
             &CountersWriter::create(&dir.join("forwarder.counters"), 64).unwrap(),
         )
