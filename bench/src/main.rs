@@ -118,6 +118,7 @@ impl Output {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    oneway::stop_on_signals()?;
     let top = cli.output;
     match cli.bench {
         Bench::Store { args, output } => store::run(&args, &output.reporter(top)?),

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
@@ -56,6 +56,30 @@ pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// Set by SIGINT or SIGTERM once [`stop_on_signals`] has run.
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Installs the bench's SIGINT and SIGTERM handlers. The first signal sets a flag at which
+/// every [`ping`] ends with an error ("interrupted"), so that the bench unwinds and removes
+/// what it made: scratch directories, network namespaces, etcd. A second signal ends the
+/// process at once (exit status 1), for a bench busy where it does not check, or stuck.
+///
+/// # Errors
+/// A handler could not be installed.
+pub(crate) fn stop_on_signals() -> Result<()> {
+    let flag = INTERRUPTED.get_or_init(Default::default);
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so that it sees the flag as the signal found it.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, flag.clone())?;
+        signal_hook::flag::register(sig, flag.clone())?;
+    }
+    Ok(())
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
 /// How long either end of [`ping`] waits for the other before it gives up. Far beyond any
 /// hop on a loaded machine, so only a path that has stopped (an agent that failed, a frame
 /// that was lost) reaches it: a benchmark then fails with an error instead of spinning forever.
@@ -93,7 +117,8 @@ impl std::fmt::Display for OtherEndFailed {
 impl std::error::Error for OtherEndFailed {}
 
 /// One wait of one end of [`ping`] for the other: waits as `pins` says, and fails once the
-/// other end has ended early or [`STALL`] has passed (the clock is read every 1024 waits).
+/// bench is interrupted, the other end has ended early or [`STALL`] has passed (checked
+/// every 1024 waits).
 struct Waiting<'a> {
     pins: Pinning,
     other_failed: &'a AtomicBool,
@@ -118,6 +143,7 @@ impl<'a> Waiting<'a> {
         self.pins.wait();
         self.waits = self.waits.wrapping_add(1);
         if self.waits.is_multiple_of(1024) {
+            ensure!(!interrupted(), "{}: interrupted", what());
             // Its own stall first: when both ends stall, each reports its own.
             ensure!(
                 self.since.elapsed() < self.stall,
@@ -194,6 +220,8 @@ fn ping_within(
             let alarm = Alarm(Some(&writer_failed));
             pin(pins.writer)?;
             for i in 1..=total {
+                // Between acknowledgement and stamp: outside every measured interval.
+                ensure!(!interrupted(), "message {i} of {total}: interrupted");
                 send(epoch.elapsed().as_nanos() as u64);
                 let mut waiting = Waiting::new(pins, &reader_failed, 2 * stall);
                 while ack.load(Ordering::Acquire) < i {

@@ -2,8 +2,9 @@
 //! JSON shape. No figure is judged here: speed is measured by the benchmarks, never by tests.
 
 use std::ffi::OsStr;
-use std::process::Command;
-use std::time::Duration;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// How long one bench run may take. A `--quick` run takes under a minute here with every
 /// smoke test running at once on 2 cores; one that hangs fails its test instead of the suite.
@@ -324,4 +325,56 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
         cases.contains(&"standby_ack_cost_64B/p50".to_string()),
         "{cases:?}"
     );
+}
+
+/// SIGTERM (or Ctrl-C) stops a bench at its next message, and the bench removes what it made:
+/// its scratch directory and, as root, its network namespaces.
+#[test]
+fn an_interrupted_bench_removes_what_it_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Far more samples than it could finish: the signal finds it measuring its first floor.
+    let mut child = seqstream_testkit::KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_bench"))
+            .args(["e2e", "--layout", "shared", "--samples", "100000000"])
+            .env("TMPDIR", tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(tmp.path()).unwrap().next().is_none() {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "bench e2e ended before it made its scratch directory"
+        );
+        assert!(Instant::now() < deadline, "no scratch directory in 120 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let status = child
+        .terminate(Duration::from_secs(60))
+        .expect("bench e2e ended within 60 s of SIGTERM");
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        let tag = format!("se{}-", child.pid() % 100_000);
+        let netns = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !netns.lines().any(|l| l.starts_with(&tag)),
+            "namespaces left behind: {netns}"
+        );
+    }
 }

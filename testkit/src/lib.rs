@@ -145,9 +145,10 @@ impl Drop for KillOnDrop {
 }
 
 /// Runs `cmd` to its end with stdout and stderr captured, as [`Command::output`] does, but
-/// in a process group of its own that is killed, whole, once `timeout` has passed: a test
+/// in a process group of its own that is stopped, whole, once `timeout` has passed: a test
 /// that runs a long program (a benchmark, a daemon's run) bounds its time and leaves none of
-/// the program's children behind. The program is also killed if the test process dies first
+/// the program's children behind. Stopped means asked first (SIGTERM to the group), so that
+/// a program that handles it can remove what it made, and killed (SIGKILL) 10 s later. The program is also killed if the test process dies first
 /// (`PR_SET_PDEATHSIG`: a signal to the test's own process group no longer reaches it).
 ///
 /// # Errors
@@ -197,13 +198,21 @@ pub fn output_within(
     let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
     let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
     let deadline = std::time::Instant::now() + timeout;
-    let mut timed_out = false;
-    while !ended(child.pid())? {
-        if std::time::Instant::now() >= deadline {
-            timed_out = true;
-            break;
+    let wait_until = |end: std::time::Instant| -> std::io::Result<bool> {
+        while !ended(child.pid())? {
+            if std::time::Instant::now() >= end {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(true)
+    };
+    let timed_out = !wait_until(deadline)?;
+    if timed_out {
+        // SAFETY: kill(2) takes no memory of ours; the group's id names this group (see
+        // `KillGroup`).
+        unsafe { libc::kill(-(child.pid() as libc::pid_t), libc::SIGTERM) };
+        wait_until(std::time::Instant::now() + std::time::Duration::from_secs(10))?;
     }
     // Whether it ended or not, nothing of its group outlives this call: a process it left
     // behind would hold the pipes open.
