@@ -148,8 +148,9 @@ impl Drop for KillOnDrop {
 /// in a process group of its own that is stopped, whole, once `timeout` has passed: a test
 /// that runs a long program (a benchmark, a daemon's run) bounds its time and leaves none of
 /// the program's children behind. Stopped means asked first (SIGTERM to the group), so that
-/// a program that handles it can remove what it made, and killed (SIGKILL) 10 s later. The program is also killed if the test process dies first
-/// (`PR_SET_PDEATHSIG`: a signal to the test's own process group no longer reaches it).
+/// a program that handles it can remove what it made, and killed (SIGKILL) 10 s later. The
+/// program is also killed if the test process dies first (`PR_SET_PDEATHSIG`: a signal to
+/// the test's own process group no longer reaches it).
 ///
 /// # Errors
 /// Spawning or waiting failed; [`std::io::ErrorKind::TimedOut`], with what the program had
@@ -230,7 +231,7 @@ pub fn output_within(
         return Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
-                "{cmd:?} ran past {timeout:?} and was killed; its stderr:\n{}",
+                "{cmd:?} ran past {timeout:?} and was stopped; its stderr:\n{}",
                 String::from_utf8_lossy(&stderr)
             ),
         ));
