@@ -116,7 +116,6 @@ fn start(
         ForwarderConfig {
             bind: "127.0.0.1:0".parse()?,
             mtu: MTU,
-            resend_timeout: Duration::from_millis(500),
             keys: keys(),
             ..ForwarderConfig::new(
                 vec![outbox.clone()],

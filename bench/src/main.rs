@@ -19,12 +19,12 @@ mod table;
 
 use std::path::PathBuf;
 
+use clap::{Parser, Subcommand};
+
 /// The segment size of every store that a `--quick` run creates. Its workloads fit in a
 /// segment or two, and the smoke tests, which run every bench at once, stay within a few
 /// hundred MiB of disk: segments are preallocated, and each next one before it is needed.
 const QUICK_SEGMENT: u64 = 8 << 20;
-
-use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(about = "seqstream benchmarks: every figure next to a floor measured in the same run")]
