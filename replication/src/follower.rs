@@ -22,10 +22,20 @@
 //! Every interval (connect, handshake and peer timeouts, heartbeats, the backoff) runs on the
 //! monotonic reading of the local store's clock (`store_config.clock`), injected in tests.
 //!
-//! The local store is written only through [`Appender::append_replicated`] and
-//! [`Appender::begin_replicated_segment`], so its files are byte-identical to the upstream's
+//! The local store is written only with the upstream's bytes, received in place
+//! ([`Appender::receive_area`], [`Appender::commit_received`]) and segment headers copied
+//! ([`Appender::begin_replicated_segment`]), so its files are byte-identical to the upstream's
 //! and a peer that lies (corrupt bytes, out-of-order data, a foreign segment header) gets the
-//! connection closed with nothing of its data written.
+//! connection closed with nothing of its data published, and what it sent zeroed again.
+//!
+//! Data is copied once, kernel to mapping, where it can be: a `Data` message that has not
+//! arrived whole when its first [`DATA_PREFIX_LEN`] bytes have is read straight into the
+//! replica's segment, above its committed position, where no tailer reads; its tag is checked
+//! once the rest has arrived, then its frames, in place, and only then does the committed
+//! position move. During a catch-up (data messages of at least [`LARGE_DATA`] bytes), the
+//! receive buffer reads no further than the next message's prefix, so each batch's data
+//! goes straight to the mapping. A message that arrived whole (live traffic: a frame or a
+//! few) is copied from the receive buffer, which is as cheap as a second read call would be.
 //!
 //! The upstream is authenticated too: after the hello and its challenge, the replica proves
 //! it holds the replication key and waits for the upstream's proof (`seqstream_auth::
@@ -45,16 +55,16 @@ use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_auth::handshake::{nonce, Nonce, SessionKeys, Transcript};
 use seqstream_auth::watch::KeyWatch;
-use seqstream_auth::Keyring;
+use seqstream_auth::{Keyring, TAG_LEN};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{
     check_first_replicated_segment, Appender, StoreConfig, StoreError, SEGMENT_HEADER_PREFIX,
 };
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::framing::{Fill, Inbox, Outbox};
+use crate::framing::{Fill, Inbox, Outbox, SOFH_LEN};
 use crate::handshake;
-use crate::protocol::{self, Msg};
+use crate::protocol::{self, Msg, ProtocolError, DATA_PREFIX_LEN};
 use crate::tls::Transport;
 use crate::{Error, Lie, Result};
 
@@ -155,6 +165,7 @@ struct Counters {
     next_seq: Counter,
     frames: Counter,
     bytes: Counter,
+    bytes_direct: Counter,
     connects: Counter,
     rejected: Counter,
     errors: Counter,
@@ -227,6 +238,12 @@ struct Link {
     outbox: Outbox,
     scratch: Vec<u8>,
     unwritten: Unwritten,
+    /// The `Data` message being received straight into the replica.
+    direct: Option<Direct>,
+    /// The last message was a `Data` message of at least [`LARGE_DATA`] bytes (a catch-up):
+    /// the receive buffer reads no further than the next message's prefix, so its data can
+    /// go straight into the replica too.
+    expect_data: bool,
     /// When (monotonic ns) the last message went out, and the last one came in.
     last_send_ns: u64,
     last_recv_ns: u64,
@@ -293,8 +310,12 @@ pub struct Follower {
     key_watch: KeyWatch,
 }
 
-/// Most reads of one duty cycle (each up to the 1 MiB receive buffer).
+/// Most reads of one duty cycle (each up to the 1 MiB receive buffer, or into the replica).
 const READS_PER_CYCLE: usize = 64;
+
+/// A `Data` message of at least this many bytes (64 KiB) marks a catch-up: the upstream sends
+/// whole batches (256 KiB by default) while a replica is behind, and single frames live.
+pub const LARGE_DATA: usize = 64 << 10;
 
 impl Follower {
     /// Opens the local replica if it exists (recovering it like any store) and registers the
@@ -311,6 +332,7 @@ impl Follower {
             next_seq: pos("replica next seq")?,
             frames: c("frames received")?,
             bytes: c("bytes received")?,
+            bytes_direct: c("bytes received straight into the replica")?,
             connects: c("connects")?,
             rejected: c("rejected data (peer lied)")?,
             errors: c("session errors")?,
@@ -398,6 +420,7 @@ impl Follower {
     /// again, which validates every segment, in time proportional to the store.
     pub fn retarget(&mut self, upstream: SocketAddr) {
         self.state = State::Disconnected { until_ns: 0 };
+        self.replica.end_session();
         let r = &mut self.replica;
         r.cfg.upstream = upstream;
         r.upstream_index = 0;
@@ -422,6 +445,7 @@ impl Follower {
     /// (reopening validates every segment: time proportional to the store).
     pub fn into_appender(mut self) -> Option<Appender> {
         self.state = State::Disconnected { until_ns: 0 };
+        self.replica.end_session();
         tracing::info!(role = %self.role, position = self.position(), next_seq = self.next_seq(), "stopped: its replica's appender handed over");
         self.replica.appender.take()
     }
@@ -630,6 +654,8 @@ impl Follower {
             outbox,
             scratch,
             unwritten: Unwritten::default(),
+            direct: None,
+            expect_data: false,
             last_send_ns: now,
             last_recv_ns: now,
             auth: LinkAuth::Challenge { nonce, resume },
@@ -647,6 +673,7 @@ impl Follower {
     /// once a whole round of upstreams has failed, doubling per round, and starting again at
     /// its minimum after a session that wrote.
     fn fault(&mut self, e: Error, now: u64) -> State {
+        self.replica.end_session();
         let counters = &self.replica.counters;
         counters.errors.incr();
         self.refused = matches!(&e, Error::Io { op: "connect", source }
@@ -717,6 +744,7 @@ impl Agent for Follower {
     /// Drops the connection; the next start connects at once.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
         self.state = State::Disconnected { until_ns: 0 };
+        self.replica.end_session();
         tracing::info!(role = %self.role, position = self.position(), next_seq = self.next_seq(), "stopped");
         Ok(())
     }
@@ -800,9 +828,9 @@ impl Replica {
         self.counters.next_seq.set(self.next_seq());
     }
 
-    /// Drains the outbox, then reads (a bounded number of times) and applies every whole
-    /// message as it arrives: a step of the handshake, or (its tag checked first) a message of
-    /// the session.
+    /// Drains the outbox, then reads (a bounded number of times) and applies every message as
+    /// it arrives: a step of the handshake, or (its tag checked first) a message of the
+    /// session.
     fn receive(&mut self, link: &mut Link, now: u64) -> Result<Received> {
         let mut r = Received::default();
         if !link
@@ -813,60 +841,12 @@ impl Replica {
             r.work += 1;
         }
         for _ in 0..READS_PER_CYCLE {
-            let fill = link
-                .inbox
-                .fill(&mut link.stream)
-                .map_err(|e| Error::io("read", e))?;
+            let fill = self.read(link)?;
             if let Fill::Bytes(n) = fill {
                 r.work += 1;
                 self.counters.bytes.add(n as u64);
             }
-            while let Some(m) = link.inbox.next_message()? {
-                r.messages += 1;
-                let next = match &mut link.auth {
-                    LinkAuth::Session(macs) => {
-                        let msg = protocol::open(&mut macs.from_upstream, m)?;
-                        r.wrote |= self.handle(msg, &mut link.unwritten)?;
-                        continue;
-                    }
-                    LinkAuth::Challenge { nonce, resume } => match protocol::decode(m)? {
-                        Msg::Challenge { nonce: server } => {
-                            let (t, proof) = handshake::on_challenge(
-                                self.cfg.store_config.stream_id,
-                                *resume,
-                                *nonce,
-                                server,
-                                &self.keys,
-                            )?;
-                            link.scratch.clear();
-                            protocol::encode(&Msg::Proof { proof: &proof }, &mut link.scratch);
-                            link.outbox
-                                .send(&mut link.stream, &[&link.scratch])
-                                .map_err(|e| Error::io("write", e))?;
-                            LinkAuth::Proof(t)
-                        }
-                        other => {
-                            return Err(Error::Protocol(format!(
-                                "expected a challenge, got {other:?}"
-                            )))
-                        }
-                    },
-                    LinkAuth::Proof(t) => match protocol::decode(m)? {
-                        Msg::Proof { proof } => {
-                            let (macs, key) =
-                                handshake::on_server_proof(t, &self.keys, now, proof)?;
-                            tracing::info!(upstream = %self.upstream(), key = %key.fingerprint(), "upstream authenticated");
-                            LinkAuth::Session(macs)
-                        }
-                        other => {
-                            return Err(Error::Protocol(format!(
-                                "expected the upstream's proof, got {other:?}"
-                            )))
-                        }
-                    },
-                };
-                link.auth = next;
-            }
+            self.take_messages(link, now, &mut r)?;
             match fill {
                 Fill::Closed => return Err(Error::Closed),
                 Fill::WouldBlock => break,
@@ -874,6 +854,178 @@ impl Replica {
             }
         }
         Ok(r)
+    }
+
+    /// One read: the rest of a `Data` message's data straight into the replica (and what
+    /// follows it, up to the next message's prefix, into the receive buffer), or into the
+    /// receive buffer alone.
+    fn read(&mut self, link: &mut Link) -> Result<Fill> {
+        let io = |e| Error::io("read", e);
+        if let (Some(d), Some(a)) = (&mut link.direct, self.appender.as_mut()) {
+            if d.got < d.len {
+                let area = a.receive_area(d.len - d.got)?;
+                let (fill, n) = link
+                    .inbox
+                    .fill_after(&mut link.stream, area, TAG_LEN + DATA_PREFIX_LEN)
+                    .map_err(io)?;
+                a.mark_received(n);
+                d.got += n;
+                self.counters.bytes_direct.add(n as u64);
+                return Ok(fill);
+            }
+        }
+        // In a catch-up, no further than the next message's prefix: past the tag of the data
+        // received straight into the replica, or past the message the buffer holds the start
+        // of (a heartbeat, a segment header, or data that must arrive whole).
+        let extra = if link.expect_data {
+            let upto = match &link.direct {
+                Some(_) => TAG_LEN + DATA_PREFIX_LEN,
+                None => link.inbox.next_length().unwrap_or(0) + DATA_PREFIX_LEN,
+            };
+            match upto.saturating_sub(link.inbox.pending().len()) {
+                0 => usize::MAX,
+                room => room,
+            }
+        } else {
+            usize::MAX
+        };
+        link.inbox.fill_at_most(&mut link.stream, extra).map_err(io)
+    }
+
+    /// Applies every message the receive buffer holds, and the `Data` message received
+    /// straight into the replica once its tag has arrived; starts receiving one that way when
+    /// the buffer holds its prefix and not all of it.
+    fn take_messages(&mut self, link: &mut Link, now: u64, r: &mut Received) -> Result<()> {
+        loop {
+            if let Some(d) = &link.direct {
+                if d.got < d.len || link.inbox.pending().len() < TAG_LEN {
+                    return Ok(());
+                }
+                self.finish_direct(link, r)?;
+                continue;
+            }
+            if let Some(framed) = link.inbox.next_length() {
+                // Only a `Data` message is that long; a short one ends a catch-up, and other
+                // messages (a heartbeat while the upstream waits on a full socket) change
+                // nothing.
+                if framed >= LARGE_DATA {
+                    link.expect_data = true;
+                } else if link.expect_data && protocol::data_prefix(link.inbox.pending()).is_some()
+                {
+                    link.expect_data = false;
+                }
+                if link.inbox.pending().len() < framed {
+                    if let Some(d) = self.start_direct(link) {
+                        link.direct = Some(d);
+                        continue;
+                    }
+                }
+            }
+            let Some(m) = link.inbox.next_message()? else {
+                return Ok(());
+            };
+            r.messages += 1;
+            let next = match &mut link.auth {
+                LinkAuth::Session(macs) => {
+                    let msg = protocol::open(&mut macs.from_upstream, m)?;
+                    r.wrote |= self.handle(msg, &mut link.unwritten)?;
+                    continue;
+                }
+                LinkAuth::Challenge { nonce, resume } => match protocol::decode(m)? {
+                    Msg::Challenge { nonce: server } => {
+                        let (t, proof) = handshake::on_challenge(
+                            self.cfg.store_config.stream_id,
+                            *resume,
+                            *nonce,
+                            server,
+                            &self.keys,
+                        )?;
+                        link.scratch.clear();
+                        protocol::encode(&Msg::Proof { proof: &proof }, &mut link.scratch);
+                        link.outbox
+                            .send(&mut link.stream, &[&link.scratch])
+                            .map_err(|e| Error::io("write", e))?;
+                        LinkAuth::Proof(t)
+                    }
+                    other => {
+                        return Err(Error::Protocol(format!(
+                            "expected a challenge, got {other:?}"
+                        )))
+                    }
+                },
+                LinkAuth::Proof(t) => match protocol::decode(m)? {
+                    Msg::Proof { proof } => {
+                        let (macs, key) = handshake::on_server_proof(t, &self.keys, now, proof)?;
+                        tracing::info!(upstream = %self.upstream(), key = %key.fingerprint(), "upstream authenticated");
+                        LinkAuth::Session(macs)
+                    }
+                    other => {
+                        return Err(Error::Protocol(format!(
+                            "expected the upstream's proof, got {other:?}"
+                        )))
+                    }
+                },
+            };
+            link.auth = next;
+        }
+    }
+
+    /// Starts receiving the `Data` message whose prefix starts the receive buffer (and which
+    /// has not arrived whole) straight into the replica, when it continues the replica where
+    /// its active segment has room: copies what the buffer holds of its data there. Any other
+    /// message, and any `Data` message that is not that (a lie among them), is left to arrive
+    /// whole and be checked as usual.
+    fn start_direct(&mut self, link: &mut Link) -> Option<Direct> {
+        if !matches!(link.auth, LinkAuth::Session(_))
+            || link.unwritten.segment.is_some()
+            || self.probe.is_some()
+        {
+            return None;
+        }
+        let a = self.appender.as_mut()?;
+        let pending = link.inbox.pending();
+        let (position, len) = protocol::data_prefix(pending)?;
+        let from = a.received();
+        if position != a.position() + from as u64 {
+            return None;
+        }
+        let area = a.receive_area(len).ok()?;
+        let got = (pending.len() - DATA_PREFIX_LEN).min(len);
+        area[..got].copy_from_slice(&pending[DATA_PREFIX_LEN..DATA_PREFIX_LEN + got]);
+        a.mark_received(got);
+        let prefix = pending[SOFH_LEN..DATA_PREFIX_LEN]
+            .try_into()
+            .expect("the prefix's SBE bytes");
+        link.inbox.consume(DATA_PREFIX_LEN + got);
+        Some(Direct {
+            prefix,
+            from,
+            len,
+            got,
+        })
+    }
+
+    /// The data of the `Data` message received straight into the replica is all there, and
+    /// its tag starts the receive buffer: checks the tag over the prefix and the data in
+    /// place, then the frames, and publishes them.
+    fn finish_direct(&mut self, link: &mut Link, r: &mut Received) -> Result<()> {
+        let (Some(d), LinkAuth::Session(macs), Some(a)) =
+            (link.direct.take(), &mut link.auth, self.appender.as_mut())
+        else {
+            return Err(Error::Protocol(
+                "data received into the replica outside a session".into(),
+            ));
+        };
+        let data = a.received_bytes(d.from, d.len);
+        macs.from_upstream
+            .open_parts(&[&d.prefix, data], &link.inbox.pending()[..TAG_LEN])
+            .map_err(ProtocolError::from)?;
+        link.inbox.consume(TAG_LEN);
+        r.messages += 1;
+        let (frames, used) = a.commit_received()?;
+        self.counters.frames.add(frames);
+        r.wrote |= used > 0;
+        Ok(())
     }
 
     /// Acknowledges what was written, or heartbeats when nothing was sent for a heartbeat
@@ -942,7 +1094,7 @@ impl Replica {
                     }
                     .into());
                 }
-                if !u.bytes.is_empty() {
+                if !u.bytes.is_empty() || self.received() > 0 {
                     return Err(Lie::SegmentInsideFrame(index).into());
                 }
                 if u.segment.is_some() {
@@ -970,7 +1122,7 @@ impl Replica {
                 if self.appender.is_none() && u.segment.is_none() {
                     return Err(Lie::DataBeforeSegment.into());
                 }
-                let expected = self.position() + u.bytes.len() as u64;
+                let expected = self.position() + (self.received() + u.bytes.len()) as u64;
                 if position != expected {
                     return Err(Lie::DataPosition {
                         got: position,
@@ -978,16 +1130,7 @@ impl Replica {
                     }
                     .into());
                 }
-                let (frames, used) = if u.bytes.is_empty() {
-                    let r = self.write(bytes, &mut u.segment)?;
-                    u.bytes.extend_from_slice(&bytes[r.1..]);
-                    r
-                } else {
-                    u.bytes.extend_from_slice(bytes);
-                    let r = self.write(&u.bytes, &mut u.segment)?;
-                    u.bytes.drain(..r.1);
-                    r
-                };
+                let (frames, used) = self.receive_data(bytes, u)?;
                 self.counters.frames.add(frames);
                 Ok(used > 0)
             }
@@ -1010,48 +1153,91 @@ impl Replica {
         }
     }
 
-    /// Writes the complete frames at the start of `bytes`; returns `(frames, bytes used)`.
-    /// An announced `segment` is begun (the store created, or rolled) only once its first
-    /// frame has arrived and been checked with it, so an upstream can never make the replica
-    /// create or roll to a segment that holds no frame.
-    fn write(
+    /// Receives `bytes`, the upstream's data that follows what was received: into the
+    /// replica's active segment, where its complete frames are checked and published; or,
+    /// while an announced segment waits for its first frame, into `u` until that frame is
+    /// complete and the segment begun. Returns `(frames, bytes)` published.
+    fn receive_data(&mut self, bytes: &[u8], u: &mut Unwritten) -> Result<(u64, usize)> {
+        if u.segment.is_none() {
+            let a = self.appender.as_mut().ok_or(Lie::DataBeforeSegment)?;
+            a.receive_area(bytes.len())?.copy_from_slice(bytes);
+            a.mark_received(bytes.len());
+            return Ok(a.commit_received()?);
+        }
+        u.bytes.extend_from_slice(bytes);
+        if !self.begin_segment(&u.bytes, &mut u.segment)? {
+            return Ok((0, 0));
+        }
+        let data = std::mem::take(&mut u.bytes);
+        self.receive_data(&data, u)
+    }
+
+    /// Begins the announced `segment` (the store created, or rolled) once its first frame, at
+    /// the start of `bytes`, has arrived and been checked with it, so an upstream can never
+    /// make the replica create or roll to a segment that holds no frame. Returns whether it
+    /// began.
+    fn begin_segment(
         &mut self,
         bytes: &[u8],
         segment: &mut Option<[u8; SEGMENT_HEADER_PREFIX]>,
-    ) -> Result<(u64, usize)> {
-        if let Some(header) = segment {
-            let checked = match self.appender.as_ref() {
-                Some(a) => a.check_next_replicated_segment(header, bytes)?,
-                None => {
-                    check_first_replicated_segment(header, self.cfg.store_config.stream_id, bytes)?
-                }
-            };
-            if checked.frames == 0 {
-                return Ok((0, 0));
-            }
-            match self.appender.as_mut() {
-                Some(a) => a.begin_replicated_segment(header)?,
-                None => {
-                    let a = Appender::open_replica(
-                        &self.cfg.store,
-                        self.cfg.store_config.clone(),
-                        header,
-                    )?;
-                    tracing::info!(store = %self.cfg.store.display(), "replica created");
-                    self.appender = Some(a);
-                }
-            }
-            *segment = None;
+    ) -> Result<bool> {
+        let Some(header) = segment else {
+            return Ok(false);
+        };
+        let checked = match self.appender.as_ref() {
+            Some(a) => a.check_next_replicated_segment(header, bytes)?,
+            None => check_first_replicated_segment(header, self.cfg.store_config.stream_id, bytes)?,
+        };
+        if checked.frames == 0 {
+            return Ok(false);
         }
-        let a = self.appender.as_mut().ok_or(Lie::DataBeforeSegment)?;
-        Ok(a.append_replicated(bytes)?)
+        match self.appender.as_mut() {
+            Some(a) => a.begin_replicated_segment(header)?,
+            None => {
+                let a =
+                    Appender::open_replica(&self.cfg.store, self.cfg.store_config.clone(), header)?;
+                tracing::info!(store = %self.cfg.store.display(), "replica created");
+                self.appender = Some(a);
+            }
+        }
+        *segment = None;
+        Ok(true)
+    }
+
+    /// Bytes received into the replica and not committed yet: the start of a frame, or data
+    /// whose tag has not arrived.
+    fn received(&self) -> usize {
+        self.appender.as_ref().map_or(0, |a| a.received())
+    }
+
+    /// The session is over: what it received into the replica and did not commit is zeroed
+    /// (the next session sends it again from the committed position).
+    fn end_session(&mut self) {
+        if let Some(a) = self.appender.as_mut() {
+            a.discard_received();
+        }
     }
 }
 
-/// What a session has received but not written yet.
+/// A `Data` message whose data is being read straight into the replica's active segment.
+#[derive(Debug)]
+struct Direct {
+    /// The message's SBE bytes before its data (its SBE header, position and data length),
+    /// which its tag covers with the data.
+    prefix: [u8; DATA_PREFIX_LEN - SOFH_LEN],
+    /// Where its data starts among the bytes received into the replica (an offset from the
+    /// committed position: the start of a frame may precede it).
+    from: usize,
+    /// Its data's length, and how much of it has arrived.
+    len: usize,
+    got: usize,
+}
+
+/// What a session has received for a segment it has not begun yet.
 #[derive(Debug, Default)]
 struct Unwritten {
-    /// The start of an incomplete frame.
+    /// The data after an announced segment's header, until its first frame is complete (the
+    /// store's own bytes, an incomplete frame among them, are received into it).
     bytes: Vec<u8>,
     /// A segment header the upstream announced, checked, to begin with its first frame.
     segment: Option<[u8; SEGMENT_HEADER_PREFIX]>,

@@ -73,24 +73,84 @@ impl Inbox {
 
     /// Reads what the socket has (one `read` call) into the free space, compacting first.
     pub fn fill(&mut self, src: &mut impl Read) -> std::io::Result<Fill> {
+        self.fill_at_most(src, usize::MAX)
+    }
+
+    /// As [`fill`](Self::fill), reading at most `max` bytes.
+    pub fn fill_at_most(&mut self, src: &mut impl Read, max: usize) -> std::io::Result<Fill> {
+        let room = self.room(max);
+        if room.is_empty() {
+            return Ok(Fill::Full);
+        }
+        filled(
+            src.read(&mut self.buf[room.clone()]),
+            room.start,
+            &mut self.end,
+        )
+    }
+
+    /// Reads with one vectored read: first into `direct`, the caller's own buffer for the
+    /// rest of a message it receives itself (a replication client reads data straight into
+    /// its store), then at most `extra` bytes into the free space, which holds what follows.
+    /// Returns what arrived (`Fill::Bytes` counts both parts) and how many bytes of it went
+    /// into `direct`. With `direct` empty it is [`fill_at_most`](Self::fill_at_most).
+    pub fn fill_after(
+        &mut self,
+        src: &mut impl Read,
+        direct: &mut [u8],
+        extra: usize,
+    ) -> std::io::Result<(Fill, usize)> {
+        if direct.is_empty() {
+            return Ok((self.fill_at_most(src, extra)?, 0));
+        }
+        let room = self.room(extra);
+        let wanted = direct.len();
+        let mut bufs = [
+            std::io::IoSliceMut::new(direct),
+            std::io::IoSliceMut::new(&mut self.buf[room.clone()]),
+        ];
+        let mut end = room.start;
+        let fill = filled(src.read_vectored(&mut bufs), room.start, &mut end)?;
+        let n = end - room.start;
+        let into_direct = n.min(wanted);
+        self.end = room.start + (n - into_direct);
+        Ok((fill, into_direct))
+    }
+
+    /// Compacts when the buffer is drained or its end reached, and returns its free space,
+    /// at most `max` bytes.
+    fn room(&mut self, max: usize) -> std::ops::Range<usize> {
         if self.start > 0 && (self.start == self.end || self.end == self.buf.len()) {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        if self.end == self.buf.len() {
-            return Ok(Fill::Full);
-        }
-        match src.read(&mut self.buf[self.end..]) {
-            Ok(0) => Ok(Fill::Closed),
-            Ok(n) => {
-                self.end += n;
-                Ok(Fill::Bytes(n))
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
-            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::WouldBlock),
-            Err(e) => Err(e),
-        }
+        self.end..self.end + max.min(self.buf.len() - self.end)
+    }
+
+    /// The framing length (SOFH included, not checked yet) of the next message, once its
+    /// framing header has arrived.
+    pub fn next_length(&self) -> Option<usize> {
+        let sofh = self
+            .buf
+            .get(self.start..self.start + 4)
+            .filter(|_| self.end - self.start >= 4)?;
+        Some(u32::from_be_bytes(sofh.try_into().expect("4 bytes")) as usize)
+    }
+
+    /// The bytes read and not yet taken: the start of the next message (or all of it, and
+    /// more), for a caller that takes a message in parts ([`consume`](Self::consume)).
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Takes the first `n` pending bytes.
+    ///
+    /// # Panics
+    /// When fewer are pending: a caller's bug, never a peer's.
+    pub fn consume(&mut self, n: usize) {
+        assert!(n <= self.end - self.start, "consumed more than is pending");
+        self.start += n;
     }
 
     /// The next whole message's SBE bytes (SOFH stripped), or `None` until more arrives.
@@ -222,6 +282,20 @@ impl Outbox {
     }
 }
 
+/// What a read of `result` into a buffer at `start` brought; `end` moves past what it read.
+fn filled(result: std::io::Result<usize>, start: usize, end: &mut usize) -> std::io::Result<Fill> {
+    match result {
+        Ok(0) => Ok(Fill::Closed),
+        Ok(n) => {
+            *end = start + n;
+            Ok(Fill::Bytes(n))
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
+        Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::WouldBlock),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +376,41 @@ mod tests {
         let mut src: &[u8] = &[0, 0, 0, 8, 0x12, 0x34, 0, 0];
         inbox.fill(&mut src).unwrap();
         assert_eq!(inbox.next_message(), Err(FramingError::BadEncoding(0x1234)));
+    }
+
+    #[test]
+    fn a_message_is_taken_in_parts_its_data_read_into_the_callers_buffer() {
+        let mut stream = framed(&[7; 100]);
+        stream.extend(framed(&[8; 3]));
+        let mut src = &stream[..];
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        // The framing header and 10 bytes, no more.
+        assert_eq!(inbox.fill_at_most(&mut src, 16).unwrap(), Fill::Bytes(16));
+        assert_eq!(inbox.next_length(), Some(106));
+        assert_eq!(inbox.next_message().unwrap(), None);
+        inbox.consume(16);
+        // The rest of the message's data into the caller's buffer, then at most 9 bytes: the
+        // next message: its framing header and its 3 bytes.
+        let mut data = [0u8; 90];
+        let got = inbox.fill_after(&mut src, &mut data, 9).unwrap();
+        assert_eq!(got, (Fill::Bytes(99), 90));
+        assert_eq!(data, [7; 90]);
+        assert_eq!(inbox.pending(), &framed(&[8; 3])[..]);
+        assert_eq!(inbox.next_message().unwrap(), Some(&[8u8; 3][..]));
+        assert_eq!(inbox.next_length(), None);
+        assert_eq!(
+            inbox.fill_after(&mut src, &mut data, 9).unwrap(),
+            (Fill::Closed, 0)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "consumed more than is pending")]
+    fn consuming_more_than_is_pending_is_a_callers_bug() {
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        let mut src: &[u8] = &[1, 2, 3];
+        inbox.fill(&mut src).unwrap();
+        inbox.consume(4);
     }
 
     #[test]

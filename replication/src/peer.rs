@@ -114,8 +114,15 @@ impl<S: Read + Write> Peer<S> {
     /// first whose framing is invalid, and from there the bytes as they are: how a test plays
     /// an upstream that holds the key and lies.
     pub fn send_framed(&mut self, framed: &[u8]) -> Result<()> {
+        let sealed = self.seal_framed(framed);
+        self.send_raw(&sealed)
+    }
+
+    /// What [`send_framed`](Self::send_framed) sends for `framed`, for a test to change or
+    /// deliver in pieces itself. Each sealed message moves the session's counter on.
+    pub fn seal_framed(&mut self, framed: &[u8]) -> Vec<u8> {
         let Some((tx, _)) = &mut self.macs else {
-            return self.send_raw(framed);
+            return framed.to_vec();
         };
         let mut out = Vec::with_capacity(framed.len());
         let mut rest = framed;
@@ -134,7 +141,7 @@ impl<S: Read + Write> Peer<S> {
             rest = &rest[len..];
         }
         out.extend_from_slice(rest);
-        self.send_raw(&out)
+        out
     }
 
     /// Sends `bytes` as they are (framing included): what no honest peer would send.

@@ -17,7 +17,7 @@ use seqstream_auth::TAG_LEN;
 use seqstream_schemas::wire;
 use seqstream_store::SEGMENT_HEADER_PREFIX;
 
-use crate::framing::{put_sofh, SOFH_LEN};
+use crate::framing::{put_sofh, SBE_LE, SOFH_LEN};
 
 /// One decoded replication message, borrowing from the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +251,35 @@ pub fn encode_data_prefix(position: u64, len: usize, out: &mut Vec<u8>) {
     put_sofh(&mut out[start..], end - start - SOFH_LEN + len + TAG_LEN);
 }
 
+/// Bytes of a `Data` message before its data, as [`encode_data_prefix`] writes them: the
+/// framing header (6), the SBE message header (8), the position (8) and the data's length (4).
+pub const DATA_PREFIX_LEN: usize = SOFH_LEN + 20;
+
+/// The position and data length of the sealed `Data` message whose first [`DATA_PREFIX_LEN`]
+/// bytes (framing header included) start `bytes`: what a replica needs to receive the data
+/// straight into its store, before the rest of the message has arrived. `None` for anything
+/// else (another message, another schema version, a framing length that is not exactly the
+/// prefix, the data and a tag), which is received whole and decoded as usual, so nothing is
+/// refused here.
+pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
+    let p: &[u8; DATA_PREFIX_LEN] = bytes.get(..DATA_PREFIX_LEN)?.try_into().ok()?;
+    let u16_at = |at: usize| u16::from_le_bytes([p[at], p[at + 1]]);
+    let framed = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize;
+    let len = u32::from_le_bytes([p[22], p[23], p[24], p[25]]) as usize;
+    let is_data = u16::from_be_bytes([p[4], p[5]]) == SBE_LE
+        && u16_at(6) == wire::ReplicationDataDecoder::BLOCK_LENGTH
+        && u16_at(8) == wire::ReplicationDataDecoder::TEMPLATE_ID
+        && u16_at(10) == wire::SCHEMA_ID
+        && u16_at(12) == wire::SCHEMA_VERSION
+        && framed.checked_sub(DATA_PREFIX_LEN + TAG_LEN) == Some(len);
+    is_data.then(|| {
+        (
+            u64::from_le_bytes(p[14..22].try_into().expect("8 bytes")),
+            len,
+        )
+    })
+}
+
 /// The session tag of a `Data` message: `prefix` as [`encode_data_prefix`] wrote it (its
 /// framing header included), then the bytes.
 pub fn data_tag(mac: &mut SessionMac, prefix: &[u8], bytes: &[u8]) -> seqstream_auth::Tag {
@@ -343,6 +372,32 @@ mod tests {
             Err(ProtocolError::Session(_))
         ));
         assert!(inbox.next_message().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_data_prefix_says_where_the_data_goes_and_nothing_else_passes_for_one() {
+        let mut out = Vec::new();
+        encode_data_prefix(4096, 1000, &mut out);
+        assert_eq!(out.len(), DATA_PREFIX_LEN);
+        assert_eq!(data_prefix(&out), Some((4096, 1000)));
+        assert_eq!(data_prefix(&out[..DATA_PREFIX_LEN - 1]), None);
+        // Every single changed byte of the framing and SBE headers, and of the length, makes
+        // it something else; the position is free.
+        for at in (0..14).chain(22..DATA_PREFIX_LEN) {
+            let mut changed = out.clone();
+            changed[at] ^= 0x40;
+            assert_eq!(data_prefix(&changed), None, "byte {at}");
+        }
+        let mut other = Vec::new();
+        encode(
+            &Msg::Heartbeat {
+                committed_position: 1,
+                timestamp_ns: 2,
+            },
+            &mut other,
+        );
+        other.resize(DATA_PREFIX_LEN, 0);
+        assert_eq!(data_prefix(&other), None);
     }
 
     #[test]

@@ -175,31 +175,52 @@ fn push<S: Write>(conn: &mut rustls::Connection, sock: &mut S) -> std::io::Resul
     Ok(())
 }
 
+/// The plaintext TLS holds, into `buf`; otherwise reads TLS records from `sock` until there is
+/// some (answering the handshake as it goes), the socket would block (`WouldBlock`), or the
+/// peer closed (`Ok(0)`).
+fn read_tls<S: Read + Write>(
+    conn: &mut rustls::Connection,
+    sock: &mut S,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    loop {
+        match conn.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if conn.read_tls(sock)? == 0 {
+            return Ok(0);
+        }
+        conn.process_new_packets()
+            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+        // The handshake's answers go out at once; a full socket keeps them for `flush`.
+        match push(conn, sock) {
+            Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+            _ => {}
+        }
+    }
+}
+
 impl<S: Read + Write> Read for Transport<S> {
-    /// Plaintext when there is some; otherwise reads TLS records until there is (answering
-    /// the handshake as it goes), the socket would block (`WouldBlock`), or the peer closed
-    /// (`Ok(0)`).
+    /// Plain: one `read` of the socket. TLS: [`read_tls`] (the TLS path is kept out of line,
+    /// so the plain one inlines into the caller's duty cycle).
+    #[inline]
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let (conn, sock) = match self {
-            Transport::Plain(s) => return s.read(buf),
-            Transport::Tls(t) => (&mut t.0, &mut t.1),
-        };
-        loop {
-            match conn.reader().read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            if conn.read_tls(sock)? == 0 {
-                return Ok(0);
-            }
-            conn.process_new_packets()
-                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
-            // The handshake's answers go out at once; a full socket keeps them for `flush`.
-            match push(conn, sock) {
-                Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
-                _ => {}
-            }
+        match self {
+            Transport::Plain(s) => s.read(buf),
+            Transport::Tls(t) => read_tls(&mut t.0, &mut t.1, buf),
+        }
+    }
+
+    /// Plain: one `readv`. TLS: the plaintext goes into the first buffer that has room.
+    fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read_vectored(bufs),
+            Transport::Tls(_) => match bufs.iter_mut().find(|b| !b.is_empty()) {
+                Some(buf) => self.read(buf),
+                None => Ok(0),
+            },
         }
     }
 }

@@ -254,6 +254,23 @@ fn a_late_replica_catches_up_a_million_frames_then_follows_live() {
         a.position(),
         Duration::from_secs(120),
     );
+    // A catch-up's data goes straight from the socket into the replica, but for the first
+    // batch (256 KiB) of each segment, which arrives whole to be checked before its segment
+    // begins, and what the receive buffer reads at the start of a session (up to 1 MiB).
+    let fc = d.path("f.counters");
+    let (direct, caught_up) = (
+        counter(&fc, "bytes received straight into the replica"),
+        a.position(),
+    );
+    let segments = seqstream_store::layout::list(&d.path("replica"))
+        .unwrap()
+        .segments
+        .len() as u64;
+    let inboxed = segments * (256 << 10) + (counter(&fc, "connects") - 1) * (1 << 20);
+    assert!(
+        direct + inboxed >= caught_up,
+        "{direct} of {caught_up} bytes received straight into the replica ({segments} segments)"
+    );
     a.append(b"live").unwrap();
     wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
     drop((_f, _server));
@@ -293,26 +310,13 @@ fn wrong_secret_and_unlisted_address_are_refused_and_counted() {
     assert_eq!(counter(&d.path("f2.counters"), "replica position"), 0);
 }
 
+/// A fake upstream's address and thread.
+type Fake = (SocketAddr, JoinHandle<()>);
+
 /// A fake upstream that answers a hello with what `script` writes, then holds the
 /// connection open until the follower drops it.
-fn lying_upstream(script: Vec<u8>) -> (SocketAddr, JoinHandle<()>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        use std::io::Read;
-        l.set_nonblocking(false).unwrap();
-        let (s, _) = l.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // An upstream that holds the key: its lies are in what it sends after the handshake.
-        let mut p = Peer::new(s);
-        if p.handshake_as_upstream(&keys(SECRET)).is_err() {
-            return;
-        }
-        let _ = p.send_framed(&script);
-        let mut rest = [0u8; 256];
-        while matches!(p.stream.read(&mut rest), Ok(n) if n > 0) {}
-    });
-    (addr, t)
+fn lying_upstream(script: Vec<u8>) -> Fake {
+    fake_upstream(move |p| p.seal_framed(&script), usize::MAX, true)
 }
 
 #[test]
@@ -414,6 +418,133 @@ fn a_peer_that_lies_is_disconnected_and_nothing_bad_is_written() {
             "rejected data (peer lied)"
         ) >= 1
     );
+}
+
+/// A fake upstream that holds the key: after the handshake, it sends what `script` makes of
+/// its session (with [`Peer::seal_framed`]) in pieces of `piece` bytes 5 ms apart (so that a
+/// large `Data` message reaches the replica in parts, and its data goes straight into the
+/// replica's store); then holds the connection open until the follower drops it, or closes
+/// it at once (`hold` false).
+fn fake_upstream(
+    script: impl FnOnce(&mut Peer<std::net::TcpStream>) -> Vec<u8> + Send + 'static,
+    piece: usize,
+    hold: bool,
+) -> Fake {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut p = Peer::new(s);
+        if p.handshake_as_upstream(&keys(SECRET)).is_err() {
+            return;
+        }
+        let bytes = script(&mut p);
+        for (i, piece) in bytes.chunks(piece).enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if p.stream.write_all(piece).is_err() {
+                return;
+            }
+        }
+        if hold {
+            let mut rest = [0u8; 256];
+            while matches!(p.stream.read(&mut rest), Ok(n) if n > 0) {}
+        }
+    });
+    (addr, t)
+}
+
+#[test]
+fn data_received_straight_into_the_replica_is_published_only_once_its_tag_and_frames_check() {
+    let d = Dirs::new();
+    let cfg = store_cfg().segment_size(1 << 20);
+    let mut a = Appender::open_or_create(d.path("primary"), cfg).unwrap();
+    append_pattern(&mut a, 20);
+    let (p, n) = (a.position(), a.next_seq());
+    let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |_| {});
+    let replica = d.path("replica");
+    let before = replicated_to(&d, &replica, addr, p);
+    let active = a.segment_header();
+
+    // 100 frames of 1 KiB continuing the replica: 104 KiB in one message, which arrives in
+    // 26 pieces.
+    let frames: Vec<u8> = (0..100).flat_map(|i| forged_frame(n + i, 1024)).collect();
+    let script = move |corrupt: Option<usize>| {
+        let mut data = frames.clone();
+        if let Some(at) = corrupt {
+            data[at] ^= 0x10;
+        }
+        encoded(&[
+            Msg::Segment {
+                index: 0,
+                header: &active,
+            },
+            Msg::Data {
+                position: p,
+                bytes: &data,
+            },
+        ])
+    };
+    let frame_span = forged_frame(n, 1024).len();
+    const PIECE: usize = 4096;
+    /// What a case does to its sealed script before sending it.
+    type Change = fn(&mut Vec<u8>);
+    let (unchanged, bad_tag, cut): (Change, Change, Change) = (
+        |_| {},
+        |sealed| *sealed.last_mut().unwrap() ^= 1,
+        |sealed| sealed.truncate(sealed.len() / 2),
+    );
+    // (what, a frame byte corrupted, change, the connection held open, counted as a lie)
+    let cases = [
+        (
+            "a corrupt frame in the middle of large data",
+            Some(50 * frame_span + 100),
+            unchanged,
+            true,
+            true,
+        ),
+        ("large data whose tag is wrong", None, bad_tag, true, true),
+        ("large data cut off before its end", None, cut, false, false),
+    ];
+    for (what, corrupt, change, hold, lie) in cases {
+        let script = script.clone();
+        let fake = fake_upstream(
+            move |p| {
+                let mut sealed = p.seal_framed(&script(corrupt));
+                change(&mut sealed);
+                sealed
+            },
+            PIECE,
+            hold,
+        );
+        assert_eq!(one_session_against(&d, &replica, what, fake), lie, "{what}");
+        let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
+        let direct = counter(&counters, "bytes received straight into the replica");
+        assert!(
+            direct >= 40 << 10,
+            "{what}: {direct} bytes received straight"
+        );
+        assert!(
+            all_files(&replica) == before,
+            "{what}: the replica changed (what was received is not zeroed)"
+        );
+    }
+
+    // The same data, whole and true, is published.
+    let (true_addr, true_fake) = fake_upstream(move |p| p.seal_framed(&script(None)), PIECE, true);
+    let tc = d.path("true.counters");
+    let f = follow(&replica, &tc, true_addr, SECRET);
+    wait_for(&tc, p + 100 * frame_span as u64, Duration::from_secs(10));
+    drop(f);
+    true_fake.join().unwrap();
+    assert!(counter(&tc, "bytes received straight into the replica") >= 40 << 10);
+    let mut t = Tailer::open(&replica).unwrap();
+    t.seek_seq(n + 99).unwrap();
+    assert_eq!(t.poll().unwrap().unwrap().payload(), &[0u8; 1024][..]);
 }
 
 #[test]
@@ -593,10 +724,29 @@ fn all_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// Follows the real upstream at `addr` into `replica` until it holds `position`; returns the
+/// replica's files then, for a test to compare against after its lies.
+fn replicated_to(
+    d: &Dirs,
+    replica: &Path,
+    addr: SocketAddr,
+    position: u64,
+) -> Vec<(String, Vec<u8>)> {
+    let real = d.path("real.counters");
+    let f = follow(replica, &real, addr, SECRET);
+    wait_for(&real, position, Duration::from_secs(10));
+    drop(f);
+    all_files(replica)
+}
+
 /// Runs one session of the follower of `replica` against a fake upstream playing `script`,
 /// until the follower has dropped it; returns whether it counted the session as a lie.
 fn one_lying_session(d: &Dirs, replica: &Path, what: &str, script: Vec<u8>) -> bool {
-    let (addr, fake) = lying_upstream(script);
+    one_session_against(d, replica, what, lying_upstream(script))
+}
+
+/// As [`one_lying_session`], against the fake upstream `fake` (its address and thread).
+fn one_session_against(d: &Dirs, replica: &Path, what: &str, (addr, fake): Fake) -> bool {
     let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
     let f = follow(replica, &counters, addr, SECRET);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -700,11 +850,7 @@ fn lies_about_segments_leave_the_replica_as_it_was_and_its_real_upstream_still_s
     }
 
     // The real upstream creates the replica; then the lies start over on a store with frames.
-    let real = d.path("real.counters");
-    let f = follow(&replica, &real, addr, SECRET);
-    wait_for(&real, p, Duration::from_secs(10));
-    drop(f);
-    let before = all_files(&replica);
+    let before = replicated_to(&d, &replica, addr, p);
     let active = a.segment_header();
     let same = Msg::Segment {
         index: 0,

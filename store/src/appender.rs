@@ -91,6 +91,13 @@ pub struct Appender {
     flushed_position: u64,
     stats: AppenderStats,
     report: RecoveryReport,
+    /// Bytes a replication client received in place above the committed position and has
+    /// not committed yet ([`Appender::receive_area`]).
+    received: usize,
+    /// Bytes above the committed position that receive areas handed out may have written:
+    /// zeroed again when received bytes are discarded, so that everything above the committed
+    /// position is zero whenever no write is under way.
+    receive_dirty: usize,
 }
 
 impl std::fmt::Debug for Appender {
@@ -160,6 +167,8 @@ impl Appender {
             flushed_position: r.scan.end_position,
             stats: AppenderStats::default(),
             report: r.report,
+            received: 0,
+            receive_dirty: 0,
             _lock: r.lock,
             cfg,
         };
@@ -568,6 +577,10 @@ impl Appender {
 
     #[inline]
     fn ensure_room(&mut self, len: usize) -> Result<()> {
+        debug_assert_eq!(
+            self.receive_dirty, 0,
+            "a frame appended over bytes received in place: discard them first"
+        );
         if len > self.max_payload() {
             return Err(StoreError::FrameTooLarge {
                 len,
@@ -681,6 +694,7 @@ fn prior_term(dir: &Path, active: &SegmentInfo) -> Result<u32> {
 
 impl Drop for Appender {
     fn drop(&mut self) {
+        self.discard_received();
         if let Some(h) = self.preparing.take() {
             let _ = h.join();
         }

@@ -24,9 +24,19 @@ fn header_of(dir: &Path, index: u64) -> [u8; SEGMENT_HEADER_PREFIX] {
         .volatile_copy::<SEGMENT_HEADER_PREFIX>(0)
 }
 
+/// How [`replicate`] hands the replica its bytes.
+#[derive(Clone, Copy)]
+enum Write {
+    /// From a buffer: [`Appender::append_replicated`], the incomplete tail offered again.
+    Buffered,
+    /// Read into the segment: [`Appender::receive_area`], then
+    /// [`Appender::commit_received`], the incomplete tail left received in place.
+    InPlace,
+}
+
 /// Copies the primary into the replica the way a replication client does: raw stream bytes
 /// in chunks of `chunk` bytes (cutting frames anywhere), segment headers at each boundary.
-fn replicate(primary: &Path, replica: &mut Appender, chunk: usize) {
+fn replicate(primary: &Path, replica: &mut Appender, chunk: usize, how: Write) {
     let mut t = Tailer::open(primary).unwrap();
     t.seek_seq(replica.next_seq()).unwrap();
     let mut pending: Vec<u8> = Vec::new();
@@ -35,7 +45,7 @@ fn replicate(primary: &Path, replica: &mut Appender, chunk: usize) {
         let f = (f.as_bytes().to_vec(), t.segment_index());
         if f.1 != segment {
             // Flush what belongs to the old segment, then start the next one.
-            feed(replica, &mut pending, usize::MAX);
+            feed(replica, &mut pending, usize::MAX, how);
             assert!(pending.is_empty());
             replica
                 .begin_replicated_segment(&header_of(primary, f.1))
@@ -45,10 +55,11 @@ fn replicate(primary: &Path, replica: &mut Appender, chunk: usize) {
         let mut bytes = f.0;
         bytes.resize(seqstream_store::format::align_frame(bytes.len()), 0);
         pending.extend_from_slice(&bytes);
-        feed(replica, &mut pending, chunk);
+        feed(replica, &mut pending, chunk, how);
     }
-    feed(replica, &mut pending, usize::MAX);
+    feed(replica, &mut pending, usize::MAX, how);
     assert!(pending.is_empty());
+    assert_eq!(replica.received(), 0);
 }
 
 fn replica_segment(replica: &Appender) -> u64 {
@@ -57,7 +68,24 @@ fn replica_segment(replica: &Appender) -> u64 {
         .index
 }
 
-fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
+fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize, how: Write) {
+    match how {
+        Write::Buffered => feed_buffered(replica, pending, chunk),
+        Write::InPlace => {
+            for piece in pending.chunks(chunk) {
+                replica
+                    .receive_area(piece.len())
+                    .unwrap()
+                    .copy_from_slice(piece);
+                replica.mark_received(piece.len());
+                replica.commit_received().unwrap();
+            }
+            pending.clear();
+        }
+    }
+}
+
+fn feed_buffered(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
     while !pending.is_empty() {
         let n = pending.len().min(chunk);
         let (_, used) = replica.append_replicated(&pending[..n]).unwrap();
@@ -76,6 +104,15 @@ fn feed(replica: &mut Appender, pending: &mut Vec<u8>, chunk: usize) {
 
 #[test]
 fn replicated_store_is_byte_identical() {
+    replicated_store_is_byte_identical_when_written(Write::Buffered);
+}
+
+#[test]
+fn a_store_received_in_place_is_byte_identical() {
+    replicated_store_is_byte_identical_when_written(Write::InPlace);
+}
+
+fn replicated_store_is_byte_identical_when_written(how: Write) {
     let primary = tempfile::tempdir().unwrap();
     let replica_dir = tempfile::tempdir().unwrap();
     let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
@@ -86,7 +123,7 @@ fn replicated_store_is_byte_identical() {
     }
     let mut r =
         Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
-    replicate(primary.path(), &mut r, 1000);
+    replicate(primary.path(), &mut r, 1000, how);
     assert_eq!(r.next_seq(), 3001);
     assert_eq!(r.position(), a.position());
     drop(r);
@@ -99,7 +136,7 @@ fn replicated_store_is_byte_identical() {
     let mut r =
         Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
     assert_eq!(r.report().next_seq, 3001);
-    replicate(primary.path(), &mut r, 333);
+    replicate(primary.path(), &mut r, 333, how);
     drop(r);
     drop(a);
     let (p, q) = (live_files(primary.path()), live_files(replica_dir.path()));
@@ -115,16 +152,22 @@ fn replicated_store_is_byte_identical() {
     assert_eq!(common::check_pattern_store(replica_dir.path()), 4000);
 }
 
-#[test]
-fn bad_replicated_data_is_refused_before_it_is_written() {
-    let primary = tempfile::tempdir().unwrap();
-    let replica_dir = tempfile::tempdir().unwrap();
-    let mut a = Appender::open_or_create(primary.path(), cfg()).unwrap();
+/// A primary in `dir` holding 10 frames of 100-byte pattern payloads (144 bytes each).
+fn primary_of_ten_frames(dir: &Path) -> Appender {
+    let mut a = Appender::open_or_create(dir, cfg()).unwrap();
     for seq in 1..=10u64 {
         let mut b = vec![0u8; 100];
         pattern::fill(seq, &mut b);
         a.append(&b).unwrap();
     }
+    a
+}
+
+#[test]
+fn bad_replicated_data_is_refused_before_it_is_written() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let _a = primary_of_ten_frames(primary.path());
     let mut t = Tailer::open(primary.path()).unwrap();
     let mut bytes = Vec::new();
     while let Some(f) = t.poll().unwrap() {
@@ -162,6 +205,85 @@ fn bad_replicated_data_is_refused_before_it_is_written() {
     assert_eq!(r.append_replicated(&bytes[span..]).unwrap(), (9, 9 * span));
     drop(r);
     assert_eq!(common::check_pattern_store(replica_dir.path()), 10);
+}
+
+/// The bytes of the replica's segment 0 file from stream position `from` (its frame area
+/// starts after the 4 KiB header) to the end.
+fn file_from(dir: &Path, from: u64) -> Vec<u8> {
+    let file = std::fs::read(dir.join(segment_file_name(0))).unwrap();
+    file[seqstream_store::format::SEGMENT_HEADER_LEN + from as usize..].to_vec()
+}
+
+#[test]
+fn bytes_received_in_place_are_published_only_when_checked_and_zeroed_when_not() {
+    let primary = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let _a = primary_of_ten_frames(primary.path());
+    let bytes = frames_from(primary.path(), 1).concat();
+    let span = 144;
+    let mut r =
+        Appender::open_replica(replica_dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
+    let zeroed = |r: &Appender| {
+        file_from(replica_dir.path(), r.position())
+            .iter()
+            .all(|&b| b == 0)
+    };
+    let receive = |r: &mut Appender, piece: &[u8]| {
+        r.receive_area(piece.len()).unwrap().copy_from_slice(piece);
+        r.mark_received(piece.len());
+    };
+
+    // A flipped bit in the third frame: nothing is published, and the received bytes are
+    // zeroed again, the first two frames' included.
+    let mut bad = bytes.clone();
+    bad[2 * span + 60] ^= 1;
+    receive(&mut r, &bad);
+    assert!(!zeroed(&r));
+    assert!(matches!(
+        r.commit_received(),
+        Err(StoreError::ReplicaMismatch { .. })
+    ));
+    assert_eq!((r.next_seq(), r.position(), r.received()), (1, 0, 0));
+    assert!(zeroed(&r));
+
+    // One frame and the start of the next: the first is published, the rest stays received.
+    receive(&mut r, &bytes[..span + 10]);
+    assert_eq!(r.commit_received().unwrap(), (1, span));
+    assert_eq!((r.position(), r.received()), (span as u64, 10));
+    assert_eq!(r.received_bytes(0, 10), &bytes[span..span + 10]);
+    // While they are pending, no buffered append and no new segment.
+    assert!(r.append_replicated(&bytes[span..]).is_err());
+    assert!(r
+        .begin_replicated_segment(&forged_header(1, r.position(), 2))
+        .is_err());
+    // A session that ends there: the partial frame is zeroed.
+    r.discard_received();
+    assert_eq!(r.received(), 0);
+    assert!(zeroed(&r));
+    // Data past the segment's end is refused before anything is handed out.
+    assert!(r.receive_area(16 << 10).is_err());
+    // The rest arrives in uneven pieces, the last left received when the replica is dropped.
+    receive(&mut r, &bytes[span..4 * span + 7]);
+    assert_eq!(r.commit_received().unwrap(), (3, 3 * span));
+    receive(&mut r, &bytes[4 * span + 7..9 * span + 3]);
+    receive(&mut r, &[]);
+    assert_eq!(r.commit_received().unwrap(), (5, 5 * span));
+    assert_eq!(r.received(), 3);
+    let end = r.position();
+    drop(r);
+    assert!(file_from(replica_dir.path(), end).iter().all(|&b| b == 0));
+    assert_eq!(common::check_pattern_store(replica_dir.path()), 9);
+}
+
+#[test]
+#[should_panic(expected = "marked more bytes received than the receive area held")]
+fn marking_more_than_a_receive_area_held_is_a_callers_bug() {
+    let dir = tempfile::tempdir().unwrap();
+    let primary = tempfile::tempdir().unwrap();
+    drop(Appender::open_or_create(primary.path(), cfg()).unwrap());
+    let mut r = Appender::open_replica(dir.path(), cfg(), &header_of(primary.path(), 0)).unwrap();
+    r.receive_area(8).unwrap();
+    r.mark_received(9);
 }
 
 /// A segment header of stream 4 as an upstream could forge it.

@@ -1,8 +1,10 @@
 //! The appender's replica half: how a replication client writes a byte-identical copy of an
-//! upstream's store. A replica is written only with frames copied verbatim
-//! ([`Appender::append_replicated`]) and segment headers copied from the upstream
-//! ([`Appender::begin_replicated_segment`]); every byte an upstream sends is checked before
-//! any is written, so a lying upstream leaves the replica as it was.
+//! upstream's store. A replica is written only with frames copied verbatim, from a buffer
+//! ([`Appender::append_replicated`]) or read straight into the segment above the committed
+//! position ([`Appender::receive_area`], [`Appender::commit_received`]), and with segment
+//! headers copied from the upstream ([`Appender::begin_replicated_segment`]). Every byte an
+//! upstream sends is checked before any is published, and bytes received in place that fail
+//! are zeroed again, so a lying upstream leaves the replica as it was.
 
 use std::path::Path;
 
@@ -86,26 +88,19 @@ impl Appender {
     ///
     /// Frames never span segments: at the end of the active segment the caller must call
     /// [`begin_replicated_segment`](Self::begin_replicated_segment) with the primary's next
-    /// header first.
+    /// header first. For data read from a socket, [`receive_area`](Self::receive_area) saves
+    /// the copy: the bytes are read straight into the segment and checked there.
     ///
     /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
-    /// does not fit in the active segment; nothing is written then.
+    /// does not fit in the active segment, or when bytes received in place are pending
+    /// (commit or discard them first); nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
-        let at = FramesAt {
-            position: self.position,
-            next_seq: self.next_seq,
-            last_timestamp_ns: self.stamp.last(),
-            room: self.limit - self.position,
-            max_len: self.max_payload() + FRAME_HEADER_LEN,
-            term_start: self.expected_term_start(),
-        };
+        if self.receive_dirty > 0 {
+            return Err(self.mismatch("bytes received in place are pending".into()));
+        }
+        let at = self.frames_at();
         let checked = check_frames(bytes, &mut self.lengths, &at)?;
-        let (off, seq, last_ts) = (
-            checked.bytes,
-            self.next_seq + checked.frames,
-            checked.last_timestamp_ns,
-        );
-        if off == 0 {
+        if checked.bytes == 0 {
             return Ok((0, 0));
         }
         let file_off = file_offset(&self.info, self.position);
@@ -114,19 +109,148 @@ impl Appender {
         unsafe {
             self.segment
                 .mapped()
-                .bytes_mut(file_off, off)
-                .copy_from_slice(&bytes[..off])
+                .bytes_mut(file_off, checked.bytes)
+                .copy_from_slice(&bytes[..checked.bytes])
         };
-        let frames = seq - self.next_seq;
+        self.publish_replicated(&checked)?;
+        Ok((checked.frames, checked.bytes))
+    }
+
+    /// The `len` bytes of the active segment that follow the bytes received so far: where a
+    /// replication client reads an upstream's data straight from its socket, so the data is
+    /// copied once, kernel to mapping. Say how many bytes were read with
+    /// [`mark_received`](Self::mark_received), check and publish the complete frames with
+    /// [`commit_received`](Self::commit_received).
+    ///
+    /// Received bytes lie above the committed position, where no tailer reads, until
+    /// committed. A crash before that leaves them in the file, where recovery keeps those that
+    /// are valid frames continuing the store (length, CRC32C, seq), as it keeps the frames of
+    /// any appender that crashed between writing and publishing; the rest it zeroes.
+    ///
+    /// Errors: `ReplicaMismatch` when they do not fit in the active segment (an upstream's
+    /// data never crosses a segment's end).
+    pub fn receive_area(&mut self, len: usize) -> Result<&mut [u8]> {
+        let from = self.position + self.received as u64;
+        if from + len as u64 > self.limit {
+            return Err(self.mismatch(format!(
+                "{len} bytes at position {from} do not fit in the active segment, which ends at \
+                 {}",
+                self.limit
+            )));
+        }
+        self.receive_dirty = self.receive_dirty.max(self.received + len);
+        let file_off = file_offset(&self.info, from);
+        // SAFETY: single appender (store lock); the range is above the committed position,
+        // where no tailer reads, and inside the segment (checked above). The returned borrow
+        // of `self` keeps every other writer of the appender out while it lives.
+        Ok(unsafe { self.segment.mapped().bytes_mut(file_off, len) })
+    }
+
+    /// Records that the first `n` bytes of the last [`receive_area`](Self::receive_area)
+    /// now hold received data.
+    ///
+    /// # Panics
+    /// When `n` is more than that area held: a caller's bug, never a peer's.
+    pub fn mark_received(&mut self, n: usize) {
+        assert!(
+            self.received + n <= self.receive_dirty,
+            "marked more bytes received than the receive area held"
+        );
+        self.received += n;
+    }
+
+    /// Bytes received in place and not committed yet.
+    pub fn received(&self) -> usize {
+        self.received
+    }
+
+    /// The received bytes `[from, from + len)` (offsets from the committed position): what a
+    /// replication client checks the session tag of before it commits them.
+    ///
+    /// # Panics
+    /// When the range goes past the bytes received: a caller's bug.
+    pub fn received_bytes(&self, from: usize, len: usize) -> &[u8] {
+        assert!(
+            from <= self.received && len <= self.received - from,
+            "range past the bytes received"
+        );
+        let file_off = file_offset(&self.info, self.position) + from;
+        self.segment.mapped().bytes(file_off, len)
+    }
+
+    /// Checks the complete frames at the start of the received bytes, in place, as
+    /// [`append_replicated`](Self::append_replicated) checks its bytes, and publishes them
+    /// with one release store; an incomplete frame at the end stays received, for the rest of
+    /// it to follow. Returns `(frames, bytes committed)`.
+    ///
+    /// Errors: `ReplicaMismatch` as for `append_replicated`; every received byte is then
+    /// discarded ([`discard_received`](Self::discard_received)) and nothing is published.
+    pub fn commit_received(&mut self) -> Result<(u64, usize)> {
+        let at = self.frames_at();
+        let file_off = file_offset(&self.info, self.position);
+        let bytes = self.segment.mapped().bytes(file_off, self.received);
+        let checked = match check_frames(bytes, &mut self.lengths, &at) {
+            Ok(c) => c,
+            Err(e) => {
+                self.discard_received();
+                return Err(e);
+            }
+        };
+        if checked.bytes == 0 {
+            return Ok((0, 0));
+        }
+        self.received -= checked.bytes;
+        self.receive_dirty -= checked.bytes;
+        self.publish_replicated(&checked)?;
+        Ok((checked.frames, checked.bytes))
+    }
+
+    /// Zeroes every byte received in place and not committed, as though it never arrived: a
+    /// replication client's session ended (or lied) before the rest came. Dropping the
+    /// appender does it too.
+    pub fn discard_received(&mut self) {
+        if self.receive_dirty == 0 {
+            return;
+        }
+        let file_off = file_offset(&self.info, self.position);
+        // SAFETY: single appender (store lock); the range is above the committed position and
+        // was handed out by `receive_area`, inside the segment.
+        unsafe {
+            self.segment
+                .mapped()
+                .bytes_mut(file_off, self.receive_dirty)
+                .fill(0)
+        };
+        self.received = 0;
+        self.receive_dirty = 0;
+    }
+
+    /// Where replicated frames go now: the committed position of the active segment.
+    fn frames_at(&self) -> FramesAt {
+        FramesAt {
+            position: self.position,
+            next_seq: self.next_seq,
+            last_timestamp_ns: self.stamp.last(),
+            room: self.limit - self.position,
+            max_len: self.max_payload() + FRAME_HEADER_LEN,
+            term_start: self.expected_term_start(),
+        }
+    }
+
+    /// Publishes the checked frames now written at the committed position: their index
+    /// entries, the counters, then the committed position.
+    fn publish_replicated(&mut self, checked: &CheckedFrames) -> Result<()> {
+        let file_off = file_offset(&self.info, self.position);
         let mut at = 0usize;
-        while at < off {
-            let len = format::get_u32(&bytes[at..], format::frame::LENGTH) as usize;
+        while at < checked.bytes {
+            let frame = self.segment.mapped().bytes(file_off + at, FRAME_HEADER_LEN);
+            let len = format::get_u32(frame, format::frame::LENGTH) as usize;
             let position = self.position + at as u64;
             if position >= self.next_index_position {
                 self.index.push(IndexEntry {
                     position,
-                    seq: format::get_u64(&bytes[at..], format::frame::SEQ),
-                    timestamp_ns: format::get_u64(&bytes[at..], format::frame::TIMESTAMP_NS),
+                    seq: format::get_u64(frame, format::frame::SEQ),
+                    timestamp_ns: format::get_u64(frame, format::frame::TIMESTAMP_NS),
                 });
                 self.next_index_position =
                     next_boundary(&self.info, position, self.cfg.index_stride);
@@ -134,12 +258,19 @@ impl Appender {
             self.stats.payload_bytes += (len - FRAME_HEADER_LEN) as u64;
             at += format::align_frame(len);
         }
-        self.position += off as u64;
-        self.next_seq = seq;
-        self.stamp.stamp_at(last_ts);
-        self.stats.frames += frames;
-        self.publish(frames as u32)?;
-        Ok((frames, off))
+        self.position += checked.bytes as u64;
+        self.next_seq += checked.frames;
+        self.stamp.stamp_at(checked.last_timestamp_ns);
+        self.stats.frames += checked.frames;
+        self.publish(checked.frames as u32)
+    }
+
+    /// A `ReplicaMismatch` at the committed position.
+    fn mismatch(&self, reason: String) -> StoreError {
+        StoreError::ReplicaMismatch {
+            position: self.position,
+            reason,
+        }
     }
 
     /// The first [`SEGMENT_HEADER_PREFIX`] bytes of the active segment's header: what a
@@ -199,8 +330,15 @@ impl Appender {
     /// without sending frames). Check the header together with the frames it starts with
     /// first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
     ///
-    /// Errors: `ReplicaMismatch` (nothing changed); preparation errors as for a roll.
+    /// Errors: `ReplicaMismatch` (nothing changed), among them bytes received in place and
+    /// not committed (the start of a frame the active segment would be sealed without);
+    /// preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
+        if self.receive_dirty > 0 {
+            return Err(self.mismatch(
+                "a new segment begins after bytes received in place and not committed".into(),
+            ));
+        }
         let info = self.check_next_header(header)?;
         let version = format::get_u32(header, format::seg::VERSION);
         self.set_segment_size(info.length)?;
