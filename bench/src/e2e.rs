@@ -143,8 +143,15 @@ const PING: u8 = 1;
 const PONG: u8 = 2;
 const WARM_UP: u8 = 3;
 /// The stream's segment size: big enough for every case, small enough to pretouch quickly
-/// (the sequencer and each replica pretouch a new segment).
+/// (the sequencer and each replica pretouch a new segment). `--quick` runs take
+/// [`crate::QUICK_SEGMENT`].
 const SEGMENT: u64 = 64 << 20;
+
+/// Where a run's cases put their files, and the segment size of their stores.
+struct Scratch<'a> {
+    dir: &'a Path,
+    segment: u64,
+}
 /// How long a host may take to start and pass its first message.
 const STARTUP: Duration = Duration::from_secs(30);
 
@@ -185,6 +192,8 @@ struct Site {
     hosts: [AppHost; 2],
     certs: Option<crate::certs::Certs>,
     security: Security,
+    /// The segment size of every store.
+    segment: u64,
 }
 
 impl Drop for Site {
@@ -206,8 +215,8 @@ fn free_port(ip: IpAddr, udp: bool) -> Result<u16> {
 }
 
 impl Site {
-    fn new(root: &Path, name: &str, net: &Network, security: Security) -> Result<Site> {
-        let dir = root.join(name);
+    fn new(root: &Scratch, name: &str, net: &Network, security: Security) -> Result<Site> {
+        let dir = root.dir.join(name);
         std::fs::create_dir_all(&dir)?;
         let secret = dir.join("replication.key");
         crate::certs::write_private(&secret, b"the e2e bench's replication key")?;
@@ -243,6 +252,7 @@ impl Site {
             hosts,
             certs,
             security,
+            segment: root.segment,
             dir,
         })
     }
@@ -277,8 +287,9 @@ impl Site {
             .collect();
         let mut t = threading(layout, idle, true);
         t += &format!(
-            "[[sequencer]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{}\"\nsource = [{}]\n",
+            "[[sequencer]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {}\nlisten = \"{}\"\nsource = [{}]\n",
             store.display(),
+            self.segment,
             SocketAddr::new(self.seq.ip, self.sequencer_port),
             sources.join(", ")
         );
@@ -394,8 +405,9 @@ impl Site {
             .collect();
         let mut t = threading(Layout::Shared, idle, true);
         t += &format!(
-            "[[sequencer_group]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {SEGMENT}\nlisten = \"{listen}\"\nsource = [{}]\nnode_id = {node}\nmember = [{members}]\netcd = [\"{etcd}\"]\netcd_prefix = \"/seqstream/bench-e2e\"\nlease_ttl_s = 2\nrelease = \"{}\"\nbootstrap = {}\nsecret_file = \"{}\"\n",
+            "[[sequencer_group]]\nname = \"seq\"\nstore = \"{}\"\nstream_id = {STREAM}\nsegment_size = {}\nlisten = \"{listen}\"\nsource = [{}]\nnode_id = {node}\nmember = [{members}]\netcd = [\"{etcd}\"]\netcd_prefix = \"/seqstream/bench-e2e\"\nlease_ttl_s = 2\nrelease = \"{}\"\nbootstrap = {}\nsecret_file = \"{}\"\n",
             self.dir.join(format!("member-{node}")).display(),
+            self.segment,
             sources.join(", "),
             release.name(),
             node == 1,
@@ -593,7 +605,7 @@ struct OwnReplica {
 /// (shared threading, plain security), its standby on the second sequencer host.
 #[allow(clippy::too_many_arguments)]
 fn offer_to_own_replica(
-    root: &Path,
+    root: &Scratch,
     net: &Network,
     name: &str,
     layout: Layout,
@@ -664,7 +676,7 @@ fn offer_to_own_replica(
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
 /// replica: the round trip, one ping in flight.
 fn pingpong(
-    root: &Path,
+    root: &Scratch,
     net: &Network,
     name: &str,
     layout: Layout,
@@ -867,12 +879,19 @@ fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
-    let samples = if args.quick { 1_000 } else { args.samples };
+    let (samples, segment) = if args.quick {
+        (1_000, crate::QUICK_SEGMENT)
+    } else {
+        (args.samples, SEGMENT)
+    };
     let scratch = tempfile::Builder::new()
         .prefix("seqstream-bench-e2e-")
         .tempdir()
         .context("creating a scratch dir")?;
-    let root = scratch.path();
+    let root = &Scratch {
+        dir: scratch.path(),
+        segment,
+    };
     let idle = &args.idle;
     let net = &Network::of_kind(args.network, &format!("se{}", std::process::id() % 100_000))?;
     eprintln!(
