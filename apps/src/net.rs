@@ -25,6 +25,7 @@
 use std::ffi::OsStr;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -78,6 +79,42 @@ pub struct Network {
     /// The coordination host (etcd); with namespaces, the bridge's.
     pub coord: Host,
     namespaces: Vec<String>,
+    /// The namespaces' tag, whose maker this process is recorded as ([`OWNERS`]).
+    tag: Option<String>,
+}
+
+/// Where the maker of each set of namespaces is recorded: `<OWNERS>/<tag>` holds its pid, so
+/// that a later run with the same tag removes a set whose maker was killed before it could
+/// (`SIGKILL`: no `Drop` runs).
+const OWNERS: &str = "/run/seqstream-netns";
+
+fn owner_file(tag: &str) -> PathBuf {
+    Path::new(OWNERS).join(tag)
+}
+
+/// Removes those of the namespaces `names` (of `tag`) that exist when the process recorded as
+/// their maker no longer runs, saying so on stderr. A set whose maker runs, or that records
+/// no maker, is left alone (making it again then fails, naming the namespace that exists).
+fn remove_orphans(tag: &str, names: &[String]) -> Result<()> {
+    let present: Vec<&String> = names
+        .iter()
+        .filter(|ns| Path::new("/run/netns").join(ns).exists())
+        .collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let maker = std::fs::read_to_string(owner_file(tag))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let Some(pid) = maker.filter(|pid| !Path::new(&format!("/proc/{pid}")).exists()) else {
+        return Ok(());
+    };
+    for ns in present {
+        ip(&["netns", "del", ns])?;
+    }
+    let _ = std::fs::remove_file(owner_file(tag));
+    eprintln!("removed the namespaces of tag {tag} left by process {pid}, which no longer runs");
+    Ok(())
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -187,13 +224,16 @@ impl Network {
             h2: host("h2", 3),
             coord: host("coord", 1),
             namespaces: Vec::new(),
+            tag: None,
         }
     }
 
     /// Namespaces `<tag>-seq`, `<tag>-seq2`, `<tag>-h1`, `<tag>-h2` and `<tag>-coord`, the
     /// latter holding the bridge (see the module's documentation). `tag` must be at most 8
     /// characters (interface names are limited to 15). On an error, what was made is
-    /// removed.
+    /// removed. Namespaces of `tag` that a process no longer running made (it was killed
+    /// before it could remove them) are removed first; the maker's pid is recorded in
+    /// `/run/seqstream-netns/<tag>` while the set lives.
     pub fn namespaces(tag: &str) -> Result<Network> {
         if tag.len() > 8 {
             bail!(
@@ -213,12 +253,21 @@ impl Network {
             h2: host("h2", 3),
             coord: host("coord", 5),
             namespaces: Vec::new(),
+            tag: None,
         };
         let coord = net.coord.netns.clone().expect("set above");
         let names: Vec<String> = net.hosts().iter().filter_map(|h| h.netns.clone()).collect();
+        remove_orphans(tag, &names)?;
         for ns in names {
             ip(&["netns", "add", &ns])?;
             net.namespaces.push(ns.clone());
+            if net.tag.is_none() {
+                // The first was made: the set is this process's (none of it existed).
+                net.tag = Some(tag.to_string());
+                std::fs::create_dir_all(OWNERS).with_context(|| format!("creating {OWNERS}"))?;
+                std::fs::write(owner_file(tag), std::process::id().to_string())
+                    .with_context(|| format!("writing {}", owner_file(tag).display()))?;
+            }
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
         let bridge = format!("{tag}br");
@@ -296,6 +345,9 @@ impl Drop for Network {
         // Deleting a namespace deletes the veth ends in it, and with them their peers.
         for ns in &self.namespaces {
             let _ = ip(&["netns", "del", ns]);
+        }
+        if let Some(tag) = &self.tag {
+            let _ = std::fs::remove_file(owner_file(tag));
         }
     }
 }
