@@ -866,7 +866,11 @@ impl Replica {
                 let area = a.receive_area(d.len - d.got)?;
                 let (fill, n) = link
                     .inbox
-                    .fill_after(&mut link.stream, area, TAG_LEN + DATA_PREFIX_LEN)
+                    .fill_after(
+                        &mut link.stream,
+                        [area.held, area.segment],
+                        TAG_LEN + DATA_PREFIX_LEN,
+                    )
                     .map_err(io)?;
                 a.mark_received(n);
                 d.got += n;
@@ -989,10 +993,11 @@ impl Replica {
         if position != a.position() + from as u64 {
             return None;
         }
-        let area = a.receive_area(len).ok()?;
+        // All of its data must fit: asking for its area checks that, and marks nothing.
+        a.receive_area(len).ok()?;
         let got = (pending.len() - DATA_PREFIX_LEN).min(len);
-        area[..got].copy_from_slice(&pending[DATA_PREFIX_LEN..DATA_PREFIX_LEN + got]);
-        a.mark_received(got);
+        a.receive(&pending[DATA_PREFIX_LEN..DATA_PREFIX_LEN + got])
+            .ok()?;
         let prefix = pending[SOFH_LEN..DATA_PREFIX_LEN]
             .try_into()
             .expect("the prefix's SBE bytes");
@@ -1016,9 +1021,9 @@ impl Replica {
                 "data received into the replica outside a session".into(),
             ));
         };
-        let data = a.received_bytes(d.from, d.len);
+        let [held, data] = a.received_parts(d.from, d.len);
         macs.from_upstream
-            .open_parts(&[&d.prefix, data], &link.inbox.pending()[..TAG_LEN])
+            .open_parts(&[&d.prefix, held, data], &link.inbox.pending()[..TAG_LEN])
             .map_err(ProtocolError::from)?;
         link.inbox.consume(TAG_LEN);
         r.messages += 1;
@@ -1153,15 +1158,15 @@ impl Replica {
         }
     }
 
-    /// Receives `bytes`, the upstream's data that follows what was received: into the
-    /// replica's active segment, where its complete frames are checked and published; or,
+    /// Receives `bytes`, the upstream's data (its tag checked) that follows what was
+    /// received: into the replica's active segment, where its complete frames are checked and
+    /// published; or,
     /// while an announced segment waits for its first frame, into `u` until that frame is
     /// complete and the segment begun. Returns `(frames, bytes)` published.
     fn receive_data(&mut self, bytes: &[u8], u: &mut Unwritten) -> Result<(u64, usize)> {
         if u.segment.is_none() {
             let a = self.appender.as_mut().ok_or(Lie::DataBeforeSegment)?;
-            a.receive_area(bytes.len())?.copy_from_slice(bytes);
-            a.mark_received(bytes.len());
+            a.receive(bytes)?;
             return Ok(a.commit_received()?);
         }
         u.bytes.extend_from_slice(bytes);

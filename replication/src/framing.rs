@@ -89,24 +89,27 @@ impl Inbox {
         )
     }
 
-    /// Reads with one vectored read: first into `direct`, the caller's own buffer for the
-    /// rest of a message it receives itself (a replication client reads data straight into
-    /// its store), then at most `extra` bytes into the free space, which holds what follows.
-    /// Returns what arrived (`Fill::Bytes` counts both parts) and how many bytes of it went
-    /// into `direct`. With `direct` empty it is [`fill_at_most`](Self::fill_at_most).
+    /// Reads with one vectored read: first into `direct` (two buffers, in order: the
+    /// caller's own place for the rest of a message it receives itself, as a replication
+    /// client reads data straight into its store), then at most `extra` bytes into the free
+    /// space, which holds what follows. Returns what arrived (`Fill::Bytes` counts all of it)
+    /// and how many bytes of it went into `direct`. With `direct` empty it is
+    /// [`fill_at_most`](Self::fill_at_most).
     pub fn fill_after(
         &mut self,
         src: &mut impl Read,
-        direct: &mut [u8],
+        direct: [&mut [u8]; 2],
         extra: usize,
     ) -> std::io::Result<(Fill, usize)> {
-        if direct.is_empty() {
+        let wanted = direct[0].len() + direct[1].len();
+        if wanted == 0 {
             return Ok((self.fill_at_most(src, extra)?, 0));
         }
         let room = self.room(extra);
-        let wanted = direct.len();
+        let [first, second] = direct;
         let mut bufs = [
-            std::io::IoSliceMut::new(direct),
+            std::io::IoSliceMut::new(first),
+            std::io::IoSliceMut::new(second),
             std::io::IoSliceMut::new(&mut self.buf[room.clone()]),
         ];
         let mut end = room.start;
@@ -391,15 +394,17 @@ mod tests {
         inbox.consume(16);
         // The rest of the message's data into the caller's buffer, then at most 9 bytes: the
         // next message: its framing header and its 3 bytes.
-        let mut data = [0u8; 90];
-        let got = inbox.fill_after(&mut src, &mut data, 9).unwrap();
+        let (mut held, mut data) = ([0u8; 4], [0u8; 86]);
+        let got = inbox
+            .fill_after(&mut src, [&mut held, &mut data], 9)
+            .unwrap();
         assert_eq!(got, (Fill::Bytes(99), 90));
-        assert_eq!(data, [7; 90]);
+        assert_eq!((held, data), ([7; 4], [7; 86]));
         assert_eq!(inbox.pending(), &framed(&[8; 3])[..]);
         assert_eq!(inbox.next_message().unwrap(), Some(&[8u8; 3][..]));
         assert_eq!(inbox.next_length(), None);
         assert_eq!(
-            inbox.fill_after(&mut src, &mut data, 9).unwrap(),
+            inbox.fill_after(&mut src, [&mut [], &mut data], 9).unwrap(),
             (Fill::Closed, 0)
         );
     }

@@ -17,7 +17,7 @@ use seqstream_auth::TAG_LEN;
 use seqstream_schemas::wire;
 use seqstream_store::SEGMENT_HEADER_PREFIX;
 
-use crate::framing::{put_sofh, SBE_LE, SOFH_LEN};
+use crate::framing::{put_sofh, MAX_MESSAGE, SBE_LE, SOFH_LEN};
 
 /// One decoded replication message, borrowing from the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,8 +259,8 @@ pub const DATA_PREFIX_LEN: usize = SOFH_LEN + 20;
 /// bytes (framing header included) start `bytes`: what a replica needs to receive the data
 /// straight into its store, before the rest of the message has arrived. `None` for anything
 /// else (another message, another schema version, a framing length that is not exactly the
-/// prefix, the data and a tag), which is received whole and decoded as usual, so nothing is
-/// refused here.
+/// prefix, the data and a tag, or is above [`MAX_MESSAGE`]), which is received whole (or
+/// refused for its length) and decoded as usual, so nothing is refused here.
 pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
     let p: &[u8; DATA_PREFIX_LEN] = bytes.get(..DATA_PREFIX_LEN)?.try_into().ok()?;
     let u16_at = |at: usize| u16::from_le_bytes([p[at], p[at + 1]]);
@@ -271,6 +271,7 @@ pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
         && u16_at(8) == wire::ReplicationDataDecoder::TEMPLATE_ID
         && u16_at(10) == wire::SCHEMA_ID
         && u16_at(12) == wire::SCHEMA_VERSION
+        && framed <= MAX_MESSAGE
         && framed.checked_sub(DATA_PREFIX_LEN + TAG_LEN) == Some(len);
     is_data.then(|| {
         (
@@ -380,6 +381,9 @@ mod tests {
         encode_data_prefix(4096, 1000, &mut out);
         assert_eq!(out.len(), DATA_PREFIX_LEN);
         assert_eq!(data_prefix(&out), Some((4096, 1000)));
+        let mut huge = Vec::new();
+        encode_data_prefix(0, MAX_MESSAGE, &mut huge);
+        assert_eq!(data_prefix(&huge), None, "longer than any message may be");
         assert_eq!(data_prefix(&out[..DATA_PREFIX_LEN - 1]), None);
         // Every single changed byte of the framing and SBE headers, and of the length, makes
         // it something else; the position is free.

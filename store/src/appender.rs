@@ -24,7 +24,8 @@ use seqstream_agent::clock::MonotonicStamp;
 mod replica;
 
 pub use replica::{
-    check_first_replicated_segment, CheckedFrames, ReplicatedHeader, SEGMENT_HEADER_PREFIX,
+    check_first_replicated_segment, CheckedFrames, ReceiveArea, ReplicatedHeader,
+    SEGMENT_HEADER_PREFIX,
 };
 
 /// Counters of one appender, cumulative since it was opened.
@@ -94,10 +95,13 @@ pub struct Appender {
     /// Bytes a replication client received in place above the committed position and has
     /// not committed yet ([`Appender::receive_area`]).
     received: usize,
-    /// Bytes above the committed position that receive areas handed out may have written:
-    /// zeroed again when received bytes are discarded, so that everything above the committed
-    /// position is zero whenever no write is under way.
-    receive_dirty: usize,
+    /// While bytes are received: the first of them, up to the 4 bytes of the length of the
+    /// frame at the committed position, kept out of the file (where they stay zero) until
+    /// [`Appender::commit_received`], so that recovery after a crash finds no frame there and
+    /// keeps nothing that was not checked.
+    held: [u8; replica::HELD],
+    /// Bytes of the last receive area handed out and not yet marked received.
+    area: usize,
 }
 
 impl std::fmt::Debug for Appender {
@@ -168,7 +172,8 @@ impl Appender {
             stats: AppenderStats::default(),
             report: r.report,
             received: 0,
-            receive_dirty: 0,
+            held: [0; replica::HELD],
+            area: 0,
             _lock: r.lock,
             cfg,
         };
@@ -578,7 +583,7 @@ impl Appender {
     #[inline]
     fn ensure_room(&mut self, len: usize) -> Result<()> {
         debug_assert_eq!(
-            self.receive_dirty, 0,
+            self.received, 0,
             "a frame appended over bytes received in place: discard them first"
         );
         if len > self.max_payload() {

@@ -62,7 +62,7 @@ pub mod tailer;
 pub mod verify;
 
 pub use appender::{
-    check_first_replicated_segment, Appender, AppenderStats, CheckedFrames, Claim,
+    check_first_replicated_segment, Appender, AppenderStats, CheckedFrames, Claim, ReceiveArea,
     ReplicatedHeader, SEGMENT_HEADER_PREFIX,
 };
 pub use config::{FlushPolicy, StoreConfig};

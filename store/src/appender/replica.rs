@@ -95,7 +95,7 @@ impl Appender {
     /// does not fit in the active segment, or when bytes received in place are pending
     /// (commit or discard them first); nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
-        if self.receive_dirty > 0 {
+        if self.received > 0 {
             return Err(self.mismatch("bytes received in place are pending".into()));
         }
         let at = self.frames_at();
@@ -116,20 +116,23 @@ impl Appender {
         Ok((checked.frames, checked.bytes))
     }
 
-    /// The `len` bytes of the active segment that follow the bytes received so far: where a
-    /// replication client reads an upstream's data straight from its socket, so the data is
-    /// copied once, kernel to mapping. Say how many bytes were read with
-    /// [`mark_received`](Self::mark_received), check and publish the complete frames with
+    /// Where the next `len` received bytes go: the bytes of the active segment that follow
+    /// those received so far, where a replication client reads an upstream's data straight
+    /// from its socket, so the data is copied once, kernel to mapping; the first 4 bytes
+    /// received (the length of the frame at the committed position) go to
+    /// [`ReceiveArea::held`] instead. Say how many bytes were read with
+    /// [`mark_received`](Self::mark_received) (or use [`receive`](Self::receive) for bytes
+    /// in memory), check and publish the complete frames with
     /// [`commit_received`](Self::commit_received).
     ///
     /// Received bytes lie above the committed position, where no tailer reads, until
-    /// committed. A crash before that leaves them in the file, where recovery keeps those that
-    /// are valid frames continuing the store (length, CRC32C, seq), as it keeps the frames of
-    /// any appender that crashed between writing and publishing; the rest it zeroes.
+    /// committed, and the length of the frame at the committed position stays zero in the
+    /// file until then: a crash leaves recovery no frame to keep there, so nothing that was
+    /// not checked ever becomes a frame of the store.
     ///
     /// Errors: `ReplicaMismatch` when they do not fit in the active segment (an upstream's
-    /// data never crosses a segment's end).
-    pub fn receive_area(&mut self, len: usize) -> Result<&mut [u8]> {
+    /// data never crosses a segment's end). Nothing is marked or written then.
+    pub fn receive_area(&mut self, len: usize) -> Result<ReceiveArea<'_>> {
         let from = self.position + self.received as u64;
         if from + len as u64 > self.limit {
             return Err(self.mismatch(format!(
@@ -138,25 +141,45 @@ impl Appender {
                 self.limit
             )));
         }
-        self.receive_dirty = self.receive_dirty.max(self.received + len);
-        let file_off = file_offset(&self.info, from);
+        self.area = len;
+        let held_from = self.received.min(HELD);
+        let held_len = len.min(HELD - held_from);
+        let file_off = file_offset(&self.info, from) + held_len;
         // SAFETY: single appender (store lock); the range is above the committed position,
         // where no tailer reads, and inside the segment (checked above). The returned borrow
         // of `self` keeps every other writer of the appender out while it lives.
-        Ok(unsafe { self.segment.mapped().bytes_mut(file_off, len) })
+        let segment = unsafe { self.segment.mapped().bytes_mut(file_off, len - held_len) };
+        Ok(ReceiveArea {
+            held: &mut self.held[held_from..held_from + held_len],
+            segment,
+        })
     }
 
     /// Records that the first `n` bytes of the last [`receive_area`](Self::receive_area)
-    /// now hold received data.
+    /// (its `held` part first) now hold received data.
     ///
     /// # Panics
     /// When `n` is more than that area held: a caller's bug, never a peer's.
     pub fn mark_received(&mut self, n: usize) {
         assert!(
-            self.received + n <= self.receive_dirty,
+            n <= self.area,
             "marked more bytes received than the receive area held"
         );
+        self.area -= n;
         self.received += n;
+    }
+
+    /// Receives `bytes` held in memory (what arrived with a message's header, say): copies
+    /// them where [`receive_area`](Self::receive_area) says and marks them received.
+    ///
+    /// Errors: those of `receive_area`.
+    pub fn receive(&mut self, bytes: &[u8]) -> Result<()> {
+        let area = self.receive_area(bytes.len())?;
+        let (held, rest) = bytes.split_at(area.held.len());
+        area.held.copy_from_slice(held);
+        area.segment.copy_from_slice(rest);
+        self.mark_received(bytes.len());
+        Ok(())
     }
 
     /// Bytes received in place and not committed yet.
@@ -164,30 +187,40 @@ impl Appender {
         self.received
     }
 
-    /// The received bytes `[from, from + len)` (offsets from the committed position): what a
+    /// The received bytes `[from, from + len)` (offsets from the committed position), in two
+    /// parts (the held length word's, then the segment's; either may be empty): what a
     /// replication client checks the session tag of before it commits them.
     ///
     /// # Panics
     /// When the range goes past the bytes received: a caller's bug.
-    pub fn received_bytes(&self, from: usize, len: usize) -> &[u8] {
+    pub fn received_parts(&self, from: usize, len: usize) -> [&[u8]; 2] {
         assert!(
             from <= self.received && len <= self.received - from,
             "range past the bytes received"
         );
-        let file_off = file_offset(&self.info, self.position) + from;
-        self.segment.mapped().bytes(file_off, len)
+        let end = from + len;
+        let held = &self.held[from.min(HELD)..end.min(HELD)];
+        let start = from.max(HELD).min(end);
+        let file_off = file_offset(&self.info, self.position) + start;
+        [held, self.segment.mapped().bytes(file_off, end - start)]
     }
 
     /// Checks the complete frames at the start of the received bytes, in place, as
     /// [`append_replicated`](Self::append_replicated) checks its bytes, and publishes them
     /// with one release store; an incomplete frame at the end stays received, for the rest of
-    /// it to follow. Returns `(frames, bytes committed)`.
+    /// it to follow. Returns `(frames, bytes committed)`. Call it once what was received has
+    /// been authenticated: from here on, the bytes are the store's.
     ///
     /// Errors: `ReplicaMismatch` as for `append_replicated`; every received byte is then
     /// discarded ([`discard_received`](Self::discard_received)) and nothing is published.
     pub fn commit_received(&mut self) -> Result<(u64, usize)> {
         let at = self.frames_at();
         let file_off = file_offset(&self.info, self.position);
+        let held = self.received.min(HELD);
+        // SAFETY: single appender (store lock); the held bytes' place, above the committed
+        // position and inside the segment (the receive area that held them was checked).
+        unsafe { self.segment.mapped().bytes_mut(file_off, held) }
+            .copy_from_slice(&self.held[..held]);
         let bytes = self.segment.mapped().bytes(file_off, self.received);
         let checked = match check_frames(bytes, &mut self.lengths, &at) {
             Ok(c) => c,
@@ -196,12 +229,13 @@ impl Appender {
                 return Err(e);
             }
         };
-        if checked.bytes == 0 {
-            return Ok((0, 0));
-        }
         self.received -= checked.bytes;
-        self.receive_dirty -= checked.bytes;
-        self.publish_replicated(&checked)?;
+        let published = match checked.bytes {
+            0 => Ok(()),
+            _ => self.publish_replicated(&checked),
+        };
+        self.hold_length();
+        published?;
         Ok((checked.frames, checked.bytes))
     }
 
@@ -209,7 +243,7 @@ impl Appender {
     /// replication client's session ended (or lied) before the rest came. Dropping the
     /// appender does it too.
     pub fn discard_received(&mut self) {
-        if self.receive_dirty == 0 {
+        if self.received == 0 {
             return;
         }
         let file_off = file_offset(&self.info, self.position);
@@ -218,11 +252,24 @@ impl Appender {
         unsafe {
             self.segment
                 .mapped()
-                .bytes_mut(file_off, self.receive_dirty)
+                .bytes_mut(file_off, self.received)
                 .fill(0)
         };
+        self.held = [0; HELD];
         self.received = 0;
-        self.receive_dirty = 0;
+        self.area = 0;
+    }
+
+    /// Moves the first received bytes (the start of an incomplete frame left after a commit)
+    /// out of the file into `held`, before anything unchecked is received after them.
+    fn hold_length(&mut self) {
+        let file_off = file_offset(&self.info, self.position);
+        let held = self.received.min(HELD);
+        // SAFETY: single appender (store lock); the range is above the (new) committed
+        // position, inside the segment, and was received.
+        let bytes = unsafe { self.segment.mapped().bytes_mut(file_off, held) };
+        self.held[..held].copy_from_slice(bytes);
+        bytes.fill(0);
     }
 
     /// Where replicated frames go now: the committed position of the active segment.
@@ -334,7 +381,7 @@ impl Appender {
     /// not committed (the start of a frame the active segment would be sealed without);
     /// preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
-        if self.receive_dirty > 0 {
+        if self.received > 0 {
             return Err(self.mismatch(
                 "a new segment begins after bytes received in place and not committed".into(),
             ));
@@ -393,6 +440,20 @@ impl Appender {
 /// Bytes of a segment header that identify it and are copied to replicas: the immutable
 /// fields and their CRC (`format::seg::IMMUTABLE_LEN` + 4).
 pub const SEGMENT_HEADER_PREFIX: usize = 64;
+
+/// Received bytes kept out of the file until committed: the length of the frame at the
+/// committed position ([`format::frame::LENGTH`]).
+pub(super) const HELD: usize = 4;
+
+/// Where received bytes go ([`Appender::receive_area`]): `held` first, then `segment`.
+#[derive(Debug)]
+pub struct ReceiveArea<'a> {
+    /// The part that holds the first bytes received (the length of the frame at the committed
+    /// position, kept out of the file until committed); empty once 4 bytes are received.
+    pub held: &'a mut [u8],
+    /// The part in the active segment's mapping.
+    pub segment: &'a mut [u8],
+}
 
 /// What [`check_frames`] found at the start of some bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
