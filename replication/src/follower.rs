@@ -240,9 +240,9 @@ struct Link {
     unwritten: Unwritten,
     /// The `Data` message being received straight into the replica.
     direct: Option<Direct>,
-    /// The last message was a `Data` message of at least [`LARGE_DATA`] bytes (a catch-up):
-    /// the receive buffer reads no further than the next message's prefix, so its data can
-    /// go straight into the replica too.
+    /// A catch-up is under way: the last `Data` message was of at least [`LARGE_DATA`] bytes
+    /// (other messages change nothing). The receive buffer then reads no further than the
+    /// next message's prefix, so that its data can go straight into the replica too.
     expect_data: bool,
     /// When (monotonic ns) the last message went out, and the last one came in.
     last_send_ns: u64,
