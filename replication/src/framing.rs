@@ -25,6 +25,13 @@ pub enum FramingError {
     BadEncoding(u16),
 }
 
+/// The SOFH message length (framing header included, not checked) at the start of `bytes`,
+/// once its 4 bytes are there.
+pub fn sofh_length(bytes: &[u8]) -> Option<usize> {
+    let len = bytes.get(..4)?.try_into().expect("4 bytes");
+    Some(u32::from_be_bytes(len) as usize)
+}
+
 /// Writes the SOFH of a message whose SBE part is `sbe_len` bytes into `out[..6]`.
 pub fn put_sofh(out: &mut [u8], sbe_len: usize) {
     out[..4].copy_from_slice(&((sbe_len + SOFH_LEN) as u32).to_be_bytes());
@@ -134,11 +141,7 @@ impl Inbox {
     /// The framing length (SOFH included, not checked yet) of the next message, once its
     /// framing header has arrived.
     pub fn next_length(&self) -> Option<usize> {
-        let sofh = self
-            .buf
-            .get(self.start..self.start + 4)
-            .filter(|_| self.end - self.start >= 4)?;
-        Some(u32::from_be_bytes(sofh.try_into().expect("4 bytes")) as usize)
+        sofh_length(self.pending())
     }
 
     /// The bytes read and not yet taken: the start of the next message (or all of it, and
@@ -160,10 +163,9 @@ impl Inbox {
     /// A message longer than the buffer grows it to fit (up to `max_message`).
     pub fn next_message(&mut self) -> Result<Option<&[u8]>, FramingError> {
         let avail = &self.buf[self.start..self.end];
-        if avail.len() < SOFH_LEN {
+        let Some(len) = sofh_length(avail).filter(|_| avail.len() >= SOFH_LEN) else {
             return Ok(None);
-        }
-        let len = u32::from_be_bytes(avail[..4].try_into().expect("4 bytes")) as usize;
+        };
         let enc = u16::from_be_bytes([avail[4], avail[5]]);
         if !(SOFH_LEN..=self.max_message).contains(&len) {
             return Err(FramingError::BadLength(len));

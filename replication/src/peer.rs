@@ -14,7 +14,7 @@ use seqstream_auth::Keyring;
 
 use seqstream_auth::TAG_LEN;
 
-use crate::framing::{put_sofh, Fill, Inbox, MAX_MESSAGE, SBE_LE, SOFH_LEN};
+use crate::framing::{put_sofh, sofh_length, Fill, Inbox, MAX_MESSAGE, SBE_LE, SOFH_LEN};
 use crate::handshake;
 use crate::protocol::{self, Msg};
 use crate::{Error, Result};
@@ -126,8 +126,7 @@ impl<S: Read + Write> Peer<S> {
         };
         let mut out = Vec::with_capacity(framed.len());
         let mut rest = framed;
-        while rest.len() >= SOFH_LEN {
-            let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        while let Some(len) = sofh_length(rest).filter(|_| rest.len() >= SOFH_LEN) {
             let enc = u16::from_be_bytes([rest[4], rest[5]]);
             if enc != SBE_LE || !(SOFH_LEN..=rest.len()).contains(&len) {
                 break;

@@ -17,7 +17,7 @@ use seqstream_auth::TAG_LEN;
 use seqstream_schemas::wire;
 use seqstream_store::SEGMENT_HEADER_PREFIX;
 
-use crate::framing::{put_sofh, MAX_MESSAGE, SBE_LE, SOFH_LEN};
+use crate::framing::{put_sofh, sofh_length, MAX_MESSAGE, SBE_LE, SOFH_LEN};
 
 /// One decoded replication message, borrowing from the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,7 +264,7 @@ pub const DATA_PREFIX_LEN: usize = SOFH_LEN + 20;
 pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
     let p: &[u8; DATA_PREFIX_LEN] = bytes.get(..DATA_PREFIX_LEN)?.try_into().ok()?;
     let u16_at = |at: usize| u16::from_le_bytes([p[at], p[at + 1]]);
-    let framed = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize;
+    let framed = sofh_length(p)?;
     let len = u32::from_le_bytes([p[22], p[23], p[24], p[25]]) as usize;
     let is_data = u16::from_be_bytes([p[4], p[5]]) == SBE_LE
         && u16_at(6) == wire::ReplicationDataDecoder::BLOCK_LENGTH
