@@ -389,7 +389,8 @@ impl Appender {
     ///
     /// Errors: `FrameTooLarge` above [`max_payload`](Self::max_payload); errors of the roll
     /// when the active segment is full (e.g. disk full preparing the next one: the store is
-    /// unchanged and the call can be retried).
+    /// unchanged and the call can be retried); `ReplicaMismatch` on a replica while bytes
+    /// received in place ([`receive_area`](Self::receive_area)) are pending.
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
         self.claim_with(FrameFields::default(), len)
@@ -580,12 +581,17 @@ impl Appender {
         Ok(false)
     }
 
+    /// Rolls to the next segment if a frame of `len` payload bytes does not fit in this one.
+    /// Errors: `FrameTooLarge`; `ReplicaMismatch` while bytes received in place are pending
+    /// (the frame would overwrite them; commit or discard them first); the roll's errors.
     #[inline]
     fn ensure_room(&mut self, len: usize) -> Result<()> {
-        debug_assert_eq!(
-            self.received, 0,
-            "a frame appended over bytes received in place: discard them first"
-        );
+        if self.received > 0 {
+            return Err(StoreError::ReplicaMismatch {
+                position: self.position,
+                reason: "an append while bytes received in place are pending".into(),
+            });
+        }
         if len > self.max_payload() {
             return Err(StoreError::FrameTooLarge {
                 len,
