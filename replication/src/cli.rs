@@ -14,7 +14,9 @@ use seqstream_agent::{Idle, OnError};
 use seqstream_auth::Keyring;
 use seqstream_store::FlushPolicy;
 
-use crate::follower::{Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE, GROUP_RECONNECT_MIN};
+use crate::follower::{
+    AckTiming, Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE, GROUP_RECONNECT_MIN,
+};
 use crate::server::{Server, ServerConfig};
 use crate::tls;
 
@@ -139,6 +141,11 @@ pub struct FollowArgs {
     /// 8 KiB (a segment header and a page of frames).
     #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE, value_parser = clap::value_parser!(u64).range(8192..))]
     pub max_segment_size: u64,
+    /// When to acknowledge what a duty cycle wrote: immediate (in that cycle), or
+    /// next-cycle (at the start of the next, so that an application running this client
+    /// under invoker threading reads the frames before the acknowledgement's send).
+    #[arg(long, value_enum, default_value = "immediate")]
+    pub ack: AckTiming,
 }
 
 /// The replication keyring of `c`'s key file.
@@ -246,6 +253,7 @@ impl Role for FollowArgs {
         cfg.heartbeat = Duration::from_millis(c.heartbeat_ms);
         cfg.peer_timeout = Duration::from_millis(c.peer_timeout_ms);
         cfg.max_segment_size = self.max_segment_size;
+        cfg.ack = self.ack;
         if self.tls_ca.is_some() && self.upstream.len() > 1 && self.tls_server_name.is_none() {
             bail!("TLS to several upstreams: give --tls-server-name, the name every upstream's certificate carries");
         }

@@ -128,6 +128,29 @@ pub struct FollowerConfig {
     /// The longest segment an upstream may make this replica allocate: a segment header
     /// declaring more is refused as a lie. Default [`DEFAULT_MAX_SEGMENT_SIZE`].
     pub max_segment_size: u64,
+    /// When what a duty cycle wrote is acknowledged. Default [`AckTiming::Immediate`].
+    pub ack: AckTiming,
+}
+
+/// When a follower acknowledges what a duty cycle wrote to its replica.
+///
+/// The acknowledgement is a `send(2)`; over loopback or a veth pair the kernel delivers it
+/// to the upstream's socket inside that call, which costs several µs. A reader of the
+/// replica on the follower's own thread (an application that runs its host's roles under
+/// `threading = "invoker"`) sees the frames only after the duty cycle returns, so an
+/// immediate acknowledgement sits between the frames' arrival and that reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum AckTiming {
+    /// In the duty cycle that wrote, once the frames are committed (the default). A
+    /// sequencer group's standby always acknowledges at once: its acknowledgement releases
+    /// frames under `standby-ack`.
+    #[default]
+    Immediate,
+    /// At the start of the next duty cycle, before it reads: one duty cycle later, after the
+    /// caller's own work between cycles. The upstream's view of this replica (its
+    /// `position acked` and `lag bytes` counters) trails by that cycle; nothing else waits
+    /// for a consumer's acknowledgement.
+    NextCycle,
 }
 
 /// The default [`FollowerConfig::max_segment_size`]: 1 GiB, the sequencer's default segment
@@ -154,6 +177,7 @@ impl FollowerConfig {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
+            ack: AckTiming::Immediate,
         }
     }
 }
@@ -247,6 +271,8 @@ struct Link {
     /// When (monotonic ns) the last message went out, and the last one came in.
     last_send_ns: u64,
     last_recv_ns: u64,
+    /// What the last duty cycle wrote waits to be acknowledged ([`AckTiming::NextCycle`]).
+    ack_due: bool,
     /// Where the handshake stands, and the session's keys once it is over.
     auth: LinkAuth,
 }
@@ -547,11 +573,16 @@ impl Follower {
                 Ok((State::Streaming { link }, work))
             }
             State::Streaming { mut link } => {
+                // What the last cycle wrote, when acknowledgements wait a cycle: first.
+                let mut work = 0;
+                if std::mem::take(&mut link.ack_due) {
+                    work += self.replica.send_ack(&mut link, now)?;
+                }
                 let r = self.replica.receive(&mut link, now)?;
                 if r.messages > 0 {
                     link.last_recv_ns = now;
                 }
-                let work = r.work
+                work += r.work
                     + self
                         .replica
                         .acknowledge(&mut link, r.wrote, now, &mut self.clock)?;
@@ -658,6 +689,7 @@ impl Follower {
             expect_data: false,
             last_send_ns: now,
             last_recv_ns: now,
+            ack_due: false,
             auth: LinkAuth::Challenge { nonce, resume },
         });
         Ok(State::Handshaking {
@@ -1033,7 +1065,8 @@ impl Replica {
         Ok(())
     }
 
-    /// Acknowledges what was written, or heartbeats when nothing was sent for a heartbeat
+    /// Publishes what was written and acknowledges it (now, or in the next cycle as
+    /// [`FollowerConfig::ack`] says), or heartbeats when nothing was sent for a heartbeat
     /// interval; the work done.
     fn acknowledge(
         &mut self,
@@ -1042,32 +1075,54 @@ impl Replica {
         now: u64,
         clock: &mut Clock,
     ) -> Result<usize> {
-        link.scratch.clear();
-        let LinkAuth::Session(macs) = &mut link.auth else {
+        if !matches!(link.auth, LinkAuth::Session(_)) {
             return Ok(0); // nothing but the handshake before it is over
-        };
+        }
         if wrote {
             self.publish_position();
-            protocol::encode_sealed(
-                &Msg::Ack {
-                    position: self.position(),
-                    next_seq: self.next_seq(),
-                },
-                &mut macs.from_replica,
-                &mut link.scratch,
-            );
-        } else if now.saturating_sub(link.last_send_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
-            protocol::encode_sealed(
-                &Msg::Heartbeat {
-                    committed_position: self.position(),
-                    timestamp_ns: clock.realtime_ns(),
-                },
-                &mut macs.from_replica,
-                &mut link.scratch,
-            );
-        } else {
+            if self.cfg.ack == AckTiming::NextCycle {
+                link.ack_due = true;
+                return Ok(0);
+            }
+            return self.send_ack(link, now);
+        }
+        if now.saturating_sub(link.last_send_ns) < self.cfg.heartbeat.as_nanos() as u64 {
             return Ok(0);
         }
+        link.scratch.clear();
+        let LinkAuth::Session(macs) = &mut link.auth else {
+            return Ok(0);
+        };
+        protocol::encode_sealed(
+            &Msg::Heartbeat {
+                committed_position: self.position(),
+                timestamp_ns: clock.realtime_ns(),
+            },
+            &mut macs.from_replica,
+            &mut link.scratch,
+        );
+        Self::send(link, now)
+    }
+
+    /// Acknowledges the replica's committed position; the work done.
+    fn send_ack(&mut self, link: &mut Link, now: u64) -> Result<usize> {
+        link.scratch.clear();
+        let LinkAuth::Session(macs) = &mut link.auth else {
+            return Ok(0);
+        };
+        protocol::encode_sealed(
+            &Msg::Ack {
+                position: self.position(),
+                next_seq: self.next_seq(),
+            },
+            &mut macs.from_replica,
+            &mut link.scratch,
+        );
+        Self::send(link, now)
+    }
+
+    /// Sends the message in `link.scratch`; the work done.
+    fn send(link: &mut Link, now: u64) -> Result<usize> {
         link.outbox
             .send(&mut link.stream, &[&link.scratch])
             .map_err(|e| Error::io("write", e))?;

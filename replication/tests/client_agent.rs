@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::AgentInvoker;
-use seqstream_auth::handshake::{nonce, Transcript};
+use seqstream_auth::handshake::{nonce, SessionKeys, Transcript};
 use seqstream_auth::{Key, Keyring};
-use seqstream_replication::follower::{Follower, FollowerConfig, Phase};
+use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig, Phase};
 use seqstream_replication::framing::{Fill, Inbox};
 use seqstream_replication::protocol::{self, Msg};
 
@@ -24,8 +24,18 @@ fn keys() -> Keyring {
 const MS: u64 = 1_000_000;
 
 fn follower(dir: &Path, upstream: SocketAddr, clock: &ManualClock) -> AgentInvoker<Follower> {
+    follower_acking(dir, upstream, clock, AckTiming::Immediate)
+}
+
+fn follower_acking(
+    dir: &Path,
+    upstream: SocketAddr,
+    clock: &ManualClock,
+    ack: AckTiming,
+) -> AgentInvoker<Follower> {
     let mut cfg = FollowerConfig::new(dir.join("replica"), STREAM, upstream, keys());
     cfg.store_config = cfg.store_config.clone().clock(clock.clock());
+    cfg.ack = ack;
     let w = CountersWriter::create(&dir.join("f.counters"), 64).unwrap();
     AgentInvoker::new(Follower::new(cfg, &w).unwrap(), clock.clock())
 }
@@ -140,45 +150,15 @@ fn accept(l: &TcpListener) -> TcpStream {
     }
 }
 
-#[test]
-fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
-    let d = tempfile::tempdir().unwrap();
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    upstream.set_nonblocking(true).unwrap();
-    let clock = ManualClock::new(1 << 40, 1 << 40);
-    let mut inv = follower(d.path(), upstream.local_addr().unwrap(), &clock);
-
-    // Connected: the hello goes out, and the follower waits for an answer without blocking.
-    invoke_until(&mut inv, Phase::Handshaking);
-    assert_eq!(counter(d.path(), "connects"), 1);
-    let mut s = accept(&upstream);
-    let mut inbox = Inbox::new(4096, 1 << 20);
-    let hello = next_msg(&mut s, &mut inbox);
-    assert!(matches!(
-        protocol::decode(&hello).unwrap(),
-        Msg::Hello {
-            stream_id: STREAM,
-            resume_position: 0,
-            resume_term: 0,
-            nonce
-        } if nonce.len() == 32
-    ));
-    for _ in 0..20 {
-        inv.invoke().unwrap();
-    }
-    clock.advance(4_900 * MS); // past the heartbeat interval: still only the hello is sent
-    inv.invoke().unwrap();
-    assert_eq!(inv.agent().phase(), Phase::Handshaking);
-    // No answer within the handshake timeout (5 s): a session fault, then the backoff.
-    clock.advance(101 * MS);
-    inv.invoke().unwrap();
-    assert_eq!(inv.agent().phase(), Phase::Disconnected);
-    assert_eq!(counter(d.path(), "session errors"), 1);
-    drop(s);
-
-    clock.advance(50 * MS);
-    invoke_until(&mut inv, Phase::Handshaking);
-    let mut s = accept(&upstream);
+/// The upstream's side of a handshake with the follower `inv` (connecting to `upstream`),
+/// ending with the first segment's header: the follower is streaming. Returns the upstream's
+/// socket, its receive buffer and the session's keys.
+fn handshake(
+    inv: &mut AgentInvoker<Follower>,
+    upstream: &TcpListener,
+) -> (TcpStream, Inbox, SessionKeys) {
+    invoke_until(inv, Phase::Handshaking);
+    let mut s = accept(upstream);
     let mut inbox = Inbox::new(4096, 1 << 20);
     let hello = next_msg(&mut s, &mut inbox);
     let Msg::Hello { nonce: client, .. } = protocol::decode(&hello).unwrap() else {
@@ -240,7 +220,70 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
         &mut answer,
     );
     s.write_all(&answer).unwrap();
-    invoke_until(&mut inv, Phase::Streaming);
+    invoke_until(inv, Phase::Streaming);
+    (s, inbox, macs)
+}
+
+/// One sealed `Data` message of one 8-byte frame, seq `seq`, at `position`.
+fn one_frame(macs: &mut SessionKeys, position: u64, seq: u64) -> Vec<u8> {
+    let mut frame = [0u8; 48];
+    seqstream_store::format::write_frame_header(
+        &mut frame,
+        8,
+        seq,
+        1_700_000_000_000_000_001,
+        &seqstream_store::FrameFields::default(),
+    );
+    let mut data = Vec::new();
+    protocol::encode_sealed(
+        &Msg::Data {
+            position,
+            bytes: &frame,
+        },
+        &mut macs.from_upstream,
+        &mut data,
+    );
+    data
+}
+
+#[test]
+fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut inv = follower(d.path(), upstream.local_addr().unwrap(), &clock);
+
+    // Connected: the hello goes out, and the follower waits for an answer without blocking.
+    invoke_until(&mut inv, Phase::Handshaking);
+    assert_eq!(counter(d.path(), "connects"), 1);
+    let mut s = accept(&upstream);
+    let mut inbox = Inbox::new(4096, 1 << 20);
+    let hello = next_msg(&mut s, &mut inbox);
+    assert!(matches!(
+        protocol::decode(&hello).unwrap(),
+        Msg::Hello {
+            stream_id: STREAM,
+            resume_position: 0,
+            resume_term: 0,
+            nonce
+        } if nonce.len() == 32
+    ));
+    for _ in 0..20 {
+        inv.invoke().unwrap();
+    }
+    clock.advance(4_900 * MS); // past the heartbeat interval: still only the hello is sent
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Handshaking);
+    // No answer within the handshake timeout (5 s): a session fault, then the backoff.
+    clock.advance(101 * MS);
+    inv.invoke().unwrap();
+    assert_eq!(inv.agent().phase(), Phase::Disconnected);
+    assert_eq!(counter(d.path(), "session errors"), 1);
+    drop(s);
+
+    clock.advance(50 * MS);
+    let (mut s, mut inbox, mut macs) = handshake(&mut inv, &upstream);
     assert!(!d.path().join("replica").join("000000000000.seg").exists());
     // A heartbeat when the heartbeat interval (100 ms) has passed on the clock.
     clock.advance(100 * MS);
@@ -258,24 +301,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
         "{hb:?}"
     );
     // One frame: the session writes something.
-    let mut frame = [0u8; 48];
-    seqstream_store::format::write_frame_header(
-        &mut frame,
-        8,
-        1,
-        1_700_000_000_000_000_001,
-        &seqstream_store::FrameFields::default(),
-    );
-    let mut data = Vec::new();
-    protocol::encode_sealed(
-        &Msg::Data {
-            position: 0,
-            bytes: &frame,
-        },
-        &mut macs.from_upstream,
-        &mut data,
-    );
-    s.write_all(&data).unwrap();
+    s.write_all(&one_frame(&mut macs, 0, 1)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while counter(d.path(), "frames received") == 0 {
         assert!(Instant::now() < deadline, "the frame was never written");
@@ -351,4 +377,54 @@ fn retarget_ends_the_session_and_connects_to_the_new_upstream_without_waiting() 
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut from_old, &mut rest).unwrap();
     assert_eq!(counter(d.path(), "connects"), 2);
+}
+
+/// Whether an acknowledgement of what a cycle wrote went out in that cycle (`Immediate`) or
+/// waits for the start of the next one (`NextCycle`); either way, it says the same.
+#[test]
+fn what_a_cycle_wrote_is_acknowledged_in_it_or_at_the_start_of_the_next() {
+    for ack in [AckTiming::Immediate, AckTiming::NextCycle] {
+        let d = tempfile::tempdir().unwrap();
+        let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+        upstream.set_nonblocking(true).unwrap();
+        let clock = ManualClock::new(1 << 40, 1 << 40);
+        let mut inv = follower_acking(d.path(), upstream.local_addr().unwrap(), &clock, ack);
+        let (mut s, mut inbox, mut macs) = handshake(&mut inv, &upstream);
+        for (position, seq) in [(0, 1), (48, 2)] {
+            s.write_all(&one_frame(&mut macs, position, seq)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            // Stops right after the cycle that wrote the frame.
+            while counter(d.path(), "frames received") < seq {
+                assert!(
+                    Instant::now() < deadline,
+                    "{ack:?}: frame {seq} never written"
+                );
+                inv.invoke().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // What the follower sent by then (the clock stands still: no heartbeat is due).
+            std::thread::sleep(Duration::from_millis(20));
+            s.set_nonblocking(true).unwrap();
+            let sent = inbox.fill(&mut s);
+            s.set_nonblocking(false).unwrap();
+            let acked = inbox.next_message().unwrap().map(<[u8]>::to_vec);
+            match ack {
+                AckTiming::Immediate => assert!(acked.is_some(), "{sent:?}"),
+                AckTiming::NextCycle => {
+                    assert!(acked.is_none(), "acknowledged in the cycle that wrote");
+                    inv.invoke().unwrap();
+                }
+            }
+            let m = acked.unwrap_or_else(|| next_msg(&mut s, &mut inbox));
+            assert_eq!(
+                protocol::open(&mut macs.from_replica, &m).unwrap(),
+                Msg::Ack {
+                    position: position + 48,
+                    next_seq: seq + 1
+                },
+                "{ack:?}"
+            );
+        }
+        inv.close().unwrap();
+    }
 }

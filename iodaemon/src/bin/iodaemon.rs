@@ -16,7 +16,7 @@ use seqstream_iodaemon::cli::{check_routes, parse_route, ForwardArgs};
 use seqstream_replication::cli::{
     Common, FollowArgs, DEFAULT_HEARTBEAT_MS, DEFAULT_KEY_OVERLAP_MS, DEFAULT_PEER_TIMEOUT_MS,
 };
-use seqstream_replication::follower::DEFAULT_MAX_SEGMENT_SIZE;
+use seqstream_replication::follower::{AckTiming, DEFAULT_MAX_SEGMENT_SIZE};
 use seqstream_store::FlushPolicy;
 
 #[derive(Parser)]
@@ -129,6 +129,7 @@ impl Follows {
                     core: self.follow_cores.get(i).copied(),
                     flush: self.follow_flush,
                     max_segment_size: self.follow_max_segment_size,
+                    ack: AckTiming::Immediate,
                 };
                 (f.stream_id, role)
             })
