@@ -119,8 +119,8 @@ pub fn run_dedicated(
         layout.place(&role, agents);
     }
     tracing::info!(counters = %counters.path().display(), "started");
-    let runners = layout.start(Some(&counters), stop)?;
-    crate::host::join_all(runners)?;
+    let started = layout.start(Some(&counters), stop)?;
+    crate::host::join_all(started.runners)?;
     tracing::info!("stopped");
     Ok(())
 }

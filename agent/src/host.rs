@@ -9,6 +9,11 @@
 //! - [`Threading::Groups`]: explicit threads, each with a core, an idle strategy, an error
 //!   policy and the roles it runs. A group that names `"<role>.senders"` also runs the agents
 //!   that role hands out; those of a role no group names that way get runners of their own.
+//! - [`Threading::Invoker`]: no thread at all. Every agent, and every agent handed out, is in
+//!   one [`CompositeAgent`] that [`start`](Layout::start) hands back for the application to
+//!   drive from its own loop with an [`AgentInvoker`](crate::AgentInvoker) (Aeron's `INVOKER`
+//!   threading mode): on a host with fewer cores than busy threads, the application's thread
+//!   does the host's work between its own, and nothing waits to be scheduled.
 //!
 //! The layout owns placement only. It never builds a role: the host builds each role (with
 //! the [`AgentSink`] the layout says its handed agents go to, from
@@ -65,7 +70,12 @@ pub enum Threading {
     Shared(ThreadGroup),
     /// Explicit threads; every role in exactly one.
     Groups(Vec<ThreadGroup>),
+    /// No thread: everything in one agent for the caller's loop.
+    Invoker,
 }
+
+/// The name of the one agent of [`Threading::Invoker`] (its duty cycle runs every role).
+pub const INVOKER: &str = "invoker";
 
 /// A threading that does not fit the host's roles.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -122,6 +132,16 @@ pub struct Layout {
     scoped_runners: bool,
 }
 
+/// What [`Layout::start`] started.
+pub struct Started {
+    /// The threads, each running its agents (none under [`Threading::Invoker`]).
+    pub runners: Vec<AgentRunner>,
+    /// Under [`Threading::Invoker`], every agent of the host in one composite, not yet
+    /// started: the caller drives it (`AgentInvoker::new(invoked, clock)`), whose
+    /// `on_start` runs on the first duty cycle. `None` under the other threadings.
+    pub invoked: Option<CompositeAgent>,
+}
+
 /// A role's agents in a thread group.
 type Member = (String, Vec<Box<dyn Agent>>);
 
@@ -148,14 +168,25 @@ impl Layout {
         };
         match threading {
             Threading::Dedicated => {}
-            Threading::Shared(mut group) => {
+            Threading::Shared(group) => {
                 layout.threading = "shared";
-                group.roles = roles.to_vec();
-                for r in roles {
-                    layout.role_group.insert(r.clone(), 0);
-                    layout.senders_group.insert(r.clone(), 0);
-                }
-                layout.push_group(group);
+                layout.share_all(group, roles);
+            }
+            Threading::Invoker => {
+                layout.threading = INVOKER;
+                layout.share_all(
+                    ThreadGroup {
+                        name: INVOKER.into(),
+                        // Unused: the caller's thread has its own core and idle strategy.
+                        placement: Placement {
+                            core: None,
+                            idle: Idle::backoff(),
+                            on_error: OnError::Stop,
+                        },
+                        roles: Vec::new(),
+                    },
+                    roles,
+                );
             }
             Threading::Groups(groups) => {
                 layout.threading = "groups";
@@ -198,6 +229,16 @@ impl Layout {
         Ok(layout)
     }
 
+    /// Puts every role, and what each hands out, in `group`, the only one.
+    fn share_all(&mut self, mut group: ThreadGroup, roles: &[String]) {
+        group.roles = roles.to_vec();
+        for r in roles {
+            self.role_group.insert(r.clone(), 0);
+            self.senders_group.insert(r.clone(), 0);
+        }
+        self.push_group(group);
+    }
+
     fn push_group(&mut self, group: ThreadGroup) {
         let composite = CompositeAgent::new(Some(group.name.clone()), Vec::new());
         self.group_members.push(Vec::new());
@@ -212,7 +253,7 @@ impl Layout {
         self.scoped_runners = true;
     }
 
-    /// `"dedicated"`, `"shared"` or `"groups"`.
+    /// `"dedicated"`, `"shared"`, `"groups"` or `"invoker"`.
     pub fn threading(&self) -> &'static str {
         self.threading
     }
@@ -241,7 +282,8 @@ impl Layout {
         }
     }
 
-    /// One line per thread the layout will start: its name, core, idle strategy and agents.
+    /// One line per thread the layout will start: its name, core, idle strategy and agents
+    /// (under [`Threading::Invoker`], one line for the caller's thread).
     pub fn describe(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (_, agents) in &self.roles {
@@ -258,11 +300,12 @@ impl Layout {
                     .map(|(r, _)| format!("{r}{SENDERS_SUFFIX}")),
             );
             names.sort_by_key(|n| order_in(group, n));
-            lines.push(format!(
-                "{}: {}",
-                describe(&group.name, &group.placement),
-                names.join(", ")
-            ));
+            let thread = if self.threading == INVOKER {
+                format!("{INVOKER} (the application's thread)")
+            } else {
+                describe(&group.name, &group.placement)
+            };
+            lines.push(format!("{thread}: {}", names.join(", ")));
         }
         lines
     }
@@ -277,19 +320,37 @@ impl Layout {
 
     /// Starts every thread, all sharing `stop` (a signal, or an error under
     /// [`OnError::Stop`], ends them all); their runners' counters go to `counters`. On an
-    /// error, the runners already started are stopped and joined.
+    /// error, the runners already started are stopped and joined. Under
+    /// [`Threading::Invoker`] it starts nothing and hands the host's agents back
+    /// ([`Started::invoked`]); `stop` and `counters` are then the caller's business.
     pub fn start(
         self,
         counters: Option<&CountersWriter>,
         stop: &Arc<AtomicBool>,
-    ) -> Result<Vec<AgentRunner>, RunnerError> {
+    ) -> Result<Started, RunnerError> {
         let Layout {
+            threading,
             roles,
             groups,
             mut group_members,
             scoped_runners,
             ..
         } = self;
+        let mut composite = |g: usize, group: &ThreadGroup, agent: CompositeAgent| {
+            let mut members = std::mem::take(&mut group_members[g]);
+            members.sort_by_key(|(r, _)| order_in(group, r));
+            agent.with_members(members.into_iter().flat_map(|(_, a)| a))
+        };
+        if threading == INVOKER {
+            let (group, agent) = groups
+                .into_iter()
+                .next()
+                .expect("invoker threading's group");
+            return Ok(Started {
+                runners: Vec::new(),
+                invoked: Some(composite(0, &group, agent)),
+            });
+        }
         let mut runners = Vec::new();
         let config = |p: &Placement, counters: Option<CountersWriter>| RunnerConfig {
             core: p.core,
@@ -311,14 +372,9 @@ impl Layout {
                 starts.push((h.agent, config(&h.placement, counters.clone())));
             }
         }
-        for (g, (group, composite)) in groups.into_iter().enumerate() {
-            let mut members = std::mem::take(&mut group_members[g]);
-            members.sort_by_key(|(r, _)| order_in(&group, r));
-            let composite = composite.with_members(members.into_iter().flat_map(|(_, a)| a));
-            starts.push((
-                Box::new(composite),
-                config(&group.placement, counters.cloned()),
-            ));
+        for (g, (group, agent)) in groups.into_iter().enumerate() {
+            let agent = composite(g, &group, agent);
+            starts.push((Box::new(agent), config(&group.placement, counters.cloned())));
         }
         for (agent, cfg) in starts {
             match AgentRunner::start(agent, cfg, stop.clone()) {
@@ -332,7 +388,10 @@ impl Layout {
                 }
             }
         }
-        Ok(runners)
+        Ok(Started {
+            runners,
+            invoked: None,
+        })
     }
 }
 
@@ -425,7 +484,7 @@ mod tests {
             layout.place(r, hosted(r, &seen));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let runners = layout.start(None, &stop).unwrap();
+        let runners = layout.start(None, &stop).unwrap().runners;
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while seen.lock().unwrap().len() < 3 {
             assert!(std::time::Instant::now() < deadline);
@@ -465,6 +524,37 @@ mod tests {
             threads_of(l),
             pairs(&[("a", "slow"), ("b", "hot"), ("c", "slow")])
         );
+    }
+
+    #[test]
+    fn invoker_threading_starts_no_thread_and_runs_every_role_on_the_callers() {
+        let roles = names(&["a", "b"]);
+        let mut l = Layout::new(Threading::Invoker, &roles).unwrap();
+        assert_eq!(l.threading(), INVOKER);
+        let sink = l.handed_agents_host("a").expect("a composite's sink");
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        for r in ["b", "a"] {
+            l.place(r, hosted(r, &seen));
+        }
+        assert_eq!(
+            l.describe(),
+            ["invoker (the application's thread): a, b, a.senders"]
+        );
+        let started = l.start(None, &Arc::new(AtomicBool::new(false))).unwrap();
+        assert!(started.runners.is_empty());
+        let mut invoker = crate::AgentInvoker::new(
+            started.invoked.expect("the host's agents"),
+            crate::clock::Clock::system(),
+        );
+        // Handed out while the host runs (a server's sender): it joins the same cycle.
+        sink.add(Box::new(Probe("handed".into(), seen.clone())));
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        invoker.invoke().unwrap();
+        invoker.invoke().unwrap();
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        let on = |r: &str| (r.to_string(), me.clone());
+        assert_eq!(seen, [on("a"), on("b"), on("handed")]);
     }
 
     #[test]

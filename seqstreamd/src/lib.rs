@@ -5,6 +5,11 @@
 //! ([`HostFile::parse`]) into the roles' options and a [`Threading`], and starts them
 //! ([`Host::start`]); the `seqstreamd` binary is a thin `main` around it.
 //!
+//! An application can also embed its host: with `threading = "invoker"` the host starts no
+//! thread, and the application runs every role's duty cycle from its own loop
+//! ([`Host::invoker`]; Aeron's `INVOKER` threading mode). The daemon refuses that threading:
+//! it has no loop of its own to lend.
+//!
 //! A role's table takes the same keys as its one-role daemon's flags (`stream_id = 1` is
 //! `--stream-id 1`), parsed by the same parser ([`seqstream_agent::daemon::Role`]), so a role
 //! is configured one way wherever it runs:
@@ -26,10 +31,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::daemon::{table_to_flags, Role, RoleContext};
 use seqstream_agent::host::{Layout, Placement, ThreadGroup, Threading, SENDERS_SUFFIX};
-use seqstream_agent::{AgentRunner, Idle, OnError};
+use seqstream_agent::{AgentInvoker, AgentRunner, CompositeAgent, Idle, OnError};
 use seqstream_iodaemon::cli::{check_routes, ForwardArgs};
 use seqstream_replication::cli::{FollowArgs, ServeArgs};
 use seqstream_sequencer::cli::{CompositorArgs, SequencerArgs};
@@ -137,7 +143,10 @@ impl RoleSpec {
     }
 }
 
-/// A host's file, parsed and checked: its roles (named, in file order by kind), how they are
+/// A host's file, parsed and checked: its roles (named; by kind — sequencers, compositors,
+/// servers, forwarders, replication clients, sequencer group members — and each kind in file
+/// order, which is the order a shared or invoked duty cycle visits them: a forwarder sends
+/// what its applications offered before a client reads what came in), how they are
 /// laid on threads, and where its counters go.
 #[derive(Debug, Clone)]
 pub struct HostFile {
@@ -163,6 +172,7 @@ enum Kind {
     Dedicated,
     Shared,
     Groups,
+    Invoker,
 }
 
 fn check_name(what: &str, name: &str) -> Result<()> {
@@ -270,7 +280,8 @@ impl HostFile {
             "dedicated" => Kind::Dedicated,
             "shared" => Kind::Shared,
             "groups" => Kind::Groups,
-            other => bail!("threading {other:?}: use dedicated, shared or groups"),
+            "invoker" => Kind::Invoker,
+            other => bail!("threading {other:?}: use dedicated, shared, groups or invoker"),
         };
         if kind != Kind::Shared && raw.shared.is_some() {
             bail!("a [shared] table needs threading = \"shared\"");
@@ -319,8 +330,13 @@ impl HostFile {
                     for key in keys {
                         let allowed = own_senders && (*key == "cores" || *key == "idle");
                         if table.contains_key(*key) && !allowed {
+                            let instead = if kind == Kind::Invoker {
+                                "under threading = \"invoker\" the application's thread runs every role"
+                            } else {
+                                "set it on its [shared] or [[thread]] table"
+                            };
                             bail!(
-                                "{what}: {key} places a thread of the role's own, which it has only under threading = \"dedicated\"; set it on its [shared] or [[thread]] table"
+                                "{what}: {key} places a thread of the role's own, which it has only under threading = \"dedicated\"; {instead}"
                             );
                         }
                     }
@@ -351,16 +367,16 @@ impl HostFile {
             &|f| One::<ServeArgs>::try_parse_from(f).map(|o| RoleSpec::Serve(o.role)),
         )?;
         parse(
-            FollowArgs::KIND,
-            &raw.follow,
-            FollowArgs::PLACEMENT_KEYS,
-            &|f| One::<FollowArgs>::try_parse_from(f).map(|o| RoleSpec::Follow(o.role)),
-        )?;
-        parse(
             ForwardArgs::KIND,
             &raw.forward,
             ForwardArgs::PLACEMENT_KEYS,
             &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
+        )?;
+        parse(
+            FollowArgs::KIND,
+            &raw.follow,
+            FollowArgs::PLACEMENT_KEYS,
+            &|f| One::<FollowArgs>::try_parse_from(f).map(|o| RoleSpec::Follow(o.role)),
         )?;
         parse(
             GroupArgs::KIND,
@@ -419,6 +435,7 @@ impl HostFile {
                 }
                 Threading::Groups(groups)
             }
+            Kind::Invoker => Threading::Invoker,
         };
         let file = HostFile {
             roles,
@@ -524,18 +541,21 @@ impl HostFile {
     }
 }
 
-/// A started host: its runners and its counters file.
+/// A started host: its runners (or, under `threading = "invoker"`, its roles for the
+/// caller's loop) and its counters file.
 pub struct Host {
     runners: Vec<AgentRunner>,
+    invoker: Option<AgentInvoker<CompositeAgent>>,
     counters: CountersWriter,
     threads: Vec<String>,
     _cleanup: seqstream_agent::daemon::RemoveOnExit,
 }
 
 impl Host {
-    /// Opens every role of `file` (in file order; each one's counters scoped to its name),
+    /// Opens every role of `file` (in its order; each one's counters scoped to its name),
     /// lays them on threads and starts them, all sharing `stop`. `counters` overrides the
-    /// file's counters path.
+    /// file's counters path. Under `threading = "invoker"` no thread starts and `stop` is
+    /// unused: the roles run only when the caller invokes them ([`invoker`](Self::invoker)).
     pub fn start(
         file: HostFile,
         counters: Option<PathBuf>,
@@ -567,9 +587,12 @@ impl Host {
         for t in &threads {
             tracing::info!("thread {t}");
         }
-        let runners = layout.start(Some(&writer), stop)?;
+        let started = layout.start(Some(&writer), stop)?;
         Ok(Host {
-            runners,
+            runners: started.runners,
+            invoker: started
+                .invoked
+                .map(|agent| AgentInvoker::new(agent, Clock::system())),
             counters: writer,
             threads,
             _cleanup: cleanup,
@@ -586,9 +609,28 @@ impl Host {
         &self.threads
     }
 
+    /// Under `threading = "invoker"`, every role of the host as one agent for the caller's
+    /// loop: each [`invoke`](AgentInvoker::invoke) is one duty cycle of every role (and of
+    /// every replica's sender a server has handed out), in the file's order of roles
+    /// ([`HostFile::roles`]); the first starts
+    /// them. Call it from one thread, as often as the latency you want needs (a role that
+    /// is not invoked does nothing: a replication client that is not invoked for its
+    /// server's `peer_timeout_ms` is dropped by it). An error is the role's, as a runner
+    /// under `on_error = "stop"` would end with; the caller decides whether to go on.
+    /// `None` under the other threadings, whose runners do the work.
+    pub fn invoker(&mut self) -> Option<&mut AgentInvoker<CompositeAgent>> {
+        self.invoker.as_mut()
+    }
+
     /// Waits until every runner has ended (on `stop`, or after an error under
-    /// `on_error = "stop"`, which stops them all); the first error.
-    pub fn join(self) -> Result<()> {
+    /// `on_error = "stop"`, which stops them all); the first error. Under invoker threading,
+    /// closes the roles instead (the first close error).
+    pub fn join(mut self) -> Result<()> {
+        if let Some(mut invoker) = self.invoker.take() {
+            invoker
+                .close()
+                .map_err(|e| anyhow::anyhow!("closing the roles of invoker threading: {e}"))?;
+        }
         seqstream_agent::host::join_all(self.runners)?;
         Ok(())
     }
@@ -652,7 +694,16 @@ source = ["1@127.0.0.1"]
         ));
         assert!(e.contains("in no [[thread]]"), "{e}");
         assert!(err(&format!("{SEQ}{SEQ}")).contains("two roles are named \"md\""));
-        assert!(err("threading = \"fast\"\n").contains("dedicated, shared or groups"));
+        assert!(err("threading = \"fast\"\n").contains("dedicated, shared, groups or invoker"));
+        let e = err(&format!(
+            "threading = \"invoker\"\n{}",
+            SEQ.replace("stream_id = 1", "stream_id = 1\nidle = \"yield\"")
+        ));
+        assert!(
+            e.contains("the application's thread runs every role"),
+            "{e}"
+        );
+        assert!(err(&format!("threading = \"invoker\"\n[shared]\n{SEQ}")).contains("[shared]"));
         assert!(err("").contains("no role"));
         let e = err(&SEQ.replace("name = \"md\"", "name = \"a b\""));
         assert!(e.contains("letters, digits"), "{e}");

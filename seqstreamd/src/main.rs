@@ -62,7 +62,8 @@ The seqstream host daemon: every role of a host, on threads as its file says.
 
 The file (TOML) has top-level keys, thread tables and one table per role:
 
-  threading = \"dedicated\" | \"shared\" | \"groups\"   (default dedicated)
+  threading = \"dedicated\" | \"shared\" | \"groups\"   (default dedicated;
+              \"invoker\" is for a host embedded in an application)
   counters  = \"/dev/shm/host.counters\"              (optional)
 
   [shared]                 shared threading: the one thread (core, idle, on_error)
@@ -91,6 +92,9 @@ Relative paths are relative to the daemon's working directory.
 dedicated: each role (and each replica's sender) on a thread of its own.
 shared:    every role and sender on one thread: the fewest threads.
 groups:    the threads you list; every role in exactly one.
+invoker:   no thread: an application that embeds the host (the seqstreamd
+           library's Host::invoker) runs every role from its own loop. This
+           daemon has no such loop and refuses the file (--check accepts it).
 
 seqstreamd --config member.toml --switchover [--to N] asks the sequencer group
 of a member's file for a planned hand-over (etcd only; prints a JSON line).
@@ -142,8 +146,17 @@ fn main() -> Result<()> {
                     );
                 }
             }
+            Threading::Invoker => println!(
+                "threading invoker: every role on the thread of the application that embeds the host (seqstreamd::Host::invoker); this daemon cannot run it"
+            ),
         }
         return Ok(());
+    }
+    if matches!(file.threading, Threading::Invoker) {
+        bail!(
+            "{}: threading = \"invoker\" runs the roles on the thread of an application that embeds the host (seqstreamd::Host::invoker); this daemon has no such thread: use \"shared\" for one thread",
+            cli.config.display()
+        );
     }
     let host = Host::start(file, cli.counters, &stop)?;
     host.join()?;

@@ -2,7 +2,8 @@
 //! replication client and a forwarder, laid on threads three ways, each ending with the same
 //! result (every message sequenced once, confirmed, replica byte-identical); a stuck replica
 //! on the thread it shares with the sequencer and the other senders; an agent error under
-//! `on_error = "stop"`.
+//! `on_error = "stop"`; a host embedded in an application under `threading = "invoker"`,
+//! whose roles run only on the application's thread.
 
 use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -230,6 +231,88 @@ roles = ["md-serve", "md-rep"]"#,
     assert_eq!(groups, ["hot", "slow"]);
 }
 
+#[test]
+fn an_embedded_host_under_invoker_threading_works_only_on_the_application_thread() {
+    use seqstreamd::{Host, HostFile};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    let site = Site::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = |text: &str, name: &str| {
+        Host::start(
+            HostFile::parse(text).unwrap(),
+            Some(site.path(&format!("{name}.counters"))),
+            &stop,
+        )
+        .unwrap()
+    };
+    let primary = start(
+        &format!(
+            "threading = \"shared\"\n[shared]\nidle = \"backoff\"\n{}",
+            site.primary_roles()
+        ),
+        "primary",
+    );
+    assert!(primary.threads().len() == 1 && primary.threads()[0].starts_with("shared"));
+    let n = 500u64;
+    let mut outbox =
+        Outbox::open_or_create(&site.path("app.outbox"), 1, STREAM, 1 << 20, 4096).unwrap();
+    let mut app = start(
+        &format!("threading = \"invoker\"\n{}", site.host_roles()),
+        "app",
+    );
+    assert_eq!(
+        app.threads(),
+        ["invoker (the application's thread): fwd, md-rep"]
+    );
+    for i in 0..n {
+        outbox
+            .offer(STREAM, 7, format!("message {i:06}").as_bytes())
+            .unwrap();
+    }
+    // Not invoked, the forwarder sends nothing and the replication client never connects.
+    std::thread::sleep(Duration::from_millis(300));
+    let c = site.path("primary.counters");
+    assert_eq!(counter(&c, "md-seq messages sequenced"), Some(0));
+    assert_eq!(counter(&c, "md-serve consumers"), Some(0));
+    assert!(!site.path("replica").exists());
+    // The application's loop: a duty cycle of every role between its own work.
+    let me = std::thread::current().id();
+    let a = site.path("app.counters");
+    let deadline = Instant::now() + LONG;
+    let invoker = app.invoker().expect("invoker threading");
+    while counter(&a, "fwd messages confirmed") != Some(n) {
+        assert!(Instant::now() < deadline, "not confirmed in {LONG:?}");
+        invoker.invoke().unwrap();
+        std::thread::yield_now();
+    }
+    assert_eq!(std::thread::current().id(), me);
+    assert_eq!(invoker.errors(), 0);
+    assert_eq!(counter(&c, "md-seq messages sequenced"), Some(n));
+    let (frames_primary, end) = frames(&site.path("primary"));
+    while counter(&a, "md-rep replica position") != Some(end) {
+        assert!(
+            Instant::now() < deadline,
+            "replica not at {end} in {LONG:?}"
+        );
+        invoker.invoke().unwrap();
+        std::thread::yield_now();
+    }
+    assert_eq!(frames_primary.len() as u64, n);
+    for (i, (_, payload)) in frames_primary.iter().enumerate() {
+        assert!(payload.ends_with(format!("message {i:06}").as_bytes()));
+    }
+    app.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    primary.join().unwrap();
+    assert_eq!(frames(&site.path("replica")).0, frames_primary);
+    assert_eq!(
+        store_files(&site.path("replica")),
+        store_files(&site.path("primary"))
+    );
+}
+
 /// A datagram of source 1 carrying messages `first..first + n` of `size` bytes each.
 fn datagram(first: u64, n: u64, size: usize) -> Vec<u8> {
     let mut buf = vec![0u8; 64 + n as usize * (size + 16)];
@@ -403,6 +486,7 @@ fn help_explains_the_file_and_check_parses_it_without_opening_anything() {
         "[[sequencer]]",
         "[[thread]]",
         "threading",
+        "invoker",
         ".senders",
         "docs/seqstreamd.md",
     ] {
@@ -430,6 +514,33 @@ fn help_explains_the_file_and_check_parses_it_without_opening_anything() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("[[sequencer]] md-seq"));
+    // A host to embed: --check accepts it, and the daemon refuses to run it.
+    std::fs::write(
+        &file,
+        format!("threading = \"invoker\"\n{}", site.primary_roles()),
+    )
+    .unwrap();
+    let daemon = |check: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_seqstreamd"));
+        if check {
+            cmd.arg("--check");
+        }
+        cmd.arg("--config").arg(&file).output().unwrap()
+    };
+    let out = daemon(true);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("threading invoker"));
+    let out = daemon(false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("threading = \"invoker\"") && err.contains("shared"),
+        "{err}"
+    );
+    assert!(
+        !site.path("primary").exists(),
+        "a refused file opened the store"
+    );
 }
 
 #[test]
