@@ -19,11 +19,14 @@
 //!
 //! Threading: `--layout` lays each host's roles on threads (`shared`: one thread per host;
 //! `dedicated`: one per agent; `split`: the sequencer and its senders on one hot thread, the
-//! server's acceptor on a sleeping one, hosts A and B shared). By default every layout runs a
-//! short survey and the fastest one by p50 runs every case. Every thread waits with `--idle`
-//! (default `yield`): with more busy threads than the 2 cores here, a spinning thread starves
-//! the one it waits for until its time slice ends. On a machine with a core per thread, run
-//! with `--idle busy-spin`.
+//! server's acceptor on a sleeping one, hosts A and B shared; `invoker`: the sequencer host
+//! shared, hosts A and B embedded in their applications under `threading = "invoker"`, their
+//! roles run by the application thread that polls the replica, between its polls, and their
+//! replication clients acknowledging a cycle late, `ack = "next-cycle"`). By default every
+//! layout runs a short survey and the fastest one by p50 runs every case. Every thread waits
+//! with `--idle` (default `yield`): with more busy threads than the 2 cores here, a spinning
+//! thread starves the one it waits for until its time slice ends. On a machine with a core
+//! per thread, run with `--idle busy-spin`.
 //!
 //! Where the time goes: the plain case is also split at the frame's timestamp (the
 //! sequencer's clock when it appended it) into `_offer_to_sequenced` (forwarder, UDP,
@@ -52,7 +55,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use hdrhistogram::Histogram;
 use seqstream_agent::clock::wall_clock_ns;
-use seqstream_agent::Idle;
+use seqstream_agent::{AgentInvoker, CompositeAgent, Idle};
 use seqstream_apps::net::{Host as NetHost, Network, NetworkKind};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_store::{Tailer, TailerOptions};
@@ -89,6 +92,7 @@ enum LayoutChoice {
     Shared,
     Dedicated,
     Split,
+    Invoker,
 }
 
 /// How each host lays its roles on threads.
@@ -101,16 +105,25 @@ enum Layout {
     /// The sequencer host in groups (sequencer and senders on one thread, the acceptor on a
     /// sleeping one); hosts A and B shared.
     Split,
+    /// The sequencer host shared; hosts A and B under `threading = "invoker"`, their roles
+    /// run by the application's polling thread.
+    Invoker,
 }
 
 impl Layout {
-    const ALL: [Layout; 3] = [Layout::Shared, Layout::Dedicated, Layout::Split];
+    const ALL: [Layout; 4] = [
+        Layout::Shared,
+        Layout::Dedicated,
+        Layout::Split,
+        Layout::Invoker,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Layout::Shared => "shared",
             Layout::Dedicated => "dedicated",
             Layout::Split => "split",
+            Layout::Invoker => "invoker",
         }
     }
 }
@@ -332,6 +345,10 @@ impl Site {
             h.replica.display(),
             self.secret.display()
         );
+        if app_layout == Layout::Invoker {
+            // The application reads the replica between cycles: before the acknowledgement.
+            t += "ack = \"next-cycle\"\n";
+        }
         if let Some(c) = &self.certs {
             t += &format!("tls_ca = \"{}\"\n", c.ca.display());
         }
@@ -474,7 +491,7 @@ impl Site {
     /// Starts one in-process host per `(name, network host, file)`, in order.
     fn start_files<'n>(
         &self,
-        files: impl IntoIterator<Item = (&'n str, &'n NetHost, String)>,
+        files: impl IntoIterator<Item = (&'static str, &'n NetHost, String)>,
     ) -> Result<Hosts> {
         let mut hosts = Hosts(Vec::new());
         for (name, net, text) in files {
@@ -486,7 +503,7 @@ impl Site {
             let host = net
                 .enter(|| Host::start(file, Some(counters), &stop))?
                 .with_context(|| format!("starting host {name}"))?;
-            hosts.0.push((stop, host));
+            hosts.0.push((name, stop, host));
         }
         Ok(hosts)
     }
@@ -500,7 +517,9 @@ fn threading(layout: Layout, idle: &Idle, sequencer_host: bool) -> String {
         Layout::Split if sequencer_host => format!(
             "threading = \"groups\"\n[[thread]]\nname = \"hot\"\nidle = \"{idle}\"\nroles = [\"seq\", \"serve.senders\"]\n[[thread]]\nname = \"slow\"\nidle = \"sleep:1ms\"\nroles = [\"serve\"]\n"
         ),
+        Layout::Split | Layout::Invoker if sequencer_host => threading(Layout::Shared, idle, true),
         Layout::Split => threading(Layout::Shared, idle, false),
+        Layout::Invoker => "threading = \"invoker\"\n".to_string(),
     }
 }
 
@@ -512,10 +531,10 @@ fn role_idle(layout: Layout, idle: &Idle) -> String {
     }
 }
 
-/// Running hosts, each with its stop flag: stopped and joined on drop, last started first,
-/// so that the replicas' clients are gone before the server drains (a server whose replicas
-/// still run drains until they hold everything or its timeout passes).
-struct Hosts(Vec<(Arc<AtomicBool>, Host)>);
+/// Running hosts, each with its name and stop flag: stopped and joined on drop, last started
+/// first, so that the replicas' clients are gone before the server drains (a server whose
+/// replicas still run drains until they hold everything or its timeout passes).
+struct Hosts(Vec<(&'static str, Arc<AtomicBool>, Host)>);
 
 impl Hosts {
     /// Stops every host; the first error a host's roles ended with.
@@ -523,9 +542,26 @@ impl Hosts {
         self.stop_all()
     }
 
+    /// The drivers of application hosts `names`, in that order (each does nothing unless its
+    /// host is under invoker threading).
+    fn drivers<const N: usize>(&mut self, names: [&str; N]) -> [Driver<'_>; N] {
+        let mut found: Vec<(&str, Driver<'_>)> = self
+            .0
+            .iter_mut()
+            .map(|(name, _, host)| (*name, Driver(host.invoker())))
+            .collect();
+        names.map(|n| {
+            let i = found
+                .iter()
+                .position(|(name, _)| *name == n)
+                .unwrap_or_else(|| panic!("no host {n}"));
+            found.swap_remove(i).1
+        })
+    }
+
     fn stop_all(&mut self) -> Result<()> {
         let mut first = Ok(());
-        while let Some((stop, host)) = self.0.pop() {
+        while let Some((_, stop, host)) = self.0.pop() {
             stop.store(true, Ordering::Relaxed);
             let r = host.join();
             if first.is_ok() {
@@ -542,10 +578,30 @@ impl Drop for Hosts {
     }
 }
 
-/// A tailer of `replica` once its replication client has created it.
-fn tailer(replica: &Path) -> Result<Tailer> {
+/// The roles of an application's host when the application runs them (`threading =
+/// "invoker"`): [`drive`](Self::drive) is one duty cycle of each. Under the other layouts the
+/// host's own threads run them, and `drive` does nothing.
+struct Driver<'h>(Option<&'h mut AgentInvoker<CompositeAgent>>);
+
+impl Driver<'_> {
+    /// One duty cycle of every role of the host, if the application runs them. A role's
+    /// error is fatal to the measurement: it panics, which `ping` reports as an error.
+    #[inline]
+    fn drive(&mut self) {
+        if let Some(invoker) = &mut self.0 {
+            if let Err(e) = invoker.invoke() {
+                panic!("the application host's roles: {e}");
+            }
+        }
+    }
+}
+
+/// A tailer of `replica` once its replication client has created it (driving the host's
+/// roles if the application runs them).
+fn tailer(replica: &Path, host: &mut Driver) -> Result<Tailer> {
     let deadline = Instant::now() + STARTUP;
     loop {
+        host.drive();
         match Tailer::open_with(replica, TailerOptions::default()) {
             Ok(t) => return Ok(t),
             Err(e) => ensure!(
@@ -559,8 +615,10 @@ fn tailer(replica: &Path) -> Result<Tailer> {
 }
 
 /// The stamp of the next frame tagged `tag` in `tailer`, if one has arrived (frames of other
-/// tags, and the sequencer's heartbeats, which carry no payload, are passed over).
-fn poll_tagged(tailer: &mut Tailer, tag: u8) -> Option<u64> {
+/// tags, and the sequencer's heartbeats, which carry no payload, are passed over), after one
+/// duty cycle of the host's roles if the application runs them.
+fn poll_tagged(tailer: &mut Tailer, host: &mut Driver, tag: u8) -> Option<u64> {
+    host.drive();
     while let Some(f) = tailer.poll().expect("replica tailer") {
         let p = f.payload();
         if p.len() > 8 && p[8] == tag {
@@ -570,20 +628,23 @@ fn poll_tagged(tailer: &mut Tailer, tag: u8) -> Option<u64> {
     None
 }
 
-/// Offers a warm-up message on `out` until it is in `tailer`'s replica: the path is up.
-fn warm_up(out: &mut Outbox, tailer: &mut Tailer) -> Result<()> {
+/// Opens host `h`'s outbox and a tailer of its replica, and offers a warm-up message until
+/// it is in the replica: the path is up.
+fn warm_up(h: &AppHost, host: &mut Driver) -> Result<(Outbox, Tailer)> {
+    let mut out = h.open_outbox()?;
+    let mut tailer = tailer(&h.replica, host)?;
     let mut payload = [0u8; 64];
     payload[8] = WARM_UP;
-    offer_until_accepted(out, &payload);
+    offer_until_accepted(&mut out, &payload);
     let deadline = Instant::now() + STARTUP;
-    while poll_tagged(tailer, WARM_UP).is_none() {
+    while poll_tagged(&mut tailer, host, WARM_UP).is_none() {
         ensure!(
             Instant::now() < deadline,
             "the first message did not reach the replica in {STARTUP:?}"
         );
         std::thread::sleep(Duration::from_micros(100));
     }
-    Ok(())
+    Ok((out, tailer))
 }
 
 /// The latency of `offer_to_own_replica` and its two hops, split at the frame's timestamp
@@ -615,7 +676,7 @@ fn offer_to_own_replica(
     samples: u64,
 ) -> Result<OwnReplica> {
     let site = Site::new(root, name, net, security)?;
-    let (etcd, hosts) = match group {
+    let (etcd, mut hosts) = match group {
         None => (None, site.start(layout, idle, 1)?),
         Some(release) => {
             let (etcd, hosts) = site.start_group(net, release, idle)?;
@@ -623,48 +684,51 @@ fn offer_to_own_replica(
         }
     };
     let a = &site.hosts[0];
-    let mut out = a.open_outbox()?;
-    let mut tailer = tailer(&a.replica)?;
-    warm_up(&mut out, &mut tailer)?;
-    let mut payload = [0u8; 64];
-    payload[8] = PING;
+    let [mut host_a] = hosts.drivers([a.name]);
     let (mut to_sequenced, mut sequenced_to_replica) = (histogram(), histogram());
-    let mut seen = 0u64;
-    let warm_up_samples = samples / 10;
-    let whole = ping(
-        samples,
-        Pinning::waiting(idle),
-        |stamp| {
-            payload[..8].copy_from_slice(&stamp.to_le_bytes());
-            payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
-            offer_until_accepted(&mut out, &payload);
-        },
-        || {
-            while let Some(f) = tailer.poll().expect("replica tailer") {
-                let p = f.payload();
-                if p.len() < 24 || p[8] != PING {
-                    continue;
+    // In A's namespace: what A's roles connect when this thread runs them lives there.
+    let whole = a.net.enter(|| -> Result<Histogram<u64>> {
+        let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
+        let mut payload = [0u8; 64];
+        payload[8] = PING;
+        let mut seen = 0u64;
+        let warm_up_samples = samples / 10;
+        ping(
+            samples,
+            Pinning::waiting(idle),
+            |stamp| {
+                payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
+                offer_until_accepted(&mut out, &payload);
+            },
+            || {
+                host_a.drive();
+                while let Some(f) = tailer.poll().expect("replica tailer") {
+                    let p = f.payload();
+                    if p.len() < 24 || p[8] != PING {
+                        continue;
+                    }
+                    let now = wall_clock_ns();
+                    seen += 1;
+                    if seen > warm_up_samples {
+                        let offered = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
+                        let sequenced = f.timestamp_ns();
+                        to_sequenced
+                            .record(sequenced.saturating_sub(offered).max(1))
+                            .expect("in range");
+                        sequenced_to_replica
+                            .record(now.saturating_sub(sequenced).max(1))
+                            .expect("in range");
+                    }
+                    return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
                 }
-                let now = wall_clock_ns();
-                seen += 1;
-                if seen > warm_up_samples {
-                    let offered = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
-                    let sequenced = f.timestamp_ns();
-                    to_sequenced
-                        .record(sequenced.saturating_sub(offered).max(1))
-                        .expect("in range");
-                    sequenced_to_replica
-                        .record(now.saturating_sub(sequenced).max(1))
-                        .expect("in range");
-                }
-                return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
-            }
-            None
-        },
-    );
+                None
+            },
+        )
+    });
     // The hosts' errors first: a role that failed explains a ping that stalled.
     hosts.stop()?;
-    let whole = whole?;
+    let whole = whole??;
     drop(etcd);
     Ok(OwnReplica {
         whole,
@@ -684,48 +748,50 @@ fn pingpong(
     samples: u64,
 ) -> Result<hdrhistogram::Histogram<u64>> {
     let site = Site::new(root, name, net, Security::Plain)?;
-    let hosts = site.start(layout, idle, 2)?;
+    let mut hosts = site.start(layout, idle, 2)?;
     let [a, b] = &site.hosts;
-    let mut out_a = a.open_outbox()?;
-    let mut out_b = b.open_outbox()?;
-    let mut tail_a = tailer(&a.replica)?;
-    let mut tail_b = tailer(&b.replica)?;
-    warm_up(&mut out_a, &mut tail_a)?;
-    warm_up(&mut out_b, &mut tail_b)?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let [mut host_a, mut host_b] = hosts.drivers([a.name, b.name]);
+    // Each host's setup and loop in its namespace (see `offer_to_own_replica`).
+    let (mut out_a, mut tail_a) = a.net.enter(|| warm_up(a, &mut host_a))??;
+    let (mut out_b, mut tail_b) = b.net.enter(|| warm_up(b, &mut host_b))??;
+    let stop = AtomicBool::new(false);
     let yielding = Pinning::waiting(idle).yield_while_waiting;
-    let ponger = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut payload = [0u8; 64];
-            payload[8] = PONG;
-            while !stop.load(Ordering::Relaxed) {
-                match poll_tagged(&mut tail_b, PING) {
-                    Some(stamp) => {
-                        payload[..8].copy_from_slice(&stamp.to_le_bytes());
-                        offer_until_accepted(&mut out_b, &payload);
+    let h = std::thread::scope(|s| {
+        let ponger = s.spawn(|| {
+            b.net.enter(|| {
+                let mut payload = [0u8; 64];
+                payload[8] = PONG;
+                while !stop.load(Ordering::Relaxed) {
+                    match poll_tagged(&mut tail_b, &mut host_b, PING) {
+                        Some(stamp) => {
+                            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                            offer_until_accepted(&mut out_b, &payload);
+                        }
+                        None if yielding => std::thread::yield_now(),
+                        None => std::hint::spin_loop(),
                     }
-                    None if yielding => std::thread::yield_now(),
-                    None => std::hint::spin_loop(),
                 }
-            }
-        })
-    };
-    let mut payload = [0u8; 64];
-    payload[8] = PING;
-    let h = ping(
-        samples,
-        Pinning::waiting(idle),
-        move |stamp| {
-            payload[..8].copy_from_slice(&stamp.to_le_bytes());
-            offer_until_accepted(&mut out_a, &payload);
-        },
-        move || poll_tagged(&mut tail_a, PONG),
-    );
-    stop.store(true, Ordering::Relaxed);
-    ponger.join().expect("ponger thread");
+            })
+        });
+        let mut payload = [0u8; 64];
+        payload[8] = PING;
+        let h = a.net.enter(|| {
+            ping(
+                samples,
+                Pinning::waiting(idle),
+                move |stamp| {
+                    payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                    offer_until_accepted(&mut out_a, &payload);
+                },
+                || poll_tagged(&mut tail_a, &mut host_a, PONG),
+            )
+        });
+        stop.store(true, Ordering::Relaxed);
+        let ponged = ponger.join().expect("ponger thread");
+        ponged.and(h)
+    });
     hosts.stop()?;
-    h
+    h?
 }
 
 /// The floor's relay: the sequencer host's hop, UDP in and TCP out, on a thread of its own
@@ -908,6 +974,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         LayoutChoice::Shared => Layout::Shared,
         LayoutChoice::Dedicated => Layout::Dedicated,
         LayoutChoice::Split => Layout::Split,
+        LayoutChoice::Invoker => Layout::Invoker,
         LayoutChoice::All => {
             let mut best = (u64::MAX, Layout::Shared);
             for layout in Layout::ALL {
