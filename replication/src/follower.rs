@@ -1089,40 +1089,30 @@ impl Replica {
         if now.saturating_sub(link.last_send_ns) < self.cfg.heartbeat.as_nanos() as u64 {
             return Ok(0);
         }
-        link.scratch.clear();
-        let LinkAuth::Session(macs) = &mut link.auth else {
-            return Ok(0);
+        let heartbeat = Msg::Heartbeat {
+            committed_position: self.position(),
+            timestamp_ns: clock.realtime_ns(),
         };
-        protocol::encode_sealed(
-            &Msg::Heartbeat {
-                committed_position: self.position(),
-                timestamp_ns: clock.realtime_ns(),
-            },
-            &mut macs.from_replica,
-            &mut link.scratch,
-        );
-        Self::send(link, now)
+        Self::send_sealed(link, &heartbeat, now)
     }
 
     /// Acknowledges the replica's committed position; the work done.
     fn send_ack(&mut self, link: &mut Link, now: u64) -> Result<usize> {
+        let ack = Msg::Ack {
+            position: self.position(),
+            next_seq: self.next_seq(),
+        };
+        Self::send_sealed(link, &ack, now)
+    }
+
+    /// Sends `msg` under the session's tag (nothing before the handshake is over); the work
+    /// done.
+    fn send_sealed(link: &mut Link, msg: &Msg<'_>, now: u64) -> Result<usize> {
         link.scratch.clear();
         let LinkAuth::Session(macs) = &mut link.auth else {
             return Ok(0);
         };
-        protocol::encode_sealed(
-            &Msg::Ack {
-                position: self.position(),
-                next_seq: self.next_seq(),
-            },
-            &mut macs.from_replica,
-            &mut link.scratch,
-        );
-        Self::send(link, now)
-    }
-
-    /// Sends the message in `link.scratch`; the work done.
-    fn send(link: &mut Link, now: u64) -> Result<usize> {
+        protocol::encode_sealed(msg, &mut macs.from_replica, &mut link.scratch);
         link.outbox
             .send(&mut link.stream, &[&link.scratch])
             .map_err(|e| Error::io("write", e))?;
