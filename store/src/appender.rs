@@ -389,7 +389,7 @@ impl Appender {
     ///
     /// Errors: `FrameTooLarge` above [`max_payload`](Self::max_payload); errors of the roll
     /// when the active segment is full (e.g. disk full preparing the next one: the store is
-    /// unchanged and the call can be retried); `ReplicaMismatch` on a replica while bytes
+    /// unchanged and the call can be retried); `ReceivePending` on a replica while bytes
     /// received in place ([`receive_area`](Self::receive_area)) are pending.
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
@@ -582,15 +582,12 @@ impl Appender {
     }
 
     /// Rolls to the next segment if a frame of `len` payload bytes does not fit in this one.
-    /// Errors: `FrameTooLarge`; `ReplicaMismatch` while bytes received in place are pending
-    /// (the frame would overwrite them; commit or discard them first); the roll's errors.
+    /// Errors: `FrameTooLarge`; `ReceivePending` (the frame would overwrite bytes received in
+    /// place); the roll's errors.
     #[inline]
     fn ensure_room(&mut self, len: usize) -> Result<()> {
         if self.received > 0 {
-            return Err(StoreError::ReplicaMismatch {
-                position: self.position,
-                reason: "an append while bytes received in place are pending".into(),
-            });
+            return Err(self.receive_pending());
         }
         if len > self.max_payload() {
             return Err(StoreError::FrameTooLarge {

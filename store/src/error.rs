@@ -150,6 +150,17 @@ pub enum StoreError {
         /// Why no frame can have it.
         reason: &'static str,
     },
+    /// A write while bytes received in place ([`Appender::receive_area`](crate::Appender::receive_area))
+    /// wait above the committed position: an append, a buffered replicated append or a new
+    /// replicated segment would write over them or seal the segment without them. The
+    /// caller's mistake, not bad data: commit or discard them first. Nothing was written.
+    #[error("at position {position}: {bytes} bytes received in place are pending: commit or discard them first")]
+    ReceivePending {
+        /// The committed position, where the received bytes start.
+        position: u64,
+        /// How many bytes are received and not committed.
+        bytes: usize,
+    },
     /// Bytes offered as replicated frames or a replicated segment header do not continue this
     /// store (`reason` says how); nothing of them was written.
     #[error("replicated data at position {position} rejected: {reason}")]

@@ -92,11 +92,11 @@ impl Appender {
     /// the copy: the bytes are read straight into the segment and checked there.
     ///
     /// Errors: `ReplicaMismatch` when a frame is invalid, does not continue the stream, or
-    /// does not fit in the active segment, or when bytes received in place are pending
-    /// (commit or discard them first); nothing is written then.
+    /// does not fit in the active segment; `ReceivePending` when bytes received in place are
+    /// pending. Nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
         if self.received > 0 {
-            return Err(self.mismatch("bytes received in place are pending".into()));
+            return Err(self.receive_pending());
         }
         let at = self.frames_at();
         let checked = check_frames(bytes, &mut self.lengths, &at)?;
@@ -313,6 +313,14 @@ impl Appender {
     }
 
     /// A `ReplicaMismatch` at the committed position.
+    /// The error of a write while received bytes are pending.
+    pub(crate) fn receive_pending(&self) -> StoreError {
+        StoreError::ReceivePending {
+            position: self.position,
+            bytes: self.received,
+        }
+    }
+
     fn mismatch(&self, reason: String) -> StoreError {
         StoreError::ReplicaMismatch {
             position: self.position,
@@ -377,14 +385,12 @@ impl Appender {
     /// without sending frames). Check the header together with the frames it starts with
     /// first, with [`check_next_replicated_segment`](Self::check_next_replicated_segment).
     ///
-    /// Errors: `ReplicaMismatch` (nothing changed), among them bytes received in place and
-    /// not committed (the start of a frame the active segment would be sealed without);
-    /// preparation errors as for a roll.
+    /// Errors: `ReplicaMismatch` (nothing changed); `ReceivePending` when bytes received in
+    /// place are not committed (the start of a frame the active segment would be sealed
+    /// without); preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
         if self.received > 0 {
-            return Err(self.mismatch(
-                "a new segment begins after bytes received in place and not committed".into(),
-            ));
+            return Err(self.receive_pending());
         }
         let info = self.check_next_header(header)?;
         let version = format::get_u32(header, format::seg::VERSION);
