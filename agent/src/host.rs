@@ -9,7 +9,7 @@
 //! - [`Threading::Groups`]: explicit threads, each with a core, an idle strategy, an error
 //!   policy and the roles it runs. A group that names `"<role>.senders"` also runs the agents
 //!   that role hands out; those of a role no group names that way get runners of their own.
-//! - [`Threading::Invoker`]: no thread at all. Every agent, and every agent handed out, is in
+//! - [`Threading::Invoker`]: no runner thread. Every agent, and every agent handed out, is in
 //!   one [`CompositeAgent`] that [`start`](Layout::start) hands back for the application to
 //!   drive from its own loop with an [`AgentInvoker`](crate::AgentInvoker) (Aeron's `INVOKER`
 //!   threading mode): on a host with fewer cores than busy threads, the application's thread
@@ -70,7 +70,8 @@ pub enum Threading {
     Shared(ThreadGroup),
     /// Explicit threads; every role in exactly one.
     Groups(Vec<ThreadGroup>),
-    /// No thread: everything in one agent for the caller's loop.
+    /// No runner thread: everything in one agent for the caller's loop. (What a role starts
+    /// for itself, such as a store's segment preparation, still has its own thread.)
     Invoker,
 }
 

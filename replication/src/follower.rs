@@ -148,8 +148,10 @@ pub enum AckTiming {
     Immediate,
     /// At the start of the next duty cycle, before it reads: one duty cycle later, after the
     /// caller's own work between cycles. The upstream's view of this replica (its
-    /// `position acked` and `lag bytes` counters) trails by that cycle; nothing else waits
-    /// for a consumer's acknowledgement.
+    /// `position acked` and `lag bytes` counters, and its drain at shutdown, which waits for
+    /// every replica's acknowledgement) trails by that cycle. Not for a client at a
+    /// standby's address: a server under `standby-ack` releases frames on the
+    /// acknowledgements of the clients at its standbys' addresses.
     NextCycle,
 }
 

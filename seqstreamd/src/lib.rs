@@ -144,10 +144,10 @@ impl RoleSpec {
 }
 
 /// A host's file, parsed and checked: its roles (named; by kind — sequencers, compositors,
-/// servers, forwarders, replication clients, sequencer group members — and each kind in file
-/// order, which is the order a shared or invoked duty cycle visits them: a forwarder sends
-/// what its applications offered before a client reads what came in), how they are
-/// laid on threads, and where its counters go.
+/// servers, replication clients, forwarders, sequencer group members — and each kind in file
+/// order, which is the order a shared or invoked duty cycle visits them: a client writes the
+/// frames that confirm a forwarder's messages before the forwarder judges its resend
+/// timeouts), how they are laid on threads, and where its counters go.
 #[derive(Debug, Clone)]
 pub struct HostFile {
     /// `(name, role)`, names unique.
@@ -283,6 +283,11 @@ impl HostFile {
             "invoker" => Kind::Invoker,
             other => bail!("threading {other:?}: use dedicated, shared, groups or invoker"),
         };
+        if kind == Kind::Invoker && !raw.sequencer_group.is_empty() {
+            // Its election campaigns and keeps its lease on a thread of its own: a member
+            // whose application stopped invoking would lead, holding the stream, doing nothing.
+            bail!("[[sequencer_group]] under threading = \"invoker\": a group member runs on the host's own threads (its election would keep it leading while the application does not invoke it); use shared, dedicated or groups");
+        }
         if kind != Kind::Shared && raw.shared.is_some() {
             bail!("a [shared] table needs threading = \"shared\"");
         }
@@ -367,16 +372,16 @@ impl HostFile {
             &|f| One::<ServeArgs>::try_parse_from(f).map(|o| RoleSpec::Serve(o.role)),
         )?;
         parse(
-            ForwardArgs::KIND,
-            &raw.forward,
-            ForwardArgs::PLACEMENT_KEYS,
-            &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
-        )?;
-        parse(
             FollowArgs::KIND,
             &raw.follow,
             FollowArgs::PLACEMENT_KEYS,
             &|f| One::<FollowArgs>::try_parse_from(f).map(|o| RoleSpec::Follow(o.role)),
+        )?;
+        parse(
+            ForwardArgs::KIND,
+            &raw.forward,
+            ForwardArgs::PLACEMENT_KEYS,
+            &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
         )?;
         parse(
             GroupArgs::KIND,
@@ -803,6 +808,8 @@ allow = ["10.0.0.9"]
             e.contains("at least two members") || e.contains("not one of"),
             "{e}"
         );
+        let e = err(&format!("threading = \"invoker\"\n{GROUP}"));
+        assert!(e.contains("under threading = \"invoker\""), "{e}");
         let e = err(&GROUP.replace("allow = [\"10.0.0.9\"]", "allow = [\"10.0.0.2\"]"));
         assert!(e.contains("taken for a standby"), "{e}");
         let e = err(&GROUP.replace("2=10.0.0.2:7101", "2=0.0.0.0:7101"));
