@@ -585,14 +585,15 @@ struct Driver<'h>(Option<&'h mut AgentInvoker<CompositeAgent>>);
 
 impl Driver<'_> {
     /// One duty cycle of every role of the host, if the application runs them. A role's
-    /// error is fatal to the measurement: it panics, which `ping` reports as an error.
+    /// error ends the measurement.
     #[inline]
-    fn drive(&mut self) {
+    fn drive(&mut self) -> Result<()> {
         if let Some(invoker) = &mut self.0 {
             if let Err(e) = invoker.invoke() {
-                panic!("the application host's roles: {e}");
+                anyhow::bail!("the application host's roles: {e}");
             }
         }
+        Ok(())
     }
 }
 
@@ -601,7 +602,7 @@ impl Driver<'_> {
 fn tailer(replica: &Path, host: &mut Driver) -> Result<Tailer> {
     let deadline = Instant::now() + STARTUP;
     loop {
-        host.drive();
+        host.drive()?;
         match Tailer::open_with(replica, TailerOptions::default()) {
             Ok(t) => return Ok(t),
             Err(e) => ensure!(
@@ -617,15 +618,17 @@ fn tailer(replica: &Path, host: &mut Driver) -> Result<Tailer> {
 /// The stamp of the next frame tagged `tag` in `tailer`, if one has arrived (frames of other
 /// tags, and the sequencer's heartbeats, which carry no payload, are passed over), after one
 /// duty cycle of the host's roles if the application runs them.
-fn poll_tagged(tailer: &mut Tailer, host: &mut Driver, tag: u8) -> Option<u64> {
-    host.drive();
-    while let Some(f) = tailer.poll().expect("replica tailer") {
+fn poll_tagged(tailer: &mut Tailer, host: &mut Driver, tag: u8) -> Result<Option<u64>> {
+    host.drive()?;
+    while let Some(f) = tailer.poll()? {
         let p = f.payload();
         if p.len() > 8 && p[8] == tag {
-            return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
+            return Ok(Some(u64::from_le_bytes(
+                p[..8].try_into().expect("8 bytes"),
+            )));
         }
     }
-    None
+    Ok(None)
 }
 
 /// Opens host `h`'s outbox and a tailer of its replica, and offers a warm-up message until
@@ -637,7 +640,7 @@ fn warm_up(h: &AppHost, host: &mut Driver) -> Result<(Outbox, Tailer)> {
     payload[8] = WARM_UP;
     offer_until_accepted(&mut out, &payload);
     let deadline = Instant::now() + STARTUP;
-    while poll_tagged(&mut tailer, host, WARM_UP).is_none() {
+    while poll_tagged(&mut tailer, host, WARM_UP)?.is_none() {
         ensure!(
             Instant::now() < deadline,
             "the first message did not reach the replica in {STARTUP:?}"
@@ -702,7 +705,10 @@ fn offer_to_own_replica(
                 offer_until_accepted(&mut out, &payload);
             },
             || {
-                host_a.drive();
+                // A panic here is the reader's error, which `ping` reports.
+                if let Err(e) = host_a.drive() {
+                    panic!("{e:#}");
+                }
                 while let Some(f) = tailer.poll().expect("replica tailer") {
                     let p = f.payload();
                     if p.len() < 24 || p[8] != PING {
@@ -757,12 +763,14 @@ fn pingpong(
     let stop = AtomicBool::new(false);
     let yielding = Pinning::waiting(idle).yield_while_waiting;
     let h = std::thread::scope(|s| {
+        // A failure of B's roles ends the ponger with its error; the ping then stalls and
+        // fails, and the ponger's error is the one reported.
         let ponger = s.spawn(|| {
-            b.net.enter(|| {
+            b.net.enter(|| -> Result<()> {
                 let mut payload = [0u8; 64];
                 payload[8] = PONG;
                 while !stop.load(Ordering::Relaxed) {
-                    match poll_tagged(&mut tail_b, &mut host_b, PING) {
+                    match poll_tagged(&mut tail_b, &mut host_b, PING)? {
                         Some(stamp) => {
                             payload[..8].copy_from_slice(&stamp.to_le_bytes());
                             offer_until_accepted(&mut out_b, &payload);
@@ -771,6 +779,7 @@ fn pingpong(
                         None => std::hint::spin_loop(),
                     }
                 }
+                Ok(())
             })
         });
         let mut payload = [0u8; 64];
@@ -783,11 +792,14 @@ fn pingpong(
                     payload[..8].copy_from_slice(&stamp.to_le_bytes());
                     offer_until_accepted(&mut out_a, &payload);
                 },
-                || poll_tagged(&mut tail_a, &mut host_a, PONG),
+                || match poll_tagged(&mut tail_a, &mut host_a, PONG) {
+                    Ok(stamp) => stamp,
+                    Err(e) => panic!("{e:#}"),
+                },
             )
         });
         stop.store(true, Ordering::Relaxed);
-        let ponged = ponger.join().expect("ponger thread");
+        let ponged = ponger.join().expect("ponger thread").and_then(|r| r);
         ponged.and(h)
     });
     hosts.stop()?;
