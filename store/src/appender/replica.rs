@@ -313,7 +313,9 @@ impl Appender {
     }
 
     /// A `ReplicaMismatch` at the committed position.
-    /// The error of a write while received bytes are pending.
+    /// The error of a write while received bytes are pending (out of the append path).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn receive_pending(&self) -> StoreError {
         StoreError::ReceivePending {
             position: self.position,
