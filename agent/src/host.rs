@@ -13,7 +13,8 @@
 //!   one [`CompositeAgent`] that [`start`](Layout::start) hands back for the application to
 //!   drive from its own loop with an [`AgentInvoker`](crate::AgentInvoker) (Aeron's `INVOKER`
 //!   threading mode): on a host with fewer cores than busy threads, the application's thread
-//!   does the host's work between its own, and nothing waits to be scheduled.
+//!   does the host's work between its own, and the host adds no thread that waits to be
+//!   scheduled.
 //!
 //! The layout owns placement only. It never builds a role: the host builds each role (with
 //! the [`AgentSink`] the layout says its handed agents go to, from

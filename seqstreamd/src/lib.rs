@@ -6,7 +6,7 @@
 //! ([`Host::start`]); the `seqstreamd` binary is a thin `main` around it.
 //!
 //! An application can also embed its host: with `threading = "invoker"` the host starts no
-//! thread, and the application runs every role's duty cycle from its own loop
+//! runner thread, and the application runs every role's duty cycle from its own loop
 //! ([`Host::invoker`]; Aeron's `INVOKER` threading mode). The daemon refuses that threading:
 //! it has no loop of its own to lend.
 //!
@@ -559,7 +559,7 @@ pub struct Host {
 impl Host {
     /// Opens every role of `file` (in its order; each one's counters scoped to its name),
     /// lays them on threads and starts them, all sharing `stop`. `counters` overrides the
-    /// file's counters path. Under `threading = "invoker"` no thread starts and `stop` is
+    /// file's counters path. Under `threading = "invoker"` no runner starts and `stop` is
     /// unused: the roles run only when the caller invokes them ([`invoker`](Self::invoker)).
     pub fn start(
         file: HostFile,
@@ -616,9 +616,8 @@ impl Host {
 
     /// Under `threading = "invoker"`, every role of the host as one agent for the caller's
     /// loop: each [`invoke`](AgentInvoker::invoke) is one duty cycle of every role (and of
-    /// every replica's sender a server has handed out), in the file's order of roles
-    /// ([`HostFile::roles`]); the first starts
-    /// them. Call it from one thread, as often as the latency you want needs (a role that
+    /// every replica's sender a server has handed out), in the order of
+    /// [`HostFile::roles`]; the first starts them. Call it from one thread, as often as the latency you want needs (a role that
     /// is not invoked does nothing: a replication client that is not invoked for its
     /// server's `peer_timeout_ms` is dropped by it). An error is the role's, as a runner
     /// under `on_error = "stop"` would end with; the caller decides whether to go on.
