@@ -237,8 +237,17 @@ fn an_embedded_host_under_invoker_threading_works_only_on_the_application_thread
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
+    /// Stops the primary's runner threads when the test ends, failing or not.
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     let site = Site::new();
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop = StopOnDrop(stop.clone());
     let start = |text: &str, name: &str| {
         Host::start(
             HostFile::parse(text).unwrap(),
