@@ -586,9 +586,7 @@ impl Appender {
     /// place); the roll's errors.
     #[inline]
     fn ensure_room(&mut self, len: usize) -> Result<()> {
-        if self.received > 0 {
-            return Err(self.receive_pending());
-        }
+        self.nothing_received()?;
         if len > self.max_payload() {
             return Err(StoreError::FrameTooLarge {
                 len,

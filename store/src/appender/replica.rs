@@ -95,9 +95,7 @@ impl Appender {
     /// does not fit in the active segment; `ReceivePending` when bytes received in place are
     /// pending. Nothing is written then.
     pub fn append_replicated(&mut self, bytes: &[u8]) -> Result<(u64, usize)> {
-        if self.received > 0 {
-            return Err(self.receive_pending());
-        }
+        self.nothing_received()?;
         let at = self.frames_at();
         let checked = check_frames(bytes, &mut self.lengths, &at)?;
         if checked.bytes == 0 {
@@ -313,10 +311,20 @@ impl Appender {
     }
 
     /// A `ReplicaMismatch` at the committed position.
+    /// Refuses a write while bytes received in place are pending (`ReceivePending`): an
+    /// append, a buffered replicated append or a new replicated segment.
+    #[inline]
+    pub(crate) fn nothing_received(&self) -> Result<()> {
+        if self.received > 0 {
+            return Err(self.receive_pending());
+        }
+        Ok(())
+    }
+
     /// The error of a write while received bytes are pending (out of the append path).
     #[cold]
     #[inline(never)]
-    pub(crate) fn receive_pending(&self) -> StoreError {
+    fn receive_pending(&self) -> StoreError {
         StoreError::ReceivePending {
             position: self.position,
             bytes: self.received,
@@ -391,9 +399,7 @@ impl Appender {
     /// place are not committed (the start of a frame the active segment would be sealed
     /// without); preparation errors as for a roll.
     pub fn begin_replicated_segment(&mut self, header: &[u8; SEGMENT_HEADER_PREFIX]) -> Result<()> {
-        if self.received > 0 {
-            return Err(self.receive_pending());
-        }
+        self.nothing_received()?;
         let info = self.check_next_header(header)?;
         let version = format::get_u32(header, format::seg::VERSION);
         self.set_segment_size(info.length)?;
