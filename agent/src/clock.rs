@@ -30,6 +30,21 @@ pub fn wall_clock_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Parses the spelling of a short interval in config files and flags: `<N>us` (µs) or
+/// `<N>ms` (ms), `N` a decimal integer (`250us`, `5ms`); `None` for anything else. Idle
+/// strategies (`sleep:<N>us`) and acknowledgement delays (`delayed:<N>us`) are written so.
+pub fn parse_short_duration(s: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    if let Some(us) = s.strip_suffix("us") {
+        us.parse().ok().map(Duration::from_micros)
+    } else {
+        s.strip_suffix("ms")?
+            .parse()
+            .ok()
+            .map(Duration::from_millis)
+    }
+}
+
 /// Wall-clock ns from the TSC, re-anchored to `CLOCK_REALTIME` every [`REANCHOR_NS`].
 #[derive(Debug, Clone)]
 pub struct WallClock {
@@ -231,6 +246,27 @@ mod tests {
         assert_eq!(s.stamp_at(150), 150);
         assert_eq!(s.stamp_at(120), 150);
         assert!(s.stamp() >= 150);
+    }
+
+    #[test]
+    fn short_durations_are_microseconds_or_milliseconds() {
+        use std::time::Duration;
+        assert_eq!(
+            parse_short_duration("250us"),
+            Some(Duration::from_micros(250))
+        );
+        assert_eq!(parse_short_duration("5ms"), Some(Duration::from_millis(5)));
+        for bad in [
+            "5",
+            "5s",
+            "us",
+            "-1ms",
+            "1.5ms",
+            " 5ms",
+            "18446744073709551616us",
+        ] {
+            assert_eq!(parse_short_duration(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -92,13 +92,7 @@ impl std::str::FromStr for Idle {
             format!("idle strategy {s:?}: use busy-spin, yield, backoff, backoff:<N>us, sleep:<N>us or sleep:<N>ms")
         };
         let duration = |t: &str| {
-            let d = if let Some(us) = t.strip_suffix("us") {
-                Duration::from_micros(us.parse().map_err(|_| bad())?)
-            } else if let Some(ms) = t.strip_suffix("ms") {
-                Duration::from_millis(ms.parse().map_err(|_| bad())?)
-            } else {
-                return Err(bad());
-            };
+            let d = crate::clock::parse_short_duration(t).ok_or_else(bad)?;
             if d > MAX_PARK {
                 return Err(format!(
                     "idle strategy {s:?}: at most {MAX_PARK:?} per idle step, so that the loop still answers SIGINT and SIGTERM"
