@@ -141,10 +141,12 @@ pub struct FollowArgs {
     /// 8 KiB (a segment header and a page of frames).
     #[arg(long, default_value_t = DEFAULT_MAX_SEGMENT_SIZE, value_parser = clap::value_parser!(u64).range(8192..))]
     pub max_segment_size: u64,
-    /// When to acknowledge what a duty cycle wrote: immediate (in that cycle), or
-    /// next-cycle (at the start of the next, so that an application running this client
-    /// under invoker threading reads the frames before the acknowledgement's send).
-    #[arg(long, value_enum, default_value = "immediate")]
+    /// When to acknowledge what a duty cycle wrote: immediate (in that cycle), next-cycle
+    /// (at the start of the next, so that an application running this client under invoker
+    /// threading reads the frames before the acknowledgement's send), or delayed:<N>us /
+    /// delayed:<N>ms (one acknowledgement at most N after the first write it covers, up to
+    /// 100ms). Leave it immediate on a client at a sequencer group standby's address.
+    #[arg(long, default_value = "immediate")]
     pub ack: AckTiming,
 }
 

@@ -135,24 +135,77 @@ pub struct FollowerConfig {
 /// When a follower acknowledges what a duty cycle wrote to its replica.
 ///
 /// The acknowledgement is a `send(2)`; over loopback or a veth pair the kernel delivers it
-/// to the upstream's socket inside that call, which costs several µs. A reader of the
+/// to the upstream's socket inside that call, which costs several µs of the follower's
+/// thread, and on a machine with few cores, of whatever runs next to it. A reader of the
 /// replica on the follower's own thread (an application that runs its host's roles under
 /// `threading = "invoker"`) sees the frames only after the duty cycle returns, so an
 /// immediate acknowledgement sits between the frames' arrival and that reader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+///
+/// What an acknowledgement tells the upstream: its `position acked`, `lag bytes` and
+/// `frames unacked` counters; its drain at shutdown, which waits for every replica's
+/// acknowledgement (for at most `DRAIN_TIMEOUT`, 2 s); and, under a sequencer group's
+/// `standby-ack` release, for a client at a standby's address, which frames it may
+/// release. Anything but `Immediate` delays all three; a sequencer group's own standby
+/// always acknowledges at once, and a client at a standby's address should too.
+///
+/// Written `immediate`, `next-cycle` or `delayed:<N>us` / `delayed:<N>ms` (flags and config
+/// files alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AckTiming {
-    /// In the duty cycle that wrote, once the frames are committed (the default). A
-    /// sequencer group's standby always acknowledges at once: its acknowledgement releases
-    /// frames under `standby-ack`.
+    /// In the duty cycle that wrote, once the frames are committed (the default).
     #[default]
     Immediate,
     /// At the start of the next duty cycle, before it reads: one duty cycle later, after the
-    /// caller's own work between cycles. The upstream's view of this replica (its
-    /// `position acked` and `lag bytes` counters, and its drain at shutdown, which waits for
-    /// every replica's acknowledgement) trails by that cycle. Not for a client at a
-    /// standby's address: a server under `standby-ack` releases frames on the
-    /// acknowledgements of the clients at its standbys' addresses.
+    /// caller's own work between cycles.
     NextCycle,
+    /// A delayed acknowledgement, as TCP's (RFC 1122, 4.2.3.2): the first write not yet
+    /// acknowledged starts this delay, and the first duty cycle to start after it has passed
+    /// acknowledges everything written by then, in one message. At most one acknowledgement
+    /// per delay while frames stream, and none on the path of the frames that follow the
+    /// one that started it (Aeron's receivers send status messages on a timer for the same
+    /// reason). From 1 µs to [`MAX_ACK_DELAY`].
+    Delayed(Duration),
+}
+
+/// The longest [`AckTiming::Delayed`] delay: 100 ms, the default heartbeat interval. The
+/// upstream's drain at shutdown waits for the last acknowledgement.
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(100);
+
+impl std::str::FromStr for AckTiming {
+    type Err = String;
+
+    /// Parses `immediate`, `next-cycle` or `delayed:<N>us` / `delayed:<N>ms`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "immediate" => Ok(AckTiming::Immediate),
+            "next-cycle" => Ok(AckTiming::NextCycle),
+            _ => {
+                let d = s
+                    .strip_prefix("delayed:")
+                    .and_then(seqstream_agent::clock::parse_short_duration)
+                    .ok_or_else(|| {
+                        format!("ack timing {s:?}: use immediate, next-cycle, delayed:<N>us or delayed:<N>ms")
+                    })?;
+                if d.is_zero() || d > MAX_ACK_DELAY {
+                    return Err(format!(
+                        "ack timing {s:?}: the delay must be from 1us to {}ms",
+                        MAX_ACK_DELAY.as_millis()
+                    ));
+                }
+                Ok(AckTiming::Delayed(d))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AckTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckTiming::Immediate => f.write_str("immediate"),
+            AckTiming::NextCycle => f.write_str("next-cycle"),
+            AckTiming::Delayed(d) => write!(f, "delayed:{}us", d.as_micros()),
+        }
+    }
 }
 
 /// The default [`FollowerConfig::max_segment_size`]: 1 GiB, the sequencer's default segment
@@ -273,8 +326,9 @@ struct Link {
     /// When (monotonic ns) the last message went out, and the last one came in.
     last_send_ns: u64,
     last_recv_ns: u64,
-    /// What the last duty cycle wrote waits to be acknowledged ([`AckTiming::NextCycle`]).
-    ack_due: bool,
+    /// Monotonic ns from which the first duty cycle to start acknowledges what was written
+    /// ([`AckTiming::NextCycle`], [`AckTiming::Delayed`]); `None`: nothing waits.
+    ack_due_ns: Option<u64>,
     /// Where the handshake stands, and the session's keys once it is over.
     auth: LinkAuth,
 }
@@ -575,9 +629,11 @@ impl Follower {
                 Ok((State::Streaming { link }, work))
             }
             State::Streaming { mut link } => {
-                // What the last cycle wrote, when acknowledgements wait a cycle: first.
+                // What earlier cycles wrote, when acknowledgements wait and their time has
+                // come: first.
                 let mut work = 0;
-                if std::mem::take(&mut link.ack_due) {
+                if link.ack_due_ns.is_some_and(|due| now >= due) {
+                    link.ack_due_ns = None;
                     work += self.replica.send_ack(&mut link, now)?;
                 }
                 let r = self.replica.receive(&mut link, now)?;
@@ -691,7 +747,7 @@ impl Follower {
             expect_data: false,
             last_send_ns: now,
             last_recv_ns: now,
-            ack_due: false,
+            ack_due_ns: None,
             auth: LinkAuth::Challenge { nonce, resume },
         });
         Ok(State::Handshaking {
@@ -1067,7 +1123,7 @@ impl Replica {
         Ok(())
     }
 
-    /// Publishes what was written and acknowledges it (now, or in the next cycle as
+    /// Publishes what was written and acknowledges it (now, or in a later cycle as
     /// [`FollowerConfig::ack`] says), or heartbeats when nothing was sent for a heartbeat
     /// interval; the work done.
     fn acknowledge(
@@ -1082,11 +1138,14 @@ impl Replica {
         }
         if wrote {
             self.publish_position();
-            if self.cfg.ack == AckTiming::NextCycle {
-                link.ack_due = true;
-                return Ok(0);
-            }
-            return self.send_ack(link, now);
+            let delay = match self.cfg.ack {
+                AckTiming::Immediate => return self.send_ack(link, now),
+                AckTiming::NextCycle => 0,
+                AckTiming::Delayed(d) => d.as_nanos() as u64,
+            };
+            // The first write not yet acknowledged sets when; later ones wait with it.
+            link.ack_due_ns.get_or_insert(now + delay);
+            return Ok(0);
         }
         if now.saturating_sub(link.last_send_ns) < self.cfg.heartbeat.as_nanos() as u64 {
             return Ok(0);

@@ -379,6 +379,46 @@ fn retarget_ends_the_session_and_connects_to_the_new_upstream_without_waiting() 
     assert_eq!(counter(d.path(), "connects"), 2);
 }
 
+/// Sends the follower one frame and invokes it until that frame is written; stops right
+/// after the cycle that wrote it.
+fn write_one_frame(
+    inv: &mut AgentInvoker<Follower>,
+    dir: &Path,
+    s: &mut TcpStream,
+    macs: &mut SessionKeys,
+    (position, seq): (u64, u64),
+) {
+    s.write_all(&one_frame(macs, position, seq)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(dir, "frames received") < seq {
+        assert!(Instant::now() < deadline, "frame {seq} never written");
+        inv.invoke().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What the follower has sent by now, if anything (after a pause that lets a sent message
+/// arrive; with the clock standing still, no heartbeat comes due).
+fn sent_by_now(s: &mut TcpStream, inbox: &mut Inbox) -> Option<Vec<u8>> {
+    std::thread::sleep(Duration::from_millis(20));
+    s.set_nonblocking(true).unwrap();
+    let filled = inbox.fill(s);
+    s.set_nonblocking(false).unwrap();
+    assert!(
+        !matches!(filled, Ok(Fill::Closed)),
+        "the follower closed the connection"
+    );
+    inbox.next_message().unwrap().map(<[u8]>::to_vec)
+}
+
+/// Opens `m` as the acknowledgement it must be.
+fn assert_acks(macs: &mut SessionKeys, m: &[u8], position: u64, next_seq: u64) {
+    assert_eq!(
+        protocol::open(&mut macs.from_replica, m).unwrap(),
+        Msg::Ack { position, next_seq }
+    );
+}
+
 /// Whether an acknowledgement of what a cycle wrote went out in that cycle (`Immediate`) or
 /// waits for the start of the next one (`NextCycle`); either way, it says the same.
 #[test]
@@ -391,40 +431,92 @@ fn what_a_cycle_wrote_is_acknowledged_in_it_or_at_the_start_of_the_next() {
         let mut inv = follower_acking(d.path(), upstream.local_addr().unwrap(), &clock, ack);
         let (mut s, mut inbox, mut macs) = handshake(&mut inv, &upstream);
         for (position, seq) in [(0, 1), (48, 2)] {
-            s.write_all(&one_frame(&mut macs, position, seq)).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            // Stops right after the cycle that wrote the frame.
-            while counter(d.path(), "frames received") < seq {
-                assert!(
-                    Instant::now() < deadline,
-                    "{ack:?}: frame {seq} never written"
-                );
-                inv.invoke().unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            // What the follower sent by then (the clock stands still: no heartbeat is due).
-            std::thread::sleep(Duration::from_millis(20));
-            s.set_nonblocking(true).unwrap();
-            let sent = inbox.fill(&mut s);
-            s.set_nonblocking(false).unwrap();
-            let acked = inbox.next_message().unwrap().map(<[u8]>::to_vec);
+            write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (position, seq));
+            let acked = sent_by_now(&mut s, &mut inbox);
             match ack {
-                AckTiming::Immediate => assert!(acked.is_some(), "{sent:?}"),
-                AckTiming::NextCycle => {
+                AckTiming::Immediate => assert!(acked.is_some(), "not acknowledged at once"),
+                _ => {
                     assert!(acked.is_none(), "acknowledged in the cycle that wrote");
                     inv.invoke().unwrap();
                 }
             }
             let m = acked.unwrap_or_else(|| next_msg(&mut s, &mut inbox));
-            assert_eq!(
-                protocol::open(&mut macs.from_replica, &m).unwrap(),
-                Msg::Ack {
-                    position: position + 48,
-                    next_seq: seq + 1
-                },
-                "{ack:?}"
-            );
+            assert_acks(&mut macs, &m, position + 48, seq + 1);
         }
         inv.close().unwrap();
+    }
+}
+
+/// A delayed acknowledgement (`Delayed`): the first frame written starts the delay, a frame
+/// written within it waits with it, and the first cycle once it has passed acknowledges both
+/// in one message; the next frame starts a new delay.
+#[test]
+fn a_delayed_acknowledgement_covers_every_frame_written_within_its_delay() {
+    let delay = 5 * MS;
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let ack = AckTiming::Delayed(Duration::from_nanos(delay));
+    let mut inv = follower_acking(d.path(), upstream.local_addr().unwrap(), &clock, ack);
+    let (mut s, mut inbox, mut macs) = handshake(&mut inv, &upstream);
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (0, 1));
+    clock.advance(delay - 1);
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (48, 2));
+    inv.invoke().unwrap();
+    assert_eq!(
+        sent_by_now(&mut s, &mut inbox),
+        None,
+        "acknowledged before the delay passed"
+    );
+    clock.advance(1);
+    inv.invoke().unwrap();
+    let m = next_msg(&mut s, &mut inbox);
+    assert_acks(&mut macs, &m, 96, 3);
+    assert_eq!(sent_by_now(&mut s, &mut inbox), None, "one acknowledgement");
+
+    clock.advance(delay);
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (96, 3));
+    clock.advance(delay - 1);
+    inv.invoke().unwrap();
+    assert_eq!(
+        sent_by_now(&mut s, &mut inbox),
+        None,
+        "the delay runs from the write, not from the last acknowledgement"
+    );
+    clock.advance(1);
+    inv.invoke().unwrap();
+    let m = next_msg(&mut s, &mut inbox);
+    assert_acks(&mut macs, &m, 144, 4);
+    inv.close().unwrap();
+}
+
+/// The spellings of `--ack` and `ack = "..."`, and the delays refused.
+#[test]
+fn ack_timings_parse_and_print_as_written() {
+    for (text, timing) in [
+        ("immediate", AckTiming::Immediate),
+        ("next-cycle", AckTiming::NextCycle),
+        (
+            "delayed:250us",
+            AckTiming::Delayed(Duration::from_micros(250)),
+        ),
+        (
+            "delayed:100ms",
+            AckTiming::Delayed(Duration::from_millis(100)),
+        ),
+    ] {
+        assert_eq!(text.parse::<AckTiming>(), Ok(timing));
+        assert_eq!(timing.to_string().parse::<AckTiming>(), Ok(timing));
+    }
+    for bad in [
+        "delayed:0us",
+        "delayed:101ms",
+        "delayed:1s",
+        "delayed",
+        "later",
+    ] {
+        let e = bad.parse::<AckTiming>().unwrap_err();
+        assert!(e.contains(bad), "{e}");
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_auth::{Key, Keyring};
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig};
 use seqstream_replication::framing::{put_sofh, Inbox};
 use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
@@ -1121,6 +1121,39 @@ fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() 
     wait_for(&d.path("f.counters"), p, Duration::from_secs(10));
     wait("consumer[0] position acked", p);
     drop(f);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}
+
+/// A client that delays its acknowledgements still acknowledges everything it wrote once the
+/// stream goes quiet: the upstream's `position acked` reaches the end of each burst.
+#[test]
+fn a_delayed_acknowledgement_reaches_the_upstream_when_the_stream_goes_quiet() {
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    let sc = d.path("s.counters");
+    let (addr, _server) = serve(&d.path("primary"), &sc, |_| {});
+    let _f = follow_with(
+        &d.path("replica"),
+        &d.path("f.counters"),
+        addr,
+        SECRET,
+        |c| {
+            c.ack = AckTiming::Delayed(Duration::from_millis(30));
+        },
+    );
+    for burst in 0..3 {
+        append_pattern(&mut a, 50);
+        let p = a.position();
+        wait_for(&d.path("f.counters"), p, Duration::from_secs(10));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counter(&sc, "consumer[0] position acked") != p {
+            assert!(
+                Instant::now() < deadline,
+                "burst {burst}: {p} never acknowledged"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
     assert_identical(&d.path("primary"), &d.path("replica"));
 }
 

@@ -83,7 +83,7 @@ use seqstream_agent::daemon::{LimitedWarn, Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Agent, AgentError, DutyCycle, Idle};
 use seqstream_election::{Election, ElectionConfig, ElectionStats, Fence, LeaderRecord, NodeSet};
-use seqstream_replication::follower::{Follower, FollowerConfig, GROUP_RECONNECT_MIN};
+use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig, GROUP_RECONNECT_MIN};
 use seqstream_replication::release::{Release, MAX_STANDBYS};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::cli::SequencerArgs;
@@ -329,6 +329,8 @@ impl Role for GroupArgs {
         follow.reconnect_min = GROUP_RECONNECT_MIN;
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
+        // Under standby-ack the leader releases frames on this acknowledgement: never later.
+        follow.ack = AckTiming::Immediate;
 
         let election = Election::start(self.election_config()).context("starting the election")?;
         let marker = catching_up_marker(&s.store);

@@ -745,6 +745,31 @@ source = ["1@127.0.0.1"]
     }
 
     #[test]
+    fn a_follow_table_says_when_its_client_acknowledges() {
+        use seqstream_replication::follower::AckTiming;
+        let follow = |ack: &str| {
+            format!("[[follow]]\nname = \"rep\"\nstore = \"/tmp/x/rep\"\nstream_id = 1\nupstream = \"127.0.0.1:7000\"\nsecret_file = \"/s\"\n{ack}")
+        };
+        let ack = |text: &str| match &HostFile::parse(&follow(text)).unwrap().roles[0].1 {
+            RoleSpec::Follow(f) => f.ack,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ack(""), AckTiming::Immediate);
+        assert_eq!(ack("ack = \"next-cycle\"\n"), AckTiming::NextCycle);
+        assert_eq!(
+            ack("ack = \"delayed:200us\"\n"),
+            AckTiming::Delayed(std::time::Duration::from_micros(200))
+        );
+        let e = err(&follow("ack = \"delayed:1s\"\n"));
+        assert!(
+            e.contains("[[follow]] rep") && e.contains("'ack'") && e.contains("delayed:<N>us"),
+            "{e}"
+        );
+        let e = err(&follow("ack = \"delayed:500ms\"\n"));
+        assert!(e.contains("from 1us to 100ms"), "{e}");
+    }
+
+    #[test]
     fn roles_that_clash_over_a_store_a_port_or_an_outbox_are_refused() {
         let second = SEQ.replace("name = \"md\"", "name = \"md2\"");
         let e = err(&format!(
