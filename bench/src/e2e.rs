@@ -22,7 +22,8 @@
 //! server's acceptor on a sleeping one, hosts A and B shared; `invoker`: the sequencer host
 //! shared, hosts A and B embedded in their applications under `threading = "invoker"`, their
 //! roles run by the application thread that polls the replica, between its polls, and their
-//! replication clients acknowledging a cycle late, `ack = "next-cycle"`). By default every
+//! replication clients acknowledging a cycle late, `ack = "next-cycle"`; `--ack` sets another
+//! timing for hosts A and B under every layout). By default every
 //! layout runs a short survey and the fastest one by p50 runs every case. Every thread waits
 //! with `--idle` (default `yield`): with more busy threads than the 2 cores here, a spinning
 //! thread starves the one it waits for until its time slice ends. On a machine with a core
@@ -58,6 +59,7 @@ use seqstream_agent::clock::wall_clock_ns;
 use seqstream_agent::{AgentInvoker, CompositeAgent, Idle};
 use seqstream_apps::net::{Host as NetHost, Network, NetworkKind};
 use seqstream_iodaemon::outbox::Outbox;
+use seqstream_replication::follower::AckTiming;
 use seqstream_store::{Tailer, TailerOptions};
 use seqstreamd::{Host, HostFile};
 
@@ -81,6 +83,10 @@ pub(crate) struct Args {
     /// Idle strategy of every host thread; with `busy-spin`, the application threads spin too.
     #[arg(long, default_value = "yield")]
     idle: Idle,
+    /// When hosts A and B's replication clients acknowledge: immediate, next-cycle or
+    /// delayed:<N>us (default: next-cycle under the invoker layout, immediate otherwise).
+    #[arg(long)]
+    ack: Option<AckTiming>,
     /// A short run for smoke tests: 1,000 samples.
     #[arg(long)]
     quick: bool,
@@ -160,10 +166,12 @@ const WARM_UP: u8 = 3;
 /// [`crate::QUICK_SEGMENT`].
 const SEGMENT: u64 = 64 << 20;
 
-/// Where a run's cases put their files, and the segment size of their stores.
+/// Where a run's cases put their files, the segment size of their stores, and when hosts A
+/// and B acknowledge (`--ack`; `None`: as their layout says).
 struct Scratch<'a> {
     dir: &'a Path,
     segment: u64,
+    ack: Option<AckTiming>,
 }
 /// How long a host may take to start and pass its first message.
 const STARTUP: Duration = Duration::from_secs(30);
@@ -207,6 +215,8 @@ struct Site {
     security: Security,
     /// The segment size of every store.
     segment: u64,
+    /// When hosts A and B acknowledge what they replicated; `None`: as their layout says.
+    ack: Option<AckTiming>,
 }
 
 impl Drop for Site {
@@ -266,6 +276,7 @@ impl Site {
             certs,
             security,
             segment: root.segment,
+            ack: root.ack,
             dir,
         })
     }
@@ -345,10 +356,14 @@ impl Site {
             h.replica.display(),
             self.secret.display()
         );
-        if app_layout == Layout::Invoker {
-            // The application reads the replica between cycles: before the acknowledgement.
-            t += "ack = \"next-cycle\"\n";
-        }
+        // Under invoker the application reads the replica between cycles: before a
+        // next-cycle acknowledgement.
+        let ack = self.ack.unwrap_or(if app_layout == Layout::Invoker {
+            AckTiming::NextCycle
+        } else {
+            AckTiming::Immediate
+        });
+        t += &format!("ack = \"{ack}\"\n");
         if let Some(c) = &self.certs {
             t += &format!("tls_ca = \"{}\"\n", c.ca.display());
         }
@@ -969,6 +984,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let root = &Scratch {
         dir: scratch.path(),
         segment,
+        ack: args.ack,
     };
     let idle = &args.idle;
     let net = &Network::of_kind(args.network, &format!("se{}", std::process::id() % 100_000))?;
