@@ -8,6 +8,9 @@
 #   forwarder_per_message_keyed     the same, each datagram signed
 #   append_256B                     Appender::append of a 256-byte payload, 100,000 times
 #   replication_client_per_frame    Follower::do_work, 4,000 frames replicated one at a time
+#   replication_client_per_frame_delayed_ack
+#                                   the same, acknowledging delayed:100us on the workload's
+#                                   synthetic clock (1 us a frame): one ack per 100 frames
 #   replication_sender_per_frame    the replication sender's do_work over the same frames
 #   catch_up_client_per_frame       Follower::do_work, 50,000 frames appended at once and
 #                                   replicated in the sender's batches (a follower catching up)
@@ -51,6 +54,7 @@ count forwarder_per_message 4000 '*Forwarder*do_work*' forwarder
 count forwarder_per_message_keyed 4000 '*Forwarder*do_work*' forwarder --keyed
 count append_256B 100000 '*append_all*' append
 count replication_client_per_frame 4000 '*Follower*do_work*' replication
+count replication_client_per_frame_delayed_ack 4000 '*Follower*do_work*' replication --delayed-ack
 count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
 count catch_up_client_per_frame 50000 '*Follower*do_work*' catch-up
 count catch_up_sender_per_frame 50000 '*server*Sender*do_work*' catch-up

@@ -16,13 +16,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::{Agent, CompositeAgent, DutyCycle};
 use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
@@ -198,6 +197,11 @@ impl Inbound {
 
 /// Append on a primary → replication server and its sender → TCP → replication client →
 /// replica → a tailer of the replica. The senders run in a composite on this thread.
+///
+/// The duty cycles' time is synthetic: it moves [`REPLICATION_FRAME_NS`] for each frame
+/// appended, whatever the machine's clock says and however many cycles a frame takes to
+/// arrive, so a delayed acknowledgement ([`AckTiming::Delayed`]) goes out after the same
+/// frames every run.
 pub struct Replication {
     /// The primary's and the replica's stores.
     pub stores: [PathBuf; 2],
@@ -206,13 +210,18 @@ pub struct Replication {
     senders: CompositeAgent,
     follower: Follower,
     tailer: Tailer,
-    clock: Clock,
+    /// The synthetic monotonic time, ns.
+    now_ns: u64,
     next: u64,
 }
 
+/// How far [`Replication`]'s synthetic time moves for each frame appended: 1 µs.
+pub const REPLICATION_FRAME_NS: u64 = 1_000;
+
 impl Replication {
-    /// The path, its files under `dir`, connected and past its first frame.
-    pub fn new(dir: &Path) -> Result<Replication> {
+    /// The path, its files under `dir`, connected and past its first frame; its client
+    /// acknowledges as `ack` says.
+    pub fn new(dir: &Path, ack: AckTiming) -> Result<Replication> {
         let primary = dir.join("primary");
         let replica = dir.join("replica");
         let cfg = StoreConfig::new(STREAM).segment_size(SEGMENT);
@@ -235,6 +244,7 @@ impl Replication {
         fcfg.store_config = cfg;
         fcfg.heartbeat = NEVER;
         fcfg.peer_timeout = NEVER;
+        fcfg.ack = ack;
         let mut follower = Follower::new(fcfg, &counters.scoped("follow "))?;
         let agents: [&mut dyn Agent; 3] = [&mut server, &mut senders, &mut follower];
         for a in agents {
@@ -242,12 +252,10 @@ impl Replication {
         }
         // The first frame brings the replica into being: a tailer can open it after that.
         appender.append(&payload(0))?;
-        let mut clock = Clock::system();
+        let now_ns = (1 << 40) + REPLICATION_FRAME_NS;
         let deadline = Instant::now() + PATIENCE;
         while follower.position() < appender.position() {
-            let c = DutyCycle {
-                now_ns: clock.monotonic_ns(),
-            };
+            let c = DutyCycle { now_ns };
             server.do_work(&c).map_err(agent_error)?;
             senders.do_work(&c).map_err(agent_error)?;
             follower.do_work(&c).map_err(agent_error)?;
@@ -265,7 +273,7 @@ impl Replication {
             senders,
             follower,
             tailer,
-            clock,
+            now_ns,
             next: 1,
         })
     }
@@ -279,7 +287,7 @@ impl Replication {
     /// One duty cycle of the server, its senders and the client.
     fn run_agents(&mut self) -> Result<()> {
         let c = DutyCycle {
-            now_ns: self.clock.monotonic_ns(),
+            now_ns: self.now_ns,
         };
         self.server.do_work(&c).map_err(agent_error)?;
         self.senders.do_work(&c).map_err(agent_error)?;
@@ -294,6 +302,7 @@ impl Replication {
             self.appender.append(&payload(i))?;
         }
         self.next += count;
+        self.now_ns += count * REPLICATION_FRAME_NS;
         Ok(first)
     }
 

@@ -14,7 +14,10 @@
 //! prepared, once a segment) and then counts over thousands of messages: the count must be
 //! zero.
 
+use std::time::Duration;
+
 use bench::paths::{wait_for_successors, Inbound, Merge, Replication};
+use seqstream_replication::follower::AckTiming;
 use seqstream_sequencer::compositor::MergePolicy;
 use seqstream_store::tailer::REPLACED_CHECK_EVERY;
 use seqstream_testkit::{counted, CountingAllocator};
@@ -74,16 +77,21 @@ fn replicate(path: &mut Replication) {
 
 #[test]
 fn replication_sender_and_client_allocate_nothing_per_frame() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut path = Replication::new(dir.path()).unwrap();
-    replicate(&mut path);
-    let [primary, replica] = &path.stores;
-    wait_for_successors(&[primary, replica]).unwrap();
-    for _ in 0..IDLE_CYCLES {
-        assert_eq!(path.cycle().unwrap(), None);
+    for ack in [
+        AckTiming::Immediate,
+        AckTiming::Delayed(Duration::from_micros(100)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut path = Replication::new(dir.path(), ack).unwrap();
+        replicate(&mut path);
+        let [primary, replica] = &path.stores;
+        wait_for_successors(&[primary, replica]).unwrap();
+        for _ in 0..IDLE_CYCLES {
+            assert_eq!(path.cycle().unwrap(), None);
+        }
+        let n = allocations_in(|| replicate(&mut path));
+        assert_eq!(n, 0, "ack {ack}: {n} allocations over {MESSAGES} frames");
     }
-    let n = allocations_in(|| replicate(&mut path));
-    assert_eq!(n, 0, "{n} allocations over {MESSAGES} frames");
 }
 
 fn composite(policy: MergePolicy) {

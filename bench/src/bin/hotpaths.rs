@@ -11,9 +11,11 @@
 //!   is confirmed (no sequencer runs), so they stay below the outbox's 4,096 in flight.
 //!
 //! - `append`: `APPENDS` appends of a 256-byte payload to a store (count `append_all`).
-//! - `replication`: `FRAMES` 64-byte frames, each appended and replicated before the next, on
-//!   [`bench::paths::Replication`] (count `Follower::do_work` for the replication client per
-//!   frame, the sender's `do_work` for the sender per frame).
+//! - `replication [--delayed-ack]`: `FRAMES` 64-byte frames, each appended and replicated
+//!   before the next, on [`bench::paths::Replication`] (count `Follower::do_work` for the
+//!   replication client per frame, the sender's `do_work` for the sender per frame). With
+//!   `--delayed-ack` the client acknowledges `delayed:100us`: on the path's synthetic clock
+//!   (1 µs a frame appended) one acknowledgement per 100 frames.
 //! - `catch-up`: `CATCH_UP_FRAMES` 64-byte frames appended at once, then replicated in the
 //!   sender's batches until the replica holds them, as a follower catching up receives them
 //!   (count `Follower::do_work` and the sender's `do_work` per frame).
@@ -36,6 +38,7 @@ use seqstream_auth::trailer;
 use seqstream_auth::Label;
 use seqstream_iodaemon::forwarder::Forwarder;
 use seqstream_iodaemon::outbox::Outbox;
+use seqstream_replication::follower::AckTiming;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_sequencer::sequencer::Sequencer;
 use seqstream_store::{Appender, StoreConfig};
@@ -71,7 +74,11 @@ enum Cli {
     /// Store appends of 256-byte payloads.
     Append,
     /// Replication server, sender and client, one frame at a time.
-    Replication,
+    Replication {
+        /// The client delays its acknowledgements by 100 µs of the path's synthetic time.
+        #[arg(long)]
+        delayed_ack: bool,
+    },
     /// Replication server, sender and client, many frames at once.
     CatchUp,
     /// The compositor, one frame on each component at a time.
@@ -177,17 +184,22 @@ fn append(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn replication(dir: &std::path::Path) -> Result<()> {
-    let mut path = bench::paths::Replication::new(dir)?;
+fn replication(dir: &std::path::Path, delayed_ack: bool) -> Result<()> {
+    let ack = if delayed_ack {
+        AckTiming::Delayed(std::time::Duration::from_micros(100))
+    } else {
+        AckTiming::Immediate
+    };
+    let mut path = bench::paths::Replication::new(dir, ack)?;
     for _ in 0..FRAMES {
         path.frames(1)?;
     }
-    println!("replication: {FRAMES} frames replicated one at a time");
+    println!("replication ack={ack}: {FRAMES} frames replicated one at a time");
     Ok(())
 }
 
 fn catch_up(dir: &std::path::Path) -> Result<()> {
-    let mut path = bench::paths::Replication::new(dir)?;
+    let mut path = bench::paths::Replication::new(dir, AckTiming::Immediate)?;
     path.catch_up(CATCH_UP_FRAMES)?;
     println!("catch-up: {CATCH_UP_FRAMES} frames appended at once and replicated");
     Ok(())
@@ -234,7 +246,7 @@ fn main() -> Result<()> {
         Cli::Sequencer { keyed } => sequencer(dir.path(), keyed),
         Cli::Forwarder { keyed } => forwarder(dir.path(), keyed),
         Cli::Append => append(dir.path()),
-        Cli::Replication => replication(dir.path()),
+        Cli::Replication { delayed_ack } => replication(dir.path(), delayed_ack),
         Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
         Cli::Mdp3 => mdp3(),
