@@ -38,6 +38,8 @@ pub struct RoleContext {
     pub sender_host: Option<crate::agent::AgentSink>,
 }
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 /// Where a role's one thread runs under dedicated threading: the flags (and `seqstreamd`
 /// table keys) `idle`, `on_error` and `core` of the roles that have one thread.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,6 +70,8 @@ impl PlacementArgs {
     }
 }
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 /// Options of every one-role daemon beyond its role's.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DaemonArgs {

@@ -14,6 +14,8 @@ use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::{Agent, AgentError, AgentRunner, DutyCycle, Idle, RunnerConfig, RunnerError};
 use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError};
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 /// The options every replaying application has (the feed handler's and `fixreplay`'s flags).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {

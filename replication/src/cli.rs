@@ -31,6 +31,8 @@ pub const DEFAULT_KEY_OVERLAP_MS: u64 = 60_000;
 /// The default `--max-batch`, bytes.
 pub const DEFAULT_MAX_BATCH: u32 = 256 << 10;
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 /// Options both replication roles have.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
@@ -112,6 +114,8 @@ pub struct ServeArgs {
     pub tls_client_ca: Option<PathBuf>,
 }
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 /// The replica role: a local, byte-identical copy of an upstream's store.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FollowArgs {

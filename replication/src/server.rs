@@ -834,7 +834,7 @@ struct Sender {
     shared: Arc<Shared>,
 }
 
-/// How long a stopped sender keeps sending what its store holds, at most ([`Sender::drain`]).
+/// How long a stopped sender keeps sending what its store holds, at most (a sender's drain).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the store must stay still (its writers stopped) before a draining sender ends.
 const DRAIN_SETTLE: Duration = Duration::from_millis(10);

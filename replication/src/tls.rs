@@ -1,5 +1,5 @@
 //! TLS on replication links (rustls with its `ring` provider, TLS 1.2 and 1.3): the server's
-//! and the client's configuration from PEM files, and [`Transport`], the byte stream of one
+//! and the client's configuration from PEM files, and `Transport`, the byte stream of one
 //! connection, plain TCP or TLS over it, as a non-blocking `Read + Write`.
 //!
 //! TLS adds confidentiality and, through certificates, an authenticated channel for links that

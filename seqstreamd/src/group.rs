@@ -36,8 +36,8 @@
 //!   follows the committed position: the group runs on its leader alone, and etcd says
 //!   that no standby may take over. Without `degrade_after_ms`, release blocks instead;
 //! - a standby that left gates again once it has caught up with the released position; the
-//!   release is frozen for a moment (at most [`FREEZE_MAX_NS`]) when it comes within
-//!   [`FREEZE_WINDOW`] bytes, so that a steady stream cannot keep it just behind;
+//!   release is frozen for a moment (at most 20 ms, `FREEZE_MAX_NS`) when it comes within
+//!   1 MiB (`FREEZE_WINDOW`), so that a steady stream cannot keep it just behind;
 //! - **k of n** (`sync_standbys`, PostgreSQL's `FIRST k` synchronous standbys): the set
 //!   names at most k of the standbys that gate and hold every released frame, live ones
 //!   (a session open, an ack in this leadership) first. Once k named ones are live, every
@@ -51,7 +51,7 @@
 //! the leader, told by its election ([`Fence::handover`]) to hand over to an in-sync member,
 //! stops sequencing (datagrams wait in its socket or are resent by the forwarders to the next
 //! leader), waits until that member has acked its committed position, and resigns; the target
-//! campaigns at once. A target that does not catch up within [`HANDOVER_MAX_NS`] makes the
+//! campaigns at once. A target that does not catch up within 2 s (`HANDOVER_MAX_NS`) makes the
 //! leader abandon the request and sequence again.
 //!
 //! **Eligibility** (whether the member may campaign, [`Election::set_eligible`]): a member

@@ -21,11 +21,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The byte layout is in `store/FORMAT.md` and in [`format`]. Module map:
+//! The byte layout is in `store/FORMAT.md` and in [`format`](mod@format). Module map:
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`format`] | byte layouts, frame encode/validate (pure) |
+//! | [`format`](mod@format) | byte layouts, frame encode/validate (pure) |
 //! | `mapped` (private) | mapped files and every `unsafe` access to mapped bytes |
 //! | [`sigbus`] | the `SIGBUS` handler that lets a mapped file shrink without killing its reader |
 //! | [`segment`] | one segment file: prepare, open, activate, seal, shared header words |

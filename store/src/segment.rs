@@ -331,14 +331,17 @@ impl Segment {
         })
     }
 
-    /// `Shrunk` once the file was found shorter than its mapping: see
-    /// [`MappedFile::check_intact`]. Call it after reading and before trusting what was read.
+    /// `Ok` while every page of the mapping still has its file behind it; `Shrunk` once the
+    /// file was found shorter than its mapping (bytes read since may be zeros the file never
+    /// held). Call it after reading and before trusting what was read.
     #[inline]
     pub fn check_intact(&self) -> Result<()> {
         self.file.check_intact()
     }
 
-    /// Read access to `len` bytes at file offset `off` (see [`MappedFile::bytes`]).
+    /// Read access to `len` bytes at file offset `off` of its mapping. Panics if the range is
+    /// outside the mapping. Read only bytes that nobody writes any more (below a committed
+    /// position), or bytes only this thread writes.
     #[inline]
     pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
         self.file.bytes(off, len)

@@ -3,8 +3,8 @@
 //! Touching a page of a `MAP_SHARED` mapping that lies wholly past the end of its file raises
 //! `SIGBUS`, whose default action kills the process. Store files are never shortened by this
 //! crate, but operators, bad copies and full disks do it. This module owns a process-wide
-//! `SIGBUS` handler and a registry of the address ranges of every live [`MappedFile`]
-//! (crate::mapped::MappedFile):
+//! `SIGBUS` handler and a registry of the address ranges of every live `MappedFile`
+//! (the crate's private mapping of one file):
 //!
 //! - a fault inside a registered range is absorbed: the handler maps a private zero page over
 //!   the faulting page (`mmap(MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS)`), marks the range

@@ -38,6 +38,8 @@ use seqstream_store::{StoreError, Tailer};
     version,
     about = "Example algo: books from the composite stream, orders on a rule"
 )]
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 struct Cli {
     /// TOML file of options (keys = long flag names); command-line flags override it.
     #[arg(long)]

@@ -60,6 +60,8 @@ enum Feed {
     version,
     about = "Replay a CME MDP3 or Nasdaq ITCH 5.0 capture into a market-data stream, or count it"
 )]
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 struct Cli {
     /// TOML file of options (keys = long flag names); command-line flags override it.
     #[arg(long)]

@@ -34,6 +34,8 @@ use seqstream_feeds::fix::count::dry_run;
     version,
     about = "Replay the orders of a FIX log into the order stream, or count the log"
 )]
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 struct Cli {
     /// TOML file of options (keys = long flag names); command-line flags override it.
     #[arg(long)]

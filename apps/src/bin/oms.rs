@@ -32,6 +32,8 @@ use seqstream_schemas::orders::{
     version,
     about = "Example OMS: one ExecutionReport per NewOrderSingle"
 )]
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 struct Cli {
     /// TOML file of options (keys = long flag names); command-line flags override it.
     #[arg(long)]

@@ -469,7 +469,7 @@ pub struct ReceiveArea<'a> {
     pub segment: &'a mut [u8],
 }
 
-/// What [`check_frames`] found at the start of some bytes.
+/// What the received-bytes check (`check_frames`) found at the start of some bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedFrames {
     /// Complete, valid frames.

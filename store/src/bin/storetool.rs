@@ -113,6 +113,8 @@ enum Cmd {
     },
 }
 
+// Its doc comments are also its `--help` text, where `<N>` is meant as written.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(clap::Args)]
 struct DumpOpts {
     /// Start at this seq.
