@@ -31,17 +31,20 @@ pub fn wall_clock_ns() -> u64 {
 }
 
 /// Parses the spelling of a short interval in config files and flags: `<N>us` (µs) or
-/// `<N>ms` (ms), `N` a decimal integer (`250us`, `5ms`); `None` for anything else. Idle
+/// `<N>ms` (ms), `N` decimal digits only (`250us`, `5ms`); `None` for anything else. Idle
 /// strategies (`sleep:<N>us`) and acknowledgement delays (`delayed:<N>us`) are written so.
 pub fn parse_short_duration(s: &str) -> Option<std::time::Duration> {
     use std::time::Duration;
+    let number = |n: &str| {
+        // u64's parser also takes a leading '+'.
+        n.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| n.parse().ok())?
+    };
     if let Some(us) = s.strip_suffix("us") {
-        us.parse().ok().map(Duration::from_micros)
+        number(us).map(Duration::from_micros)
     } else {
-        s.strip_suffix("ms")?
-            .parse()
-            .ok()
-            .map(Duration::from_millis)
+        number(s.strip_suffix("ms")?).map(Duration::from_millis)
     }
 }
 
@@ -257,6 +260,7 @@ mod tests {
         );
         assert_eq!(parse_short_duration("5ms"), Some(Duration::from_millis(5)));
         for bad in [
+            "+5ms",
             "5",
             "5s",
             "us",

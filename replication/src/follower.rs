@@ -160,10 +160,13 @@ pub enum AckTiming {
     NextCycle,
     /// A delayed acknowledgement, as TCP's (RFC 1122, 4.2.3.2): the first write not yet
     /// acknowledged starts this delay, and the first duty cycle to start after it has passed
-    /// acknowledges everything written by then, in one message. At most one acknowledgement
-    /// per delay while frames stream, and none on the path of the frames that follow the
-    /// one that started it (Aeron's receivers send status messages on a timer for the same
-    /// reason). From 1 µs to [`MAX_ACK_DELAY`].
+    /// acknowledges everything written by then, in one message, before that cycle reads. A
+    /// cycle with nothing else to do reports no work, so the idle strategy's park (or, under
+    /// invoker threading, the wait for the next invoke) adds to the delay. While frames
+    /// stream, at most one acknowledgement per delay sits on a frame's path instead of one
+    /// per cycle that wrote (Aeron's receivers send status messages on a timer for the same
+    /// reason). A follower that stops sends the one pending, best effort. From 1 µs to
+    /// [`MAX_ACK_DELAY`]: [`Follower::new`] refuses another; written in whole µs.
     Delayed(Duration),
 }
 
@@ -405,6 +408,13 @@ impl Follower {
     /// writers: the iodaemon scopes each to `"stream N "`). The follower starts disconnected,
     /// with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
+        if let AckTiming::Delayed(d) = cfg.ack {
+            if d < Duration::from_micros(1) || d > MAX_ACK_DELAY {
+                return Err(Error::Config(format!(
+                    "acknowledgement delay {d:?}: from 1 µs to {MAX_ACK_DELAY:?}"
+                )));
+            }
+        }
         let key_watch = KeyWatch::new(counters)?;
         let c = |l: &str| counters.counter(l).map_err(Error::Counters);
         let g = |l: &str| counters.gauge(l).map_err(Error::Counters);
@@ -736,7 +746,7 @@ impl Follower {
         outbox
             .send(&mut stream, &[&scratch])
             .map_err(|e| Error::io("write", e))?;
-        tracing::info!(upstream = %self.replica.upstream(), resume = resume.0, "connected");
+        tracing::info!(upstream = %self.replica.upstream(), resume = resume.0, ack = %self.replica.cfg.ack, "connected");
         let link = Box::new(Link {
             stream,
             inbox: Inbox::new(1 << 20, crate::framing::MAX_MESSAGE),
@@ -831,9 +841,19 @@ impl Agent for Follower {
         Ok(work)
     }
 
-    /// Drops the connection; the next start connects at once.
+    /// Sends a delayed acknowledgement still pending (best effort: the upstream's view of
+    /// this replica is then whole), then drops the connection; the next start connects at
+    /// once.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
-        self.state = State::Disconnected { until_ns: 0 };
+        let state = std::mem::replace(&mut self.state, State::Disconnected { until_ns: 0 });
+        if let State::Streaming { mut link } = state {
+            if link.ack_due_ns.take().is_some() {
+                let now = self.clock.monotonic_ns();
+                if let Err(e) = self.replica.send_ack(&mut link, now) {
+                    tracing::debug!(role = %self.role, error = %e, "the pending acknowledgement was not sent");
+                }
+            }
+        }
         self.replica.end_session();
         tracing::info!(role = %self.role, position = self.position(), next_seq = self.next_seq(), "stopped");
         Ok(())

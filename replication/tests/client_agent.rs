@@ -488,7 +488,19 @@ fn a_delayed_acknowledgement_covers_every_frame_written_within_its_delay() {
     inv.invoke().unwrap();
     let m = next_msg(&mut s, &mut inbox);
     assert_acks(&mut macs, &m, 144, 4);
+
+    // A follower that stops sends the acknowledgement still pending, then closes.
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (144, 4));
     inv.close().unwrap();
+    let m = next_msg(&mut s, &mut inbox);
+    assert_acks(&mut macs, &m, 192, 5);
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut rest).unwrap();
+    assert!(
+        rest.is_empty(),
+        "{} bytes after the last acknowledgement",
+        rest.len()
+    );
 }
 
 /// The spellings of `--ack` and `ack = "..."`, and the delays refused.
@@ -513,10 +525,27 @@ fn ack_timings_parse_and_print_as_written() {
         "delayed:0us",
         "delayed:101ms",
         "delayed:1s",
+        "delayed:+5ms",
         "delayed",
         "later",
     ] {
         let e = bad.parse::<AckTiming>().unwrap_err();
         assert!(e.contains(bad), "{e}");
+    }
+    // A delay built in code is held to the same bounds.
+    let d = tempfile::tempdir().unwrap();
+    let w = CountersWriter::create(&d.path().join("f.counters"), 64).unwrap();
+    for delay in [Duration::from_nanos(999), Duration::from_millis(101)] {
+        let mut cfg = FollowerConfig::new(
+            d.path().join("replica"),
+            STREAM,
+            "127.0.0.1:1".parse().unwrap(),
+            keys(),
+        );
+        cfg.ack = AckTiming::Delayed(delay);
+        let Err(e) = Follower::new(cfg, &w) else {
+            panic!("a delay of {delay:?} accepted");
+        };
+        assert!(e.to_string().contains("acknowledgement delay"), "{e}");
     }
 }
