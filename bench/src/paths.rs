@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
+use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::{Agent, CompositeAgent, DutyCycle};
 use seqstream_auth::{Key, Keyring};
@@ -198,10 +199,11 @@ impl Inbound {
 /// Append on a primary → replication server and its sender → TCP → replication client →
 /// replica → a tailer of the replica. The senders run in a composite on this thread.
 ///
-/// The duty cycles' time is synthetic: it moves [`REPLICATION_FRAME_NS`] for each frame
-/// appended, whatever the machine's clock says and however many cycles a frame takes to
-/// arrive, so a delayed acknowledgement ([`AckTiming::Delayed`]) goes out after the same
-/// frames every run.
+/// The client's time is synthetic (its store's clock, by which it times everything, and the
+/// duty cycles' reading): it moves [`REPLICATION_FRAME_NS`] for each frame appended,
+/// whatever the machine's clock says and however many cycles a frame takes to arrive, so a
+/// delayed acknowledgement ([`AckTiming::Delayed`]) goes out after the same frames every
+/// run.
 pub struct Replication {
     /// The primary's and the replica's stores.
     pub stores: [PathBuf; 2],
@@ -210,8 +212,8 @@ pub struct Replication {
     senders: CompositeAgent,
     follower: Follower,
     tailer: Tailer,
-    /// The synthetic monotonic time, ns.
-    now_ns: u64,
+    /// The synthetic time.
+    clock: ManualClock,
     next: u64,
 }
 
@@ -241,7 +243,8 @@ impl Replication {
         scfg.peer_timeout = NEVER;
         let mut server = Server::bind(scfg, &counters.scoped("serve "))?;
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, server.local_addr(), keys);
-        fcfg.store_config = cfg;
+        let clock = ManualClock::new(1 << 40, (1 << 40) + REPLICATION_FRAME_NS);
+        fcfg.store_config = cfg.clock(clock.clock());
         fcfg.heartbeat = NEVER;
         fcfg.peer_timeout = NEVER;
         fcfg.ack = ack;
@@ -252,7 +255,7 @@ impl Replication {
         }
         // The first frame brings the replica into being: a tailer can open it after that.
         appender.append(&payload(0))?;
-        let now_ns = (1 << 40) + REPLICATION_FRAME_NS;
+        let now_ns = clock.monotonic_ns();
         let deadline = Instant::now() + PATIENCE;
         while follower.position() < appender.position() {
             let c = DutyCycle { now_ns };
@@ -273,7 +276,7 @@ impl Replication {
             senders,
             follower,
             tailer,
-            now_ns,
+            clock,
             next: 1,
         })
     }
@@ -287,7 +290,7 @@ impl Replication {
     /// One duty cycle of the server, its senders and the client.
     fn run_agents(&mut self) -> Result<()> {
         let c = DutyCycle {
-            now_ns: self.now_ns,
+            now_ns: self.clock.monotonic_ns(),
         };
         self.server.do_work(&c).map_err(agent_error)?;
         self.senders.do_work(&c).map_err(agent_error)?;
@@ -302,7 +305,7 @@ impl Replication {
             self.appender.append(&payload(i))?;
         }
         self.next += count;
-        self.now_ns += count * REPLICATION_FRAME_NS;
+        self.clock.advance(count * REPLICATION_FRAME_NS);
         Ok(first)
     }
 

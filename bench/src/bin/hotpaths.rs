@@ -14,7 +14,7 @@
 //! - `replication [--delayed-ack]`: `FRAMES` 64-byte frames, each appended and replicated
 //!   before the next, on [`bench::paths::Replication`] (count `Follower::do_work` for the
 //!   replication client per frame, the sender's `do_work` for the sender per frame). With
-//!   `--delayed-ack` the client acknowledges `delayed:100us`: on the path's synthetic clock
+//!   `--delayed-ack` the client acknowledges `delayed:100us`: on the client's synthetic clock
 //!   (1 µs a frame appended) one acknowledgement per 100 frames.
 //! - `catch-up`: `CATCH_UP_FRAMES` 64-byte frames appended at once, then replicated in the
 //!   sender's batches until the replica holds them, as a follower catching up receives them
