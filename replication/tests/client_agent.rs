@@ -463,31 +463,22 @@ fn a_delayed_acknowledgement_covers_every_frame_written_within_its_delay() {
     write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (0, 1));
     clock.advance(delay - 1);
     write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (48, 2));
-    inv.invoke().unwrap();
-    assert_eq!(
-        sent_by_now(&mut s, &mut inbox),
-        None,
-        "acknowledged before the delay passed"
+    let upstream_side = (&mut s, &mut inbox, &mut macs);
+    acked_one_ns_later(
+        &mut inv,
+        &clock,
+        upstream_side,
+        (96, 3),
+        "before the delay passed",
     );
-    clock.advance(1);
-    inv.invoke().unwrap();
-    let m = next_msg(&mut s, &mut inbox);
-    assert_acks(&mut macs, &m, 96, 3);
     assert_eq!(sent_by_now(&mut s, &mut inbox), None, "one acknowledgement");
 
     clock.advance(delay);
     write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (96, 3));
     clock.advance(delay - 1);
-    inv.invoke().unwrap();
-    assert_eq!(
-        sent_by_now(&mut s, &mut inbox),
-        None,
-        "the delay runs from the write, not from the last acknowledgement"
-    );
-    clock.advance(1);
-    inv.invoke().unwrap();
-    let m = next_msg(&mut s, &mut inbox);
-    assert_acks(&mut macs, &m, 144, 4);
+    let upstream_side = (&mut s, &mut inbox, &mut macs);
+    let why = "before the delay from the write (not from the last acknowledgement) passed";
+    acked_one_ns_later(&mut inv, &clock, upstream_side, (144, 4), why);
 
     // A follower that stops sends the acknowledgement still pending, then closes.
     write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (144, 4));
@@ -501,6 +492,23 @@ fn a_delayed_acknowledgement_covers_every_frame_written_within_its_delay() {
         "{} bytes after the last acknowledgement",
         rest.len()
     );
+}
+
+/// Invokes once now (nothing may be sent: it would be acknowledged `early`), then once 1 ns
+/// later, which must acknowledge `(position, next_seq)`.
+fn acked_one_ns_later(
+    inv: &mut AgentInvoker<Follower>,
+    clock: &ManualClock,
+    (s, inbox, macs): (&mut TcpStream, &mut Inbox, &mut SessionKeys),
+    (position, next_seq): (u64, u64),
+    early: &str,
+) {
+    inv.invoke().unwrap();
+    assert_eq!(sent_by_now(s, inbox), None, "acknowledged {early}");
+    clock.advance(1);
+    inv.invoke().unwrap();
+    let m = next_msg(s, inbox);
+    assert_acks(macs, &m, position, next_seq);
 }
 
 /// The spellings of `--ack` and `ack = "..."`, and the delays refused.
