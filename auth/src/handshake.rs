@@ -46,6 +46,9 @@ pub struct Transcript {
     pub resume_term: u32,
     /// The position it resumes from.
     pub resume_position: u64,
+    /// Whether the replica says it is a sequencer group's standby (whose acknowledgements
+    /// release frames under `standby-ack`) rather than a consumer.
+    pub standby: bool,
     /// The replica's nonce, from its hello.
     pub client_nonce: Nonce,
     /// The upstream's nonce, from its challenge.
@@ -62,13 +65,16 @@ pub struct SessionKeys {
 }
 
 impl Transcript {
-    fn bytes(&self) -> [u8; 4 + 4 + 8 + 2 * NONCE_LEN] {
-        let mut b = [0; 4 + 4 + 8 + 2 * NONCE_LEN];
+    /// Stream id (u32 LE), resume term (u32 LE), resume position (u64 LE), the standby
+    /// flag (one byte, 0 or 1), both nonces.
+    fn bytes(&self) -> [u8; 4 + 4 + 8 + 1 + 2 * NONCE_LEN] {
+        let mut b = [0; 4 + 4 + 8 + 1 + 2 * NONCE_LEN];
         b[..4].copy_from_slice(&self.stream_id.to_le_bytes());
         b[4..8].copy_from_slice(&self.resume_term.to_le_bytes());
         b[8..16].copy_from_slice(&self.resume_position.to_le_bytes());
-        b[16..48].copy_from_slice(&self.client_nonce);
-        b[48..].copy_from_slice(&self.server_nonce);
+        b[16] = u8::from(self.standby);
+        b[17..49].copy_from_slice(&self.client_nonce);
+        b[49..].copy_from_slice(&self.server_nonce);
         b
     }
 
@@ -124,6 +130,7 @@ mod tests {
             stream_id: 3,
             resume_term: 2,
             resume_position: 4096,
+            standby: false,
             client_nonce: nonce().unwrap(),
             server_nonce: nonce().unwrap(),
         }
@@ -142,7 +149,7 @@ mod tests {
         let wrong = Keyring::fixed(Key::from_material(b"another key 01234567"));
         assert_eq!(t.check_client_proof(&wrong, 0, &c), None);
         // A recorded proof is worthless in a new connection (a fresh server nonce), and one
-        // for another stream, resume position or term never verifies.
+        // for another stream, resume position, term or standby flag never verifies.
         for other in [
             Transcript {
                 server_nonce: nonce().unwrap(),
@@ -157,6 +164,7 @@ mod tests {
                 resume_term: 1,
                 ..t
             },
+            Transcript { standby: true, ..t },
         ] {
             assert_eq!(other.check_client_proof(&keys, 0, &c), None);
         }

@@ -149,7 +149,7 @@ pub struct FollowArgs {
     /// (at the start of the next, so that an application running this client under invoker
     /// threading reads the frames before the acknowledgement's send), or delayed:<N>us /
     /// delayed:<N>ms (one acknowledgement, at the first duty cycle to start N after the first
-    /// write it covers; up to 100ms). Leave it immediate on a client at a sequencer group standby's address.
+    /// write it covers; up to 100ms).
     #[arg(long, default_value = "immediate")]
     pub ack: AckTiming,
 }

@@ -130,6 +130,12 @@ pub struct FollowerConfig {
     pub max_segment_size: u64,
     /// When what a duty cycle wrote is acknowledged. Default [`AckTiming::Immediate`].
     pub ack: AckTiming,
+    /// This replica is a sequencer group member's, following its leader: it says so in its
+    /// hello, and the upstream, if it connects from a standby's address, counts its acks
+    /// towards release under `standby-ack`. `false` (the default): a consumer, sent only
+    /// released frames whatever its address, its acks releasing nothing. A standby claim
+    /// from an address that is no standby's is refused.
+    pub standby: bool,
 }
 
 /// When a follower acknowledges what a duty cycle wrote to its replica.
@@ -143,10 +149,10 @@ pub struct FollowerConfig {
 ///
 /// What an acknowledgement tells the upstream: its `position acked`, `lag bytes` and
 /// `frames unacked` counters; its drain at shutdown, which waits for every replica's
-/// acknowledgement (for at most `DRAIN_TIMEOUT`, 2 s); and, under a sequencer group's
-/// `standby-ack` release, for a client at a standby's address, which frames it may
-/// release. Anything but `Immediate` delays all three; a sequencer group's own standby
-/// always acknowledges at once, and a client at a standby's address should too.
+/// acknowledgement (for at most `DRAIN_TIMEOUT`, 2 s); and, for a sequencer group's
+/// standby ([`FollowerConfig::standby`]) under `standby-ack` release, which frames the
+/// leader may release. Anything but `Immediate` delays what it tells; a group's standby
+/// always acknowledges at once.
 ///
 /// Written `immediate`, `next-cycle` or `delayed:<N>us` / `delayed:<N>ms` (flags and config
 /// files alike).
@@ -236,6 +242,7 @@ impl FollowerConfig {
             reconnect_max: Duration::from_secs(2),
             max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
             ack: AckTiming::Immediate,
+            standby: false,
         }
     }
 }
@@ -739,6 +746,7 @@ impl Follower {
                 stream_id: self.replica.cfg.store_config.stream_id,
                 resume_position: resume.0,
                 resume_term: resume.1,
+                standby: self.replica.cfg.standby,
                 nonce: &nonce,
             },
             &mut scratch,
@@ -1049,7 +1057,7 @@ impl Replica {
                     Msg::Challenge { nonce: server } => {
                         let (t, proof) = handshake::on_challenge(
                             self.cfg.store_config.stream_id,
-                            *resume,
+                            (*resume, self.cfg.standby),
                             *nonce,
                             server,
                             &self.keys,

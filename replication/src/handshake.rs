@@ -16,29 +16,30 @@ fn nonce_of(bytes: &[u8]) -> Result<Nonce> {
         .map_err(|_| Error::Protocol(format!("a nonce of {} bytes", bytes.len())))
 }
 
-/// The upstream, on a replica's hello: the transcript, with the fresh server nonce its
-/// challenge carries.
+/// The upstream, on a replica's hello (`standby`: it says it is a sequencer group's
+/// standby): the transcript, with the fresh server nonce its challenge carries.
 pub(crate) fn on_hello(
     stream_id: u32,
-    resume_position: u64,
-    resume_term: u32,
+    (resume_position, resume_term): (u64, u32),
+    standby: bool,
     nonce: &[u8],
 ) -> Result<Transcript> {
     Ok(Transcript {
         stream_id,
         resume_term,
         resume_position,
+        standby,
         client_nonce: nonce_of(nonce)?,
         server_nonce: handshake::nonce().map_err(|e| Error::io("getrandom", e))?,
     })
 }
 
 /// The replica, on the upstream's challenge to its hello (`client_nonce`, from
-/// `resume_position` in `resume_term`): the transcript and the replica's proof under its
-/// signing key.
+/// `resume_position` in `resume_term`, `standby` as it said): the transcript and the
+/// replica's proof under its signing key.
 pub(crate) fn on_challenge(
     stream_id: u32,
-    (resume_position, resume_term): (u64, u32),
+    ((resume_position, resume_term), standby): ((u64, u32), bool),
     client_nonce: Nonce,
     server_nonce: &[u8],
     keys: &Keyring,
@@ -47,6 +48,7 @@ pub(crate) fn on_challenge(
         stream_id,
         resume_term,
         resume_position,
+        standby,
         client_nonce,
         server_nonce: nonce_of(server_nonce)?,
     };

@@ -53,6 +53,7 @@ impl<S: Read + Write> Peer<S> {
             stream_id,
             resume_position: resume,
             resume_term: 0,
+            standby: false,
             nonce: &client_nonce,
         })?;
         let m = self.recv()?;
@@ -60,7 +61,7 @@ impl<S: Read + Write> Peer<S> {
             return Err(Error::Protocol("expected a challenge".into()));
         };
         let (t, proof) =
-            handshake::on_challenge(stream_id, (resume, 0), client_nonce, nonce, keys)?;
+            handshake::on_challenge(stream_id, ((resume, 0), false), client_nonce, nonce, keys)?;
         self.send(&Msg::Proof { proof: &proof })?;
         let m = self.recv()?;
         let Msg::Proof { proof } = protocol::decode(&m)? else {
@@ -80,12 +81,13 @@ impl<S: Read + Write> Peer<S> {
             stream_id,
             resume_position,
             resume_term,
+            standby,
             nonce,
         } = protocol::decode(&m)?
         else {
             return Err(Error::Protocol("expected a hello".into()));
         };
-        let t = handshake::on_hello(stream_id, resume_position, resume_term, nonce)?;
+        let t = handshake::on_hello(stream_id, (resume_position, resume_term), standby, nonce)?;
         self.send(&Msg::Challenge {
             nonce: &t.server_nonce,
         })?;

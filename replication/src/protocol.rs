@@ -30,6 +30,8 @@ pub enum Msg<'a> {
         resume_position: u64,
         /// Term of the replica's last frame (0: none, or a store without terms).
         resume_term: u32,
+        /// The replica says it is a sequencer group's standby, not a consumer.
+        standby: bool,
         /// The replica's nonce (32 bytes when well formed).
         nonce: &'a [u8],
     },
@@ -105,6 +107,7 @@ pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
             stream_id: m.stream_id(),
             resume_position: m.resume_position(),
             resume_term: m.resume_term(),
+            standby: m.flags().standby(),
             nonce: m.client_nonce()?,
         },
         wire::Message::ReplicationChallenge(m) => Msg::Challenge {
@@ -159,12 +162,14 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
             stream_id,
             resume_position,
             resume_term,
+            standby,
             nonce,
         } => {
             let mut e = wire::ReplicationHelloEncoder::new(buf).expect("sized");
             e.set_stream_id(*stream_id)
                 .set_resume_term(*resume_term)
-                .set_resume_position(*resume_position);
+                .set_resume_position(*resume_position)
+                .set_flags(wire::ReplicaFlags::default().with_standby(*standby));
             e.set_client_nonce(nonce).expect("a nonce <= 64 KiB");
             e.encoded_length()
         }
@@ -300,6 +305,7 @@ mod tests {
                 stream_id: 3,
                 resume_position: 4096,
                 resume_term: 2,
+                standby: true,
                 nonce: &[1; 32],
             },
             Msg::Challenge { nonce: &[2; 32] },
@@ -327,6 +333,7 @@ mod tests {
                 stream_id: 3,
                 resume_term: 2,
                 resume_position: 4096,
+                standby: true,
                 client_nonce: [1; 32],
                 server_nonce: [2; 32],
             }

@@ -4,8 +4,9 @@
 //!
 //! A [`Release`] is shared by the senders of one replication server
 //! ([`ServerConfig::release`](crate::server::ServerConfig::release)). The server tells a
-//! standby from a consumer by the address its connection comes from: a session from a
-//! standby's address is sent every committed frame while that standby gates, and its acks
+//! standby from a consumer by what the replica says and the address its connection comes
+//! from: a session whose hello says standby (`FollowerConfig::standby`), from a standby's
+//! address, is sent every committed frame while that standby gates, and its acks
 //! (and its resume position: a replica holds what it resumes from) move that standby's acked
 //! position; every other session is a consumer, and so is a standby that does not gate: they
 //! are sent frames up to the **released position** only, the lowest position every gating
@@ -37,7 +38,7 @@
 //! own position and wait); frames released in an earlier leadership stay released (every
 //! standby held them, so every later leader holds them).
 //!
-//! The server holds a [`StandbySession`] for each session from a standby's address: while one
+//! The server holds a [`StandbySession`] for each standby's session: while one
 //! is open the standby is [`connected`](Release::connected), which is how the owner tells a
 //! live standby from a dead one when it picks which of them gate (k of n).
 //!
@@ -300,7 +301,7 @@ impl Release {
     }
 
     /// Opens a session of standby `i` in the current epoch (the server calls it when a
-    /// replica connects from the standby's address).
+    /// replica that says it is a standby connects from the standby's address).
     pub fn standby_session(self: &Arc<Self>, i: usize) -> StandbySession {
         self.standbys[i].sessions.fetch_add(1, Ordering::AcqRel);
         StandbySession {

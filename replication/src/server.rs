@@ -49,9 +49,10 @@
 //! leaves its replicas whole.
 //!
 //! Under the `standby-ack` release policy ([`ServerConfig::release`], module
-//! [`release`](crate::release)) a replica connecting from a standby's address is sent every
-//! committed frame and its acks move the released position; every other replica is sent
-//! frames up to the released position only.
+//! [`release`](crate::release)) a replica whose hello says it is a standby, connecting from a
+//! standby's address, is sent every committed frame and its acks move the released position
+//! (the claim from another address is refused); every other replica is sent frames up to the
+//! released position only.
 //!
 //! A sender whose session fails (a fault of its replica, or of its socket) logs it
 //! (`replica dropped`, rate-limited), counts it (`disconnects`), gives its slot back and ends
@@ -132,8 +133,10 @@ pub struct ServerConfig {
     /// Its monotonic reading times the handshake deadline, heartbeats and the peer timeout;
     /// its realtime reading stamps heartbeats. The system's clocks by default.
     pub clock: Clock,
-    /// The `standby-ack` release policy ([`Release`]): replicas connecting from a standby's
-    /// address are sent everything and their acks move the released position; every other
+    /// The `standby-ack` release policy ([`Release`]): replicas that say they are standbys
+    /// ([`FollowerConfig::standby`](crate::follower::FollowerConfig::standby)), connecting
+    /// from a standby's address, are sent everything and their acks move the released
+    /// position (a standby claim from another address is refused); every other
     /// replica is sent frames up to the released position only (heartbeats say the released
     /// position, not the committed one). `None` (the default, the `immediate` policy): every
     /// replica is sent every committed frame. The standbys' addresses must be in
@@ -330,6 +333,8 @@ struct Admitted {
     resume: u64,
     /// The term of the replica's last frame, as it says.
     resume_term: u32,
+    /// It says it is a sequencer group's standby.
+    standby: bool,
     macs: SessionKeys,
     proof: Tag,
 }
@@ -503,13 +508,9 @@ impl Server {
         let peer = p.peer;
         // A member of a sequencer group that does not lead serves no one and tells no one
         // anything about its store (a standby following a stale leader record included).
-        if let (Ok(_), Some(r)) = (&outcome, self.cfg.release.as_ref().filter(|r| !r.serving())) {
+        if let (Ok(a), Some(_)) = (&outcome, self.cfg.release.as_ref().filter(|r| !r.serving())) {
             self.shared.counters.refused_not_leader.incr();
-            let what = if r.standby(peer.ip()).is_some() {
-                "a standby"
-            } else {
-                "a consumer"
-            };
+            let what = if a.standby { "a standby" } else { "a consumer" };
             self.shared.warns().not_leader.warn(format_args!(
                 "{peer}: {what}, and this member does not lead"
             ));
@@ -519,6 +520,13 @@ impl Server {
         // a frame start or the end of the stream) before it takes a slot.
         let hello = outcome.and_then(|a| {
             let counters = &self.shared.counters;
+            let standby_address = self.cfg.release.as_ref().and_then(|r| r.standby(peer.ip()));
+            if a.standby && standby_address.is_none() {
+                return Err(Error::Protocol(format!(
+                    "it says it is a standby, but {} is no standby's address",
+                    peer.ip()
+                )));
+            }
             match open_at(&self.cfg, a.resume) {
                 Ok(tailer) => match check_history(&tailer, &a) {
                     Ok(()) => Ok((a, tailer)),
@@ -578,7 +586,9 @@ impl Server {
         let index = lease.index;
         let gate = match &self.cfg.release {
             None => Gate::Open,
-            Some(r) => match r.standby(peer.ip()) {
+            // A standby is one that says so from a standby's address (a claim from another
+            // address was refused); a consumer on a standby's host is a consumer.
+            Some(r) => match r.standby(peer.ip()).filter(|_| admitted.standby) {
                 Some(i) => Gate::Standby(r.standby_session(i)),
                 None => Gate::Released(r.clone()),
             },
@@ -753,6 +763,7 @@ fn read_handshake(
                         stream_id,
                         resume_position,
                         resume_term,
+                        standby,
                         nonce,
                     },
                 ) => {
@@ -763,8 +774,12 @@ fn read_handshake(
                             cfg.stream_id
                         )));
                     }
-                    let transcript =
-                        handshake::on_hello(stream_id, resume_position, resume_term, nonce)?;
+                    let transcript = handshake::on_hello(
+                        stream_id,
+                        (resume_position, resume_term),
+                        standby,
+                        nonce,
+                    )?;
                     let mut challenge = Vec::with_capacity(64);
                     protocol::encode(
                         &Msg::Challenge {
@@ -788,6 +803,7 @@ fn read_handshake(
                     Some(Admitted {
                         resume: t.resume_position,
                         resume_term: t.resume_term,
+                        standby: t.standby,
                         macs,
                         proof,
                     })

@@ -169,6 +169,7 @@ fn handshake(
         stream_id: STREAM,
         resume_term: 0,
         resume_position: 0,
+        standby: false,
         client_nonce: client.try_into().unwrap(),
         server_nonce: nonce().unwrap(),
     };
@@ -266,6 +267,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
             stream_id: STREAM,
             resume_position: 0,
             resume_term: 0,
+            standby: false,
             nonce
         } if nonce.len() == 32
     ));

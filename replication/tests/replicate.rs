@@ -1699,8 +1699,10 @@ fn a_replica_holding_a_deposed_leaders_tail_is_refused_unless_it_rejoins_by_cutt
 }
 
 /// `standby-ack`: a consumer is sent only what the standby holds. While the standby is down
-/// the consumer receives nothing new (and its upstream's heartbeats say so), and once the
-/// standby is back both catch up, byte-identical.
+/// the consumer receives nothing new (and its upstream's heartbeats say so), nor does a
+/// consumer connecting from the standby's own address (it does not say it is the standby);
+/// a replica that says it is a standby from another address is refused. Once the standby is
+/// back the consumers catch up, byte-identical.
 #[test]
 fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
     let d = Dirs::new();
@@ -1727,7 +1729,8 @@ fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
     let standby_counters = d.path("standby.counters");
     let follow_standby = || {
         follow_with(&standby, &standby_counters, addr, SECRET, |c| {
-            c.bind = Some(standby_ip)
+            c.bind = Some(standby_ip);
+            c.standby = true;
         })
     };
     let s = follow_standby();
@@ -1736,10 +1739,39 @@ fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
     assert_eq!(counter(&release_counters, "released position"), first_end);
     drop(s);
 
+    let beside = d.path("beside");
+    let beside_counters = d.path("beside.counters");
+    let _beside = follow_with(&beside, &beside_counters, addr, SECRET, |c| {
+        c.bind = Some(standby_ip)
+    });
+    wait_for(&beside_counters, first_end, Duration::from_secs(10));
+    let server_counters = d.path("server.counters");
+    let _liar = follow_with(
+        &d.path("liar"),
+        &d.path("liar.counters"),
+        addr,
+        SECRET,
+        |c| c.standby = true,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&server_counters, "refused handshake") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a standby claim from a consumer's address admitted"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+
     append_pattern(&mut a, 100);
     let second_end = a.position();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(counter(&consumer_counters, "replica position"), first_end);
+    assert_eq!(
+        counter(&beside_counters, "replica position"),
+        first_end,
+        "a consumer at the standby's address is sent only released frames"
+    );
+    assert_eq!(counter(&d.path("liar.counters"), "replica position"), 0);
     assert_eq!(
         counter(&consumer_counters, "upstream committed position"),
         first_end,
@@ -1754,7 +1786,8 @@ fn under_standby_ack_a_consumer_receives_only_what_the_standby_holds() {
         counter(&release_counters, "standby[0] position acked"),
         second_end
     );
-    for replica in [&standby, &consumer] {
+    wait_for(&beside_counters, second_end, Duration::from_secs(10));
+    for replica in [&standby, &consumer, &beside] {
         assert_identical(&primary, replica);
         assert_complete(replica, 300);
     }

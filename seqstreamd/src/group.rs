@@ -15,9 +15,9 @@
 //!
 //! The **replication server** runs in every state on the member's replication address and
 //! the same store, under the `standby-ack` release policy
-//! ([`seqstream_replication::release`]): the other members are its standbys (told apart by
-//! the address they connect from, their member address), every other allowed address a
-//! consumer that receives only what every standby holds. So every member's store holds every
+//! ([`seqstream_replication::release`]): the other members are its standbys (each says so
+//! in its hello, from its member address), every other replica a consumer that receives only
+//! what every standby holds. So every member's store holds every
 //! frame any consumer ever received, whichever member leads next. Under `immediate`,
 //! consumers receive what the leader commits, the in-sync set names the leader alone, and
 //! only a forced promotion (`seqstreamd --promote --accept-loss`,
@@ -329,7 +329,9 @@ impl Role for GroupArgs {
         follow.reconnect_min = GROUP_RECONNECT_MIN;
         follow.store_config = follow.store_config.flush(s.flush);
         follow.max_segment_size = s.segment_size;
-        // Under standby-ack the leader releases frames on this acknowledgement: never later.
+        // The leader's server counts this replica's acks as this member's (standby-ack
+        // releases frames on them): it says it is a standby, and acknowledges at once.
+        follow.standby = true;
         follow.ack = AckTiming::Immediate;
 
         let election = Election::start(self.election_config()).context("starting the election")?;
