@@ -754,7 +754,7 @@ impl Follower {
         outbox
             .send(&mut stream, &[&scratch])
             .map_err(|e| Error::io("write", e))?;
-        tracing::info!(upstream = %self.replica.upstream(), resume = resume.0, ack = %self.replica.cfg.ack, "connected");
+        tracing::info!(upstream = %self.replica.upstream(), resume = resume.0, standby = self.replica.cfg.standby, ack = %self.replica.cfg.ack, "connected");
         let link = Box::new(Link {
             stream,
             inbox: Inbox::new(1 << 20, crate::framing::MAX_MESSAGE),

@@ -97,6 +97,10 @@ pub enum ProtocolError {
     /// A message whose session tag is wrong: changed, dropped, repeated or forged on the way.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// A hello whose flags set a bit this build does not know (a newer peer's): refused,
+    /// rather than read as if the bit meant nothing.
+    #[error("hello flags {0:#04x}: bits this build does not know")]
+    UnknownFlags(u8),
 }
 
 /// Decodes the SBE bytes of one message (SOFH already stripped).
@@ -107,7 +111,12 @@ pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
             stream_id: m.stream_id(),
             resume_position: m.resume_position(),
             resume_term: m.resume_term(),
-            standby: m.flags().standby(),
+            standby: match m.flags() {
+                f if f.0 & !wire::ReplicaFlags::STANDBY != 0 => {
+                    return Err(ProtocolError::UnknownFlags(f.0))
+                }
+                f => f.standby(),
+            },
             nonce: m.client_nonce()?,
         },
         wire::Message::ReplicationChallenge(m) => Msg::Challenge {
@@ -424,5 +433,32 @@ mod tests {
             decode(&nak[..n]),
             Err(ProtocolError::Unexpected(2))
         ));
+    }
+
+    #[test]
+    fn a_hello_with_flags_this_build_does_not_know_is_refused() {
+        let hello = |flags: u8| {
+            let mut buf = vec![0u8; 128];
+            let mut e = wire::ReplicationHelloEncoder::new(&mut buf).unwrap();
+            e.set_stream_id(3).set_flags(wire::ReplicaFlags(flags));
+            e.set_client_nonce(&[1; 32]).unwrap();
+            let n = e.encoded_length();
+            buf.truncate(n);
+            buf
+        };
+        assert!(matches!(
+            decode(&hello(1)),
+            Ok(Msg::Hello { standby: true, .. })
+        ));
+        assert!(matches!(
+            decode(&hello(0)),
+            Ok(Msg::Hello { standby: false, .. })
+        ));
+        for flags in [2, 3, 0x80] {
+            assert!(
+                matches!(decode(&hello(flags)), Err(ProtocolError::UnknownFlags(f)) if f == flags),
+                "{flags:#x}"
+            );
+        }
     }
 }

@@ -180,7 +180,8 @@ struct Counters {
     refused_limit: Counter,
     /// Handshakes that failed other than on their credentials or stream (`refused auth`):
     /// no hello in time, a malformed or unexpected message, a resume position that is no
-    /// frame start, a connection closed before its hello.
+    /// frame start, a connection closed before its hello, a standby claim from an address
+    /// that is no standby's.
     refused_handshake: Counter,
     /// Replicas refused because their history is not this store's (counted in
     /// `refused handshake` too): see `check_history`.
@@ -508,9 +509,13 @@ impl Server {
         let peer = p.peer;
         // A member of a sequencer group that does not lead serves no one and tells no one
         // anything about its store (a standby following a stale leader record included).
-        if let (Ok(a), Some(_)) = (&outcome, self.cfg.release.as_ref().filter(|r| !r.serving())) {
+        if let (Ok(a), Some(r)) = (&outcome, self.cfg.release.as_ref().filter(|r| !r.serving())) {
             self.shared.counters.refused_not_leader.incr();
-            let what = if a.standby { "a standby" } else { "a consumer" };
+            let what = if a.standby && r.standby(peer.ip()).is_some() {
+                "a standby"
+            } else {
+                "a consumer"
+            };
             self.shared.warns().not_leader.warn(format_args!(
                 "{peer}: {what}, and this member does not lead"
             ));

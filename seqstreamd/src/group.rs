@@ -261,9 +261,6 @@ impl GroupArgs {
             {
                 bail!("members on one address ({ip}): standbys are told apart by the address they connect from");
             }
-            if self.allow.contains(&ip) {
-                bail!("allow names {ip}, member {}'s address: a consumer there would be taken for a standby (a consumer on a member's host reads that member's store)", m.node_id);
-            }
         }
         if let Some(k) = self
             .sync_standbys
