@@ -180,6 +180,11 @@ pub enum AckTiming {
 /// upstream's drain at shutdown waits for the last acknowledgement.
 pub const MAX_ACK_DELAY: Duration = Duration::from_millis(100);
 
+/// Whether `d` may be an [`AckTiming::Delayed`] delay: from 1 µs to [`MAX_ACK_DELAY`].
+fn ack_delay_in_bounds(d: Duration) -> bool {
+    (Duration::from_micros(1)..=MAX_ACK_DELAY).contains(&d)
+}
+
 impl std::str::FromStr for AckTiming {
     type Err = String;
 
@@ -195,7 +200,7 @@ impl std::str::FromStr for AckTiming {
                     .ok_or_else(|| {
                         format!("ack timing {s:?}: use immediate, next-cycle, delayed:<N>us or delayed:<N>ms")
                     })?;
-                if d.is_zero() || d > MAX_ACK_DELAY {
+                if !ack_delay_in_bounds(d) {
                     return Err(format!(
                         "ack timing {s:?}: the delay must be from 1us to {}ms",
                         MAX_ACK_DELAY.as_millis()
@@ -416,7 +421,7 @@ impl Follower {
     /// with its first connect due at once.
     pub fn new(cfg: FollowerConfig, counters: &CountersWriter) -> Result<Follower> {
         if let AckTiming::Delayed(d) = cfg.ack {
-            if d < Duration::from_micros(1) || d > MAX_ACK_DELAY {
+            if !ack_delay_in_bounds(d) {
                 return Err(Error::Config(format!(
                     "acknowledgement delay {d:?}: from 1 µs to {MAX_ACK_DELAY:?}"
                 )));
