@@ -303,13 +303,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
         "{hb:?}"
     );
     // One frame: the session writes something.
-    s.write_all(&one_frame(&mut macs, 0, 1)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while counter(d.path(), "frames received") == 0 {
-        assert!(Instant::now() < deadline, "the frame was never written");
-        inv.invoke().unwrap();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (0, 1));
     // The upstream silent past the peer timeout (5 s): a session fault.
     clock.advance(4_900 * MS);
     inv.invoke().unwrap();
