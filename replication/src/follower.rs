@@ -951,9 +951,9 @@ impl Replica {
         self.counters.next_seq.set(self.next_seq());
     }
 
-    /// Drains the outbox, then reads (a bounded number of times) and applies every message as
-    /// it arrives: a step of the handshake, or (its tag checked first) a message of the
-    /// session.
+    /// Drains the outbox, then reads (until a read would block or comes back short,
+    /// [`READS_PER_CYCLE`] times at most) and applies every message as it arrives: a step of
+    /// the handshake, or (its tag checked first) a message of the session.
     fn receive(&mut self, link: &mut Link, now: u64) -> Result<Received> {
         let mut r = Received::default();
         if !link
@@ -965,14 +965,14 @@ impl Replica {
         }
         for _ in 0..READS_PER_CYCLE {
             let fill = self.read(link)?;
-            if let Fill::Bytes(n) = fill {
+            if let Fill::Bytes(n) | Fill::Drained(n) = fill {
                 r.work += 1;
                 self.counters.bytes.add(n as u64);
             }
             self.take_messages(link, now, &mut r)?;
             match fill {
                 Fill::Closed => return Err(Error::Closed),
-                Fill::WouldBlock => break,
+                Fill::WouldBlock | Fill::Drained(_) => break,
                 Fill::Bytes(_) | Fill::Full => {}
             }
         }

@@ -55,8 +55,16 @@ pub struct Inbox {
 /// Result of reading from the socket.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Fill {
-    /// This many bytes arrived (0 is never returned here).
+    /// This many bytes arrived (at least one), as many as there was room for: more may be
+    /// waiting.
     Bytes(usize),
+    /// This many bytes arrived (at least one), fewer than there was room for: the socket held
+    /// no more when it was read. A caller that reads until [`Fill::WouldBlock`] stops here
+    /// instead, saving a read that would block: a system call on every live message's path.
+    /// Bytes that arrive after the read wait for the caller's next duty cycle. (Over TLS a
+    /// read returns one record's plaintext at most, so this says less; stopping early
+    /// still loses nothing.)
+    Drained(usize),
     /// Nothing to read now.
     WouldBlock,
     /// The buffer holds unparsed bytes and has no room: call `next_message` first.
@@ -89,9 +97,11 @@ impl Inbox {
         if room.is_empty() {
             return Ok(Fill::Full);
         }
+        let wanted = room.len();
         filled(
             src.read(&mut self.buf[room.clone()]),
             room.start,
+            wanted,
             &mut self.end,
         )
     }
@@ -120,7 +130,12 @@ impl Inbox {
             std::io::IoSliceMut::new(&mut self.buf[room.clone()]),
         ];
         let mut end = room.start;
-        let fill = filled(src.read_vectored(&mut bufs), room.start, &mut end)?;
+        let fill = filled(
+            src.read_vectored(&mut bufs),
+            room.start,
+            wanted + room.len(),
+            &mut end,
+        )?;
         let n = end - room.start;
         let into_direct = n.min(wanted);
         self.end = room.start + (n - into_direct);
@@ -287,13 +302,23 @@ impl Outbox {
     }
 }
 
-/// What a read of `result` into a buffer at `start` brought; `end` moves past what it read.
-fn filled(result: std::io::Result<usize>, start: usize, end: &mut usize) -> std::io::Result<Fill> {
+/// What a read of `result`, of at most `wanted` bytes into a buffer at `start`, brought;
+/// `end` moves past what it read.
+fn filled(
+    result: std::io::Result<usize>,
+    start: usize,
+    wanted: usize,
+    end: &mut usize,
+) -> std::io::Result<Fill> {
     match result {
         Ok(0) => Ok(Fill::Closed),
         Ok(n) => {
             *end = start + n;
-            Ok(Fill::Bytes(n))
+            Ok(if n < wanted {
+                Fill::Drained(n)
+            } else {
+                Fill::Bytes(n)
+            })
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(Fill::WouldBlock),
         Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::WouldBlock),
@@ -408,6 +433,32 @@ mod tests {
         assert_eq!(
             inbox.fill_after(&mut src, [&mut [], &mut data], 9).unwrap(),
             (Fill::Closed, 0)
+        );
+    }
+
+    #[test]
+    fn a_read_shorter_than_the_room_says_the_socket_is_drained() {
+        let stream = framed(&[7; 100]);
+        // Room for 64 bytes, 106 waiting: full, more may follow; then 42 of 64: drained.
+        let mut src = &stream[..];
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        assert_eq!(inbox.fill(&mut src).unwrap(), Fill::Bytes(64));
+        inbox.consume(64);
+        assert_eq!(inbox.fill(&mut src).unwrap(), Fill::Drained(42));
+        // A vectored read counts the caller's buffers as room too.
+        let mut src = &stream[..];
+        let mut inbox = Inbox::new(64, MAX_MESSAGE);
+        let mut data = [0u8; 100];
+        assert_eq!(
+            inbox.fill_after(&mut src, [&mut [], &mut data], 6).unwrap(),
+            (Fill::Bytes(106), 100)
+        );
+        let mut src = &stream[..];
+        assert_eq!(
+            inbox
+                .fill_after(&mut src, [&mut [], &mut data], 64)
+                .unwrap(),
+            (Fill::Drained(106), 100)
         );
     }
 

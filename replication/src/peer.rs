@@ -176,7 +176,7 @@ impl<S: Read + Write> Peer<S> {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "no message in time"),
                     ))
                 }
-                Fill::Bytes(_) | Fill::Full => {}
+                Fill::Bytes(_) | Fill::Drained(_) | Fill::Full => {}
             }
         }
     }

@@ -1251,8 +1251,9 @@ impl Session {
         Ok(())
     }
 
-    /// Reads acks and heartbeats, parsing as bytes arrive (a bounded number of reads per
-    /// cycle, so a flooding replica cannot hold the sender here).
+    /// Reads acks and heartbeats, parsing as bytes arrive, until a read would block or comes
+    /// back short (16 reads at most per cycle, so a flooding replica cannot hold the sender
+    /// here).
     fn receive(&mut self) -> Result<usize> {
         let mut work = 0;
         for _ in 0..16 {
@@ -1293,7 +1294,7 @@ impl Session {
             }
             match fill {
                 Fill::Closed => return Err(Error::Closed),
-                Fill::WouldBlock => break,
+                Fill::WouldBlock | Fill::Drained(_) => break,
                 Fill::Bytes(_) | Fill::Full => {}
             }
         }
