@@ -8,7 +8,11 @@
 //!
 //! Four busy threads (application, forwarder, sequencer, store reader) share the cores here,
 //! so by default all of them, and both ends of the floor, wait with `sched_yield`; with
-//! `--idle busy-spin` (a machine with a core for each) they all spin.
+//! `--idle busy-spin` (a machine with a core for each) they all spin. The third latency case,
+//! `offer_to_committed_64B_invoker`, has the floor's two threads: the application's runs the
+//! forwarder's duty cycle after each `offer()`, the reader's runs the sequencer's before each
+//! poll (each role embedded in an application, `threading = "invoker"`): the layout for a
+//! machine with fewer cores than busy threads.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -68,15 +72,13 @@ impl Drop for Path3 {
     }
 }
 
-/// A sequencer and a forwarder for one outbox, each on its own thread idling with `idle`;
-/// with `signed`, the source has a key on both.
-fn start(
+/// A sequencer and a forwarder for one outbox; with `signed`, the source has a key on both.
+fn open(
     dir: &Path,
     name: &str,
     signed: bool,
-    idle: &Idle,
     segment: u64,
-) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
+) -> Result<(Sequencer, Forwarder, std::path::PathBuf, std::path::PathBuf)> {
     let keys = || -> std::collections::HashMap<u32, Keyring> {
         if signed {
             [(
@@ -98,7 +100,7 @@ fn start(
         1 << 20,
     )?);
     let counters = CountersWriter::create(&dir.join(format!("{name}-seq.counters")), 64)?;
-    let mut sequencer = Sequencer::open(
+    let sequencer = Sequencer::open(
         SequencerConfig {
             store: store.clone(),
             store_config: StoreConfig::new(STREAM).segment_size(segment),
@@ -112,7 +114,7 @@ fn start(
         &counters,
     )?;
     let fcounters = CountersWriter::create(&dir.join(format!("{name}-io.counters")), 64)?;
-    let mut forwarder = Forwarder::open(
+    let forwarder = Forwarder::open(
         ForwarderConfig {
             bind: "127.0.0.1:0".parse()?,
             mtu: MTU,
@@ -128,6 +130,19 @@ fn start(
         },
         &fcounters,
     )?;
+    Ok((sequencer, forwarder, store, outbox))
+}
+
+/// A sequencer and a forwarder for one outbox ([`open`]), each on its own thread idling with
+/// `idle`.
+fn start(
+    dir: &Path,
+    name: &str,
+    signed: bool,
+    idle: &Idle,
+    segment: u64,
+) -> Result<(Path3, std::path::PathBuf, std::path::PathBuf)> {
+    let (mut sequencer, mut forwarder, store, outbox) = open(dir, name, signed, segment)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     let s = stop.clone();
@@ -205,6 +220,58 @@ fn offer_latency(
     Ok(h)
 }
 
+/// [`offer_latency`] with no thread of the path's own: the application's thread runs the
+/// forwarder's duty cycle after each `offer()` (an application that embeds its host,
+/// `threading = "invoker"`), and the reading thread runs the sequencer's before each poll of
+/// the store (an application on the sequencer's host that embeds it), so the path has the
+/// floor's two threads, one at each end of the datagram.
+fn offer_latency_invoker(
+    dir: &Path,
+    name: &str,
+    samples: u64,
+    idle: &Idle,
+    segment: u64,
+) -> Result<hdrhistogram::Histogram<u64>> {
+    let (mut sequencer, mut forwarder, store, outbox) = open(dir, name, false, segment)?;
+    let mut out = Outbox::open_or_create(&outbox, 1, STREAM, 16 << 20, 1 << 20)?;
+    offer_until_accepted(&mut out, &[0u8; 64]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tailer = loop {
+        forwarder.do_work()?;
+        sequencer.do_work()?;
+        if let Ok(t) = Tailer::open_with(&store, TailerOptions::default()) {
+            break t;
+        }
+        ensure!(Instant::now() < deadline, "the sequencer created no store");
+        std::thread::yield_now();
+    };
+    while tailer.poll()?.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "the first message was not sequenced"
+        );
+        forwarder.do_work()?;
+        sequencer.do_work()?;
+    }
+    let mut payload = [0u8; 64];
+    ping(
+        samples,
+        Pinning::waiting(idle),
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            offer_until_accepted(&mut out, &payload);
+            forwarder.do_work().expect("forwarder");
+        },
+        move || {
+            sequencer.do_work().expect("sequencer");
+            tailer
+                .poll()
+                .expect("store tailer")
+                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )
+}
+
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (samples, messages, segment) = if args.quick {
         (1_000, 20_000, crate::QUICK_SEGMENT)
@@ -221,12 +288,20 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let floor = udp_one_way(samples, Pinning::waiting(&args.idle))?;
     let plain = offer_latency(dir, "lat", samples, false, &args.idle, segment)?;
     let signed = offer_latency(dir, "lat-auth", samples, true, &args.idle, segment)?;
+    let invoker = offer_latency_invoker(dir, "lat-invoker", samples, &args.idle, segment)?;
     emit_percentiles(reporter, BENCH, "offer_to_committed_64B", &plain, &floor)?;
     emit_percentiles(
         reporter,
         BENCH,
         "offer_to_committed_64B_authenticated",
         &signed,
+        &floor,
+    )?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "offer_to_committed_64B_invoker",
+        &invoker,
         &floor,
     )?;
 

@@ -11,6 +11,9 @@
 //! thread it waits for until its time slice ends. The ratios say how far the replication path
 //! is from a bare TCP hop on the same machine, not what pinned busy-spinning threads on
 //! isolated cores would give (run with `--idle busy-spin` on a machine with enough cores).
+//! `append_to_replica_64B_1f_invoker` has the floor's two threads: the appending thread runs
+//! the server's duty cycle, the reading thread the follower's (each end embedded in its
+//! application, `threading = "invoker"`).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,14 +24,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_agent::{AgentRunner, Idle, RunnerConfig};
+use seqstream_agent::{AgentInvoker, AgentRunner, CompositeAgent, Idle, RunnerConfig};
 use seqstream_auth::{Key, Keyring};
-use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{append_to_tailer, tcp_one_way, Pinning};
+use crate::oneway::{append_to_tailer, ping, tcp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
@@ -248,6 +252,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         latency(&setup, n, samples, &tcp_floor, reporter, Case::Plain)?;
         throughput(&setup, n, bytes, bw_floor, reporter)?;
     }
+    latency_invoker(&setup, samples, &tcp_floor, reporter)?;
     latency(&setup, 1, samples, &tcp_floor, reporter, Case::SlowPeer)?;
     let tls = tls(dir)?;
     latency(&setup, 1, samples, &tcp_floor, reporter, Case::Tls(&tls))?;
@@ -357,6 +362,88 @@ fn latency(
         let _ = t.join();
     }
     setup.remove(&name)
+}
+
+/// `append_to_replica_64B_1f_invoker`: [`latency`]'s one follower with no thread of the
+/// path's own. The appending thread runs the server's duty cycle (its acceptor, and the
+/// sender it hands out) after each append: a primary whose host is embedded in the
+/// application that writes it (`threading = "invoker"`). The reading thread runs the
+/// follower's before each poll of the replica, acknowledging at its next cycle (`ack =
+/// "next-cycle"`, as such a host's `[[follow]]` table should say). So the path has the floor's
+/// two threads, one at each end of the TCP connection.
+fn latency_invoker(
+    setup: &Setup,
+    samples: u64,
+    floor: &hdrhistogram::Histogram<u64>,
+    reporter: &Reporter,
+) -> Result<()> {
+    let name = "lat-invoker";
+    let dir = setup.dir;
+    let primary = dir.join(format!("{name}-primary"));
+    let replica = dir.join(format!("{name}-replica-0"));
+    let mut appender = Appender::open_or_create(&primary, setup.store_cfg())?;
+    let mut host = CompositeAgent::new(Some("primary".to_string()), Vec::new());
+    let mut cfg = ServerConfig::new(primary.clone(), STREAM, "127.0.0.1:0".parse()?, keys());
+    cfg.sender_host = Some(host.sink());
+    let w = CountersWriter::create(&dir.join(format!("{name}-server.counters")), 256)?;
+    let server = Server::bind(cfg, &w)?;
+    let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, server.local_addr(), keys());
+    fcfg.store_config = setup.store_cfg();
+    fcfg.ack = AckTiming::NextCycle;
+    let w = CountersWriter::create(&dir.join(format!("{name}-follower-0.counters")), 64)?;
+    let follower = Follower::new(fcfg, &w)?;
+    let mut upstream =
+        AgentInvoker::new(host.with_members([Box::new(server) as _]), Clock::system());
+    let mut downstream = AgentInvoker::new(follower, Clock::system());
+    appender.append(&[0u8; 64])?; // creates the replica
+    let target = appender.position();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let both = |up: &mut AgentInvoker<CompositeAgent>, down: &mut AgentInvoker<Follower>| {
+        up.invoke()
+            .and_then(|_| down.invoke())
+            .map_err(|e| anyhow::anyhow!("replicating the first frame: {e}"))
+    };
+    let mut tailer = loop {
+        both(&mut upstream, &mut downstream)?;
+        if let Ok(t) = Tailer::open_with(&replica, TailerOptions::default()) {
+            break t;
+        }
+        ensure!(Instant::now() < deadline, "no replica after 30 s");
+        std::thread::yield_now();
+    };
+    while tailer.position() < target {
+        ensure!(
+            Instant::now() < deadline,
+            "the first frame was not replicated"
+        );
+        both(&mut upstream, &mut downstream)?;
+        tailer.poll()?;
+    }
+    let mut payload = [0u8; 64];
+    let h = ping(
+        samples,
+        Pinning::waiting(setup.idle),
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            appender.append(&payload).expect("append");
+            upstream.invoke().expect("the primary's server");
+        },
+        move || {
+            downstream.invoke().expect("the follower");
+            tailer
+                .poll()
+                .expect("replica tailer")
+                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+        },
+    )?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "append_to_replica_64B_1f_invoker",
+        &h,
+        floor,
+    )?;
+    setup.remove(name)
 }
 
 fn throughput(

@@ -130,6 +130,7 @@ fn replication_bench_prints_latency_and_throughput_with_floors() {
         );
     }
     assert!(cases.contains(&"append_to_replica_64B_beside_slow_peer/p99/ns".to_string()));
+    assert!(cases.contains(&"append_to_replica_64B_1f_invoker/p50/ns".to_string()));
 }
 
 #[test]
@@ -164,6 +165,7 @@ fn inbound_bench_prints_latency_and_throughput_with_floors() {
             "{cases:?}"
         );
     }
+    assert!(cases.contains(&"offer_to_committed_64B_invoker/p50".to_string()));
 }
 
 #[test]
