@@ -31,7 +31,7 @@ use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{ping, udp_one_way, Pinning};
+use crate::oneway::{next_stamp, ping, udp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the inbound benchmark.
@@ -209,12 +209,7 @@ fn offer_latency(
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             offer_until_accepted(&mut out, &payload);
         },
-        move || {
-            tailer
-                .poll()
-                .expect("store tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
-        },
+        move || next_stamp(&mut tailer),
     )?;
     drop(running);
     Ok(h)
@@ -264,10 +259,7 @@ fn offer_latency_invoker(
         },
         move || {
             sequencer.do_work().expect("sequencer");
-            tailer
-                .poll()
-                .expect("store tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+            next_stamp(&mut tailer)
         },
     )
 }

@@ -308,6 +308,16 @@ pub(crate) fn cache_line_relay_floor(samples: u64, pins: Pinning) -> Result<Hist
 /// Append → tailer latency, the method of every store-path figure: the writer appends a
 /// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
 /// copy of it) until the frame arrives.
+/// The stamp [`ping`]'s writer put in the first 8 bytes (little-endian) of a frame's payload,
+/// read from the next frame of `tailer` if one has arrived. Panics on a tailer's error: in
+/// [`ping`]'s reader, that is the reader's error.
+pub(crate) fn next_stamp(tailer: &mut seqstream_store::Tailer) -> Option<u64> {
+    tailer
+        .poll()
+        .expect("tailer")
+        .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+}
+
 pub(crate) fn append_to_tailer(
     samples: u64,
     pins: Pinning,
@@ -322,12 +332,7 @@ pub(crate) fn append_to_tailer(
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             appender.append(&payload).expect("append");
         },
-        move || {
-            tailer
-                .poll()
-                .expect("tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
-        },
+        move || next_stamp(&mut tailer),
     )
 }
 

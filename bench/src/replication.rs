@@ -32,7 +32,7 @@ use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig};
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
-use crate::oneway::{append_to_tailer, ping, tcp_one_way, Pinning};
+use crate::oneway::{append_to_tailer, next_stamp, ping, tcp_one_way, Pinning};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the replication benchmark.
@@ -430,10 +430,7 @@ fn latency_invoker(
         },
         move || {
             downstream.invoke().expect("the follower");
-            tailer
-                .poll()
-                .expect("replica tailer")
-                .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
+            next_stamp(&mut tailer)
         },
     )?;
     emit_percentiles(
