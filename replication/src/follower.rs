@@ -140,7 +140,7 @@ pub struct FollowerConfig {
 
 /// When a follower acknowledges what a duty cycle wrote to its replica.
 ///
-/// The acknowledgement is a `send(2)`; over loopback or a veth pair the kernel delivers it
+/// The acknowledgement is a `sendmsg(2)`; over loopback or a veth pair the kernel delivers it
 /// to the upstream's socket inside that call, which costs several µs of the follower's
 /// thread, and on a machine with few cores, of whatever runs next to it. A reader of the
 /// replica on the follower's own thread (an application that runs its host's roles under
