@@ -61,9 +61,8 @@ pub enum Fill {
     /// This many bytes arrived (at least one), fewer than there was room for: the socket held
     /// no more when it was read. A caller that reads until [`Fill::WouldBlock`] stops here
     /// instead, saving a read that would block: a system call on every live message's path.
-    /// Bytes that arrive after the read wait for the caller's next duty cycle. (Over TLS a
-    /// read returns one record's plaintext at most, so this says less; stopping early
-    /// still loses nothing.)
+    /// Bytes that arrive after the read wait for the caller's next duty cycle. Over TLS it
+    /// means the same: a read decrypts records until the socket has no more.
     Drained(usize),
     /// Nothing to read now.
     WouldBlock,

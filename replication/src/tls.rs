@@ -169,30 +169,83 @@ impl<S> Transport<S> {
     }
 }
 
+/// The socket as rustls writes records to it: `send(2)`/`sendmsg(2)` with `MSG_NOSIGNAL`, as
+/// the plain path writes (std's `write_vectored` is a `writev(2)`, which raises `SIGPIPE` on a
+/// closed connection in a process that has not ignored it).
+struct NoSignal<'a>(SockRef<'a>);
+
+impl Write for NoSignal<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.send_with_flags(buf, libc::MSG_NOSIGNAL)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        self.0.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes what TLS holds to `sock` until it is all out (or the socket would block).
-fn push<S: Write>(conn: &mut rustls::Connection, sock: &mut S) -> std::io::Result<()> {
+fn push<S: AsFd>(conn: &mut rustls::Connection, sock: &S) -> std::io::Result<()> {
+    let mut out = NoSignal(SockRef::from(sock));
     while conn.wants_write() {
-        conn.write_tls(sock)?;
+        conn.write_tls(&mut out)?;
     }
     Ok(())
 }
 
-/// The plaintext TLS holds, into `buf`; otherwise reads TLS records from `sock` until there is
-/// some (answering the handshake as it goes), the socket would block (`WouldBlock`), or the
-/// peer closed (`Ok(0)`).
-fn read_tls<S: Read + Write>(
+/// The socket as rustls reads records from it, noting whether its last read came back short
+/// (fewer bytes than rustls asked for: the socket held no more).
+struct NotingShort<'a, S> {
+    sock: &'a mut S,
+    short: bool,
+}
+
+impl<S: Read> Read for NotingShort<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
+/// Plaintext into `buf`: what TLS holds, then what it decrypts of the records read from `sock`
+/// (answering the handshake as it goes), until `buf` is full, a read of the socket comes back
+/// short or would block, or the peer closed. So a read shorter than `buf` means the socket
+/// held no more, as on a plain socket ([`Fill::Drained`](crate::framing::Fill::Drained)).
+/// `WouldBlock` when there is no plaintext, `Ok(0)` once the peer closed and none is left.
+fn read_tls<S: Read + AsFd>(
     conn: &mut rustls::Connection,
     sock: &mut S,
     buf: &mut [u8],
 ) -> std::io::Result<usize> {
+    let mut filled = 0;
     loop {
-        match conn.reader().read(buf) {
-            Ok(n) => return Ok(n),
+        match conn.reader().read(&mut buf[filled..]) {
+            Ok(0) => return Ok(filled),
+            Ok(n) => {
+                filled += n;
+                if filled == buf.len() {
+                    return Ok(filled);
+                }
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            // The error (the peer gone without a close_notify) comes again at the next read.
+            Err(_) if filled > 0 => return Ok(filled),
             Err(e) => return Err(e),
         }
-        if conn.read_tls(sock)? == 0 {
-            return Ok(0);
+        // No plaintext left and room in `buf`: read the socket.
+        let mut from = NotingShort { sock, short: false };
+        let read = conn.read_tls(&mut from);
+        let short = from.short;
+        match read {
+            Ok(0) => return Ok(filled),
+            Ok(_) => {}
+            Err(_) if filled > 0 => return Ok(filled),
+            Err(e) => return Err(e),
         }
         conn.process_new_packets()
             .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
@@ -201,10 +254,18 @@ fn read_tls<S: Read + Write>(
             Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
             _ => {}
         }
+        if short {
+            // What those records held, and no more for now.
+            match conn.reader().read(&mut buf[filled..]) {
+                Ok(n) => return Ok(filled + n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && filled > 0 => return Ok(filled),
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
-impl<S: Read + Write> Read for Transport<S> {
+impl<S: Read + AsFd> Read for Transport<S> {
     /// Plain: one `read` of the socket. TLS: [`read_tls`] (the TLS path is kept out of line,
     /// so the plain one inlines into the caller's duty cycle).
     #[inline]
@@ -215,15 +276,27 @@ impl<S: Read + Write> Read for Transport<S> {
         }
     }
 
-    /// Plain: one `readv`. TLS: the plaintext goes into the first buffer that has room.
+    /// Plain: one `readv`. TLS: [`read_tls`] into each buffer in turn, stopping at the first
+    /// it does not fill, so that a short read means the same as on a plain socket.
     fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
-        match self {
-            Transport::Plain(s) => s.read_vectored(bufs),
-            Transport::Tls(_) => match bufs.iter_mut().find(|b| !b.is_empty()) {
-                Some(buf) => self.read(buf),
-                None => Ok(0),
-            },
+        let (conn, sock) = match self {
+            Transport::Plain(s) => return s.read_vectored(bufs),
+            Transport::Tls(t) => (&mut t.0, &mut t.1),
+        };
+        let mut total = 0;
+        for buf in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            match read_tls(conn, sock, buf) {
+                Ok(n) => {
+                    total += n;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(_) if total > 0 => break,
+                Err(e) => return Err(e),
+            }
         }
+        Ok(total)
     }
 }
 
@@ -250,14 +323,18 @@ impl<S: Read + Write + AsFd> Write for Transport<S> {
             Transport::Tls(t) => (&mut t.0, &mut t.1),
         };
         let n = conn.writer().write_vectored(bufs)?;
-        match push(conn, sock) {
-            Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
-            _ => {}
+        let pushed = push(conn, sock);
+        if n > 0 {
+            // Taken: rustls holds what the socket did not, and sends it at the next push or
+            // flush, where an error of this push shows again. Returning it here would have
+            // the caller write the same bytes twice.
+            return Ok(n);
         }
-        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
-            return Err(ErrorKind::WouldBlock.into());
+        match pushed {
+            Err(e) if e.kind() != ErrorKind::WouldBlock => Err(e),
+            _ if bufs.iter().any(|b| !b.is_empty()) => Err(ErrorKind::WouldBlock.into()),
+            _ => Ok(0),
         }
-        Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -273,12 +350,104 @@ impl<S: Read + Write + AsFd> Write for Transport<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
+    use std::io::{IoSliceMut, Read};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
 
+    use rustls::pki_types::ServerName;
     use socket2::{Domain, Socket, Type};
 
     use super::Transport;
     use crate::framing::Outbox;
+
+    /// Both ends of a TLS connection over loopback TCP, the handshake done, the client's
+    /// socket non-blocking (as a replication client's is).
+    fn tls_pair() -> (Transport<TcpStream>, Transport<TcpStream>) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let (ca_path, cert_path, key_path) = (
+            dir.path().join("ca.crt"),
+            dir.path().join("server.crt"),
+            dir.path().join("server.key"),
+        );
+        std::fs::write(&ca_path, ca.pem()).unwrap();
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        seqstream_testkit::write_key(&key_path, key.serialize_pem().trim_end());
+        let server_cfg = super::server_config(&cert_path, &key_path, None).unwrap();
+        let client_cfg = super::client_config(&ca_path, None).unwrap();
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client_sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server_sock, _) = listener.accept().unwrap();
+        for s in [&client_sock, &server_sock] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let server = std::thread::spawn(move || {
+            let mut conn =
+                rustls::Connection::from(rustls::ServerConnection::new(server_cfg).unwrap());
+            while conn.is_handshaking() {
+                conn.complete_io(&mut server_sock).unwrap();
+            }
+            Transport::tls(conn, server_sock)
+        });
+        let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+        let mut conn =
+            rustls::Connection::from(rustls::ClientConnection::new(client_cfg, name).unwrap());
+        while conn.is_handshaking() {
+            conn.complete_io(&mut client_sock).unwrap();
+        }
+        client_sock.set_nonblocking(true).unwrap();
+        (Transport::tls(conn, client_sock), server.join().unwrap())
+    }
+
+    /// Three messages sent as three TLS records (one write each), arrived before the read.
+    fn three_records(server: &mut Transport<TcpStream>) {
+        for byte in [1u8, 2, 3] {
+            Outbox::default()
+                .send(server, &[&[byte; 1000][..]])
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    /// A TLS read goes on decrypting records into the buffer until the socket has no more, so
+    /// that a read shorter than the buffer means the socket held no more, as on a plain
+    /// socket (`Fill::Drained`); it returned one record's plaintext before.
+    #[test]
+    fn a_tls_read_takes_every_record_that_has_arrived() {
+        let (mut client, mut server) = tls_pair();
+        three_records(&mut server);
+        let mut got = vec![0u8; 64 << 10];
+        assert_eq!(client.read(&mut got).unwrap(), 3000);
+        assert!(got[..1000].iter().all(|&b| b == 1));
+        assert!(got[2000..3000].iter().all(|&b| b == 3));
+        let again = client.read(&mut got).unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::WouldBlock);
+
+        // Vectored: each buffer filled in turn, the last one partly.
+        three_records(&mut server);
+        let (mut a, mut b, mut c) = ([0u8; 4], [0u8; 1500], vec![0u8; 64 << 10]);
+        let n = client
+            .read_vectored(&mut [
+                IoSliceMut::new(&mut a),
+                IoSliceMut::new(&mut b),
+                IoSliceMut::new(&mut c),
+            ])
+            .unwrap();
+        assert_eq!(n, 3000);
+        assert_eq!(a, [1; 4]);
+        assert!(b[..996].iter().all(|&x| x == 1) && b[996..].iter().all(|&x| x == 2));
+        assert!(c[..496].iter().all(|&x| x == 2) && c[496..1496].iter().all(|&x| x == 3));
+    }
 
     /// A message's parts (header, data from the store mapping, tag) leave in one call: over a
     /// `SOCK_SEQPACKET` pair each call is one record, so the first read returns all of them.
