@@ -1157,17 +1157,25 @@ fn open_at(cfg: &ServerConfig, resume: u64) -> Result<Tailer> {
 }
 
 impl Session {
-    /// One duty cycle: read acks, drain the backlog, send new bytes or a heartbeat. Returns
-    /// the work done (0 = idle, including while back-pressured: the idle strategy then backs
-    /// off instead of spinning on a full socket).
+    /// One duty cycle: drain the backlog, send new bytes or a heartbeat, then read acks (so
+    /// that a read that would block is never on a new frame's path). Returns the work done (0
+    /// = idle, including while back-pressured: the idle strategy then backs off instead of
+    /// spinning on a full socket).
     fn do_work(&mut self) -> Result<usize> {
-        let mut work = self.receive()?;
         let now = self.clock.monotonic_ns();
+        let work = self.send(now)? + self.receive()?;
         if now.saturating_sub(self.last_recv_ns) > self.cfg.peer_timeout.as_nanos() as u64 {
             return Err(Error::Protocol(
                 "replica silent past the peer timeout".into(),
             ));
         }
+        Ok(work)
+    }
+
+    /// Drains the backlog, then sends the bytes committed since the last cycle (up to the
+    /// gate's limit) and, every heartbeat interval, a heartbeat.
+    fn send(&mut self, now: u64) -> Result<usize> {
+        let mut work = 0;
         if !self
             .outbox
             .flush(&mut self.stream)
