@@ -1163,7 +1163,11 @@ impl Session {
     /// spinning on a full socket).
     fn do_work(&mut self) -> Result<usize> {
         let now = self.clock.monotonic_ns();
-        let work = self.send(now)? + self.receive()?;
+        // Read even when sending failed: a replica that stopped sent its last ack before it
+        // closed, and a reset connection still delivers what arrived before the reset.
+        let sent = self.send(now);
+        let received = self.receive();
+        let work = sent? + received?;
         if now.saturating_sub(self.last_recv_ns) > self.cfg.peer_timeout.as_nanos() as u64 {
             return Err(Error::Protocol(
                 "replica silent past the peer timeout".into(),

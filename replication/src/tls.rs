@@ -125,9 +125,11 @@ pub fn server_name(name: Option<&str>, upstream: IpAddr) -> Result<ServerName<'s
     }
 }
 
-/// One connection's byte stream: the socket itself, or TLS over it. Non-blocking when its
-/// socket is: a read or write that would block returns `WouldBlock`, and
+/// One connection's byte stream: the socket itself, or TLS over it, over a non-blocking
+/// socket: a read or write that would block returns `WouldBlock`, and
 /// [`flush`](Write::flush) pushes out what TLS holds (`WouldBlock` while the socket is full).
+/// (Over a blocking socket a TLS read could block with plaintext in hand: it reads until the
+/// socket comes back short.)
 pub(crate) enum Transport<S> {
     /// Plain TCP.
     Plain(S),
@@ -233,7 +235,8 @@ fn read_tls<S: Read + AsFd>(
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            // The error (the peer gone without a close_notify) comes again at the next read.
+            // What was read first; the stream's end shows at the next read (as the end, or
+            // as this error: the peer gone without a close_notify).
             Err(_) if filled > 0 => return Ok(filled),
             Err(e) => return Err(e),
         }
@@ -247,11 +250,17 @@ fn read_tls<S: Read + AsFd>(
             Err(_) if filled > 0 => return Ok(filled),
             Err(e) => return Err(e),
         }
-        conn.process_new_packets()
-            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
-        // The handshake's answers go out at once; a full socket keeps them for `flush`.
+        if let Err(e) = conn.process_new_packets() {
+            // A TLS error is the connection's for good: the next read returns it.
+            return match filled {
+                0 => Err(std::io::Error::new(ErrorKind::InvalidData, e)),
+                _ => Ok(filled),
+            };
+        }
+        // The handshake's answers go out at once; a full socket keeps them for `flush`. With
+        // plaintext in hand, a failed write shows at the next `flush` instead.
         match push(conn, sock) {
-            Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+            Err(e) if e.kind() != ErrorKind::WouldBlock && filled == 0 => return Err(e),
             _ => {}
         }
         if short {
