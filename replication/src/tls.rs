@@ -267,7 +267,7 @@ fn read_tls<S: Read + AsFd>(
             // What those records held, and no more for now.
             match conn.reader().read(&mut buf[filled..]) {
                 Ok(n) => return Ok(filled + n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock && filled > 0 => return Ok(filled),
+                Err(_) if filled > 0 => return Ok(filled),
                 Err(e) => return Err(e),
             }
         }
