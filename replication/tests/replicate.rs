@@ -1124,6 +1124,70 @@ fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() 
     assert_identical(&d.path("primary"), &d.path("replica"));
 }
 
+/// A replica that acknowledges what it holds and then resets its connection (it stopped with
+/// bytes unread): the sender's next cycle fails to send the frames appended since, and the
+/// ack, which arrived before the reset, still counts. The server runs on the test's thread
+/// (its senders in a composite the test invokes), so that cycle is the first to see both.
+#[test]
+fn an_ack_that_arrived_before_a_reset_counts_though_the_next_send_fails() {
+    use seqstream_agent::clock::Clock;
+    use seqstream_agent::{AgentInvoker, CompositeAgent};
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 10);
+    let (p, n) = (a.position(), a.next_seq());
+    let sc = d.path("s.counters");
+    let mut host = CompositeAgent::new(None, Vec::new());
+    let mut cfg = ServerConfig::new(
+        d.path("primary"),
+        STREAM,
+        "127.0.0.1:0".parse().unwrap(),
+        keys(SECRET),
+    );
+    cfg.sender_host = Some(host.sink());
+    let server = Server::bind(cfg, &CountersWriter::create(&sc, 256).unwrap()).unwrap();
+    let addr = server.local_addr();
+    let mut upstream =
+        AgentInvoker::new(host.with_members([Box::new(server) as _]), Clock::system());
+    let replica = std::thread::spawn(move || {
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut peer = Peer::new(s);
+        peer.handshake_as_replica(STREAM, 0, &keys(SECRET)).unwrap();
+        let mut at = 0;
+        while at < p {
+            if let Msg::Data { position, bytes } = protocol::decode(&peer.recv().unwrap()).unwrap()
+            {
+                at = position + bytes.len() as u64;
+            }
+        }
+        peer
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replica.is_finished() {
+        assert!(Instant::now() < deadline, "the replica was not served");
+        upstream.invoke().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut peer = replica.join().unwrap();
+    append_pattern(&mut a, 10);
+    peer.send(&Msg::Ack {
+        position: p,
+        next_seq: n,
+    })
+    .unwrap();
+    // Closing with linger 0 resets the connection.
+    socket2::SockRef::from(&peer.stream)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(peer);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(counter(&sc, "consumer[0] position acked"), 0);
+    upstream.invoke().unwrap();
+    assert_eq!(counter(&sc, "disconnects"), 1, "the session did not end");
+    assert_eq!(counter(&sc, "consumer[0] position acked"), p);
+}
+
 /// A client that delays its acknowledgements still acknowledges everything it wrote once the
 /// stream goes quiet: the upstream's `position acked` reaches the end of each burst.
 #[test]
