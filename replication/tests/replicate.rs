@@ -1035,15 +1035,20 @@ fn stuck_replica(addr: SocketAddr) -> Peer<std::net::TcpStream> {
 }
 
 /// A hand-driven replica: its handshake from `resume`, then reads until the upstream has
-/// sent data up to `until` (or closed the connection).
+/// sent data up to `until` (or closed the connection); its socket.
 fn raw_replica(addr: SocketAddr, resume: u64, until: u64) -> std::net::TcpStream {
+    served_replica(addr, resume, until).stream
+}
+
+/// [`raw_replica`]'s peer, whose session keys can seal what the test sends next.
+fn served_replica(addr: SocketAddr, resume: u64, until: u64) -> Peer<std::net::TcpStream> {
     let s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut p = Peer::new(s);
     if p.handshake_as_replica(STREAM, resume, &keys(SECRET))
         .is_err()
     {
-        return p.stream;
+        return p;
     }
     let mut at = resume;
     while at < until {
@@ -1052,7 +1057,7 @@ fn raw_replica(addr: SocketAddr, resume: u64, until: u64) -> std::net::TcpStream
             at = position + bytes.len() as u64;
         }
     }
-    p.stream
+    p
 }
 
 /// Waits (bounded) until the upstream closes `s`.
@@ -1149,20 +1154,7 @@ fn an_ack_that_arrived_before_a_reset_counts_though_the_next_send_fails() {
     let addr = server.local_addr();
     let mut upstream =
         AgentInvoker::new(host.with_members([Box::new(server) as _]), Clock::system());
-    let replica = std::thread::spawn(move || {
-        let s = std::net::TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut peer = Peer::new(s);
-        peer.handshake_as_replica(STREAM, 0, &keys(SECRET)).unwrap();
-        let mut at = 0;
-        while at < p {
-            if let Msg::Data { position, bytes } = protocol::decode(&peer.recv().unwrap()).unwrap()
-            {
-                at = position + bytes.len() as u64;
-            }
-        }
-        peer
-    });
+    let replica = std::thread::spawn(move || served_replica(addr, 0, p));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !replica.is_finished() {
         assert!(Instant::now() < deadline, "the replica was not served");
