@@ -264,6 +264,9 @@ pub struct Forwarder {
     nak: Vec<u8>,
     /// Its monotonic reading times the resend timeout.
     clock: Clock,
+    /// When (monotonic ns) the latest duty cycle began. The next one judges resend timeouts
+    /// as of this moment ([`do_work`](Self::do_work)).
+    cycle_began_ns: u64,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
     key_watch: KeyWatch,
@@ -389,6 +392,7 @@ impl Forwarder {
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
             counter: clock.realtime_ns(),
+            cycle_began_ns: clock.monotonic_ns(),
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
             send_warn: LimitedWarn::new("send"),
@@ -406,7 +410,18 @@ impl Forwarder {
 
     /// One duty cycle: confirm (and follow a new term's leader), send new messages, handle
     /// NAKs, resend on timeout. Returns the work done (0 = idle).
+    ///
+    /// Timeouts are judged as of the moment the previous cycle began, not now: a message is
+    /// resent when it was still unconfirmed a resend timeout after its wait began, by then.
+    /// A replication client that shares the forwarder's thread has run since that moment
+    /// (whichever side of the forwarder a shared or invoked duty cycle puts it) and read
+    /// every confirmation that had arrived by it, and this cycle's `confirm` has read those.
+    /// So a thread that paused longer than the timeout, with the confirmation waiting in its
+    /// client's socket, does not resend what was delivered: a real resend waits one cycle
+    /// more.
     pub fn do_work(&mut self) -> Result<usize, Error> {
+        let now = self.clock.monotonic_ns();
+        let judged_at = std::mem::replace(&mut self.cycle_began_ns, now);
         let mut work = self.confirm()?;
         if self.routes.iter().any(|r| r.new_term) {
             work += self.resend_after_new_terms()?;
@@ -415,16 +430,15 @@ impl Forwarder {
             work += self.send_new(i)?;
         }
         work += self.naks()?;
-        let now = self.clock.monotonic_ns();
         if !self.cfg.keys.is_empty() {
             self.poll_keys(now);
         }
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
-            if l.sent > l.confirmed && now.saturating_sub(l.waiting_since_ns) >= timeout {
+            if l.sent > l.confirmed && judged_at.saturating_sub(l.waiting_since_ns) >= timeout {
                 let from = l.confirmed + 1;
-                self.next_sequencer(l.route, now);
+                self.next_sequencer(l.route, judged_at);
                 work += self.resend(i, from)?;
             }
         }
@@ -453,14 +467,15 @@ impl Forwarder {
         Ok(work)
     }
 
-    /// Nothing of route `r` was confirmed for a resend timeout: its datagrams go to the next of
-    /// its sequencers (a group's next member), unless it changed within the last timeout.
-    fn next_sequencer(&mut self, r: usize, now: u64) {
+    /// Nothing of route `r` was confirmed for a resend timeout as of `at` (monotonic ns): its
+    /// datagrams go to the next of its sequencers (a group's next member), unless it changed
+    /// within the timeout before `at`.
+    fn next_sequencer(&mut self, r: usize, at: u64) {
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         let route = &mut self.routes[r];
         let n = route.route.sequencers.len();
-        if n > 1 && now.saturating_sub(route.settled_ns) >= timeout {
-            route.send_to((route.current + 1) % n, now, &self.counters.switches);
+        if n > 1 && at.saturating_sub(route.settled_ns) >= timeout {
+            route.send_to((route.current + 1) % n, at, &self.counters.switches);
             tracing::info!(stream_id = route.route.stream_id, sequencer = %route.route.sequencers[route.current], "nothing confirmed for a resend timeout: sending to the next sequencer of the group");
         }
     }

@@ -60,7 +60,14 @@ fn resends_follow_monotonic_time_only() {
     f.do_work().unwrap();
     assert_eq!(received(&sequencer), 0, "no resend before the timeout");
 
+    // A cycle judges the timeout as of the moment the cycle before it began.
     clock.advance(1_000_000);
+    f.do_work().unwrap();
+    assert_eq!(
+        received(&sequencer),
+        0,
+        "the cycle before began inside the timeout"
+    );
     f.do_work().unwrap();
     assert_eq!(received(&sequencer), 1, "resent once the timeout passed");
     let snap = counters::read(&d.path().join("io.counters")).unwrap();

@@ -128,11 +128,13 @@ fn new_messages_every_half_timeout_do_not_hold_back_the_resend_to_the_next_membe
     assert_eq!(alive.received(), Vec::<u64>::new());
     site.clock.advance(50 * MS);
     site.offer();
+    assert_eq!(dead.received(), vec![3]);
     assert_eq!(
-        dead.received(),
-        vec![3],
-        "the new message goes out before the timeout is looked at"
+        alive.received(),
+        Vec::<u64>::new(),
+        "a cycle judges the timeout as of the moment the one before it began, 50 ms ago"
     );
+    site.forwarder.do_work().unwrap();
     assert_eq!(
         alive.received(),
         vec![1, 2, 3],
@@ -144,6 +146,26 @@ fn new_messages_every_half_timeout_do_not_hold_back_the_resend_to_the_next_membe
     site.offer();
     assert_eq!(alive.received(), vec![4]);
     assert_eq!(dead.received(), Vec::<u64>::new());
+}
+
+/// A thread that runs the forwarder and then the replication client (a shared or invoked
+/// duty cycle, forwarders first) pauses past the resend timeout, with the confirmation of
+/// what it sent waiting in the client's socket: the forwarder's cycle after the pause does
+/// not resend it, and the client then writes it to the local copy.
+#[test]
+fn a_pause_past_the_timeout_with_the_confirmation_unread_resends_nothing() {
+    let member = Member::new();
+    let mut site = Site::new(&[&member], Vec::new());
+    let mut copy = appender(&site.store);
+    site.offer();
+    assert_eq!(member.received(), vec![1]);
+    site.clock.advance(1_000 * MS);
+    site.forwarder.do_work().unwrap();
+    sequence(&mut copy, 1..=1);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(member.received(), Vec::<u64>::new());
+    assert_eq!(site.counter("messages resent"), 0);
+    assert_eq!(site.counter("messages confirmed"), 1);
 }
 
 /// Appends what a sequencer would: `SOURCE`'s messages `seqs`.
