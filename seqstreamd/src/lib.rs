@@ -143,11 +143,13 @@ impl RoleSpec {
     }
 }
 
-/// A host's file, parsed and checked: its roles (named; by kind — sequencers, compositors,
-/// servers, replication clients, forwarders, sequencer group members — and each kind in file
-/// order, which is the order a shared or invoked duty cycle visits them: a client writes the
-/// frames that confirm a forwarder's messages before the forwarder judges its resend
-/// timeouts), how they are laid on threads, and where its counters go.
+/// A host's file, parsed and checked: its roles (named; by kind — forwarders, sequencers,
+/// compositors, servers, replication clients, sequencer group members — and each kind in file
+/// order, which is the order a shared or invoked duty cycle visits them: a message the
+/// application offered is sent before any other role's work, not after the replication
+/// clients' reads and acknowledgements; a forwarder judges its resend timeouts as of its
+/// previous cycle, so the clients after it have written what confirms its messages by then),
+/// how they are laid on threads, and where its counters go.
 #[derive(Debug, Clone)]
 pub struct HostFile {
     /// `(name, role)`, names unique.
@@ -353,6 +355,13 @@ impl HostFile {
             }
             Ok(())
         };
+        // Forwarders first: see `HostFile`.
+        parse(
+            ForwardArgs::KIND,
+            &raw.forward,
+            ForwardArgs::PLACEMENT_KEYS,
+            &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
+        )?;
         parse(
             SequencerArgs::KIND,
             &raw.sequencer,
@@ -376,12 +385,6 @@ impl HostFile {
             &raw.follow,
             FollowArgs::PLACEMENT_KEYS,
             &|f| One::<FollowArgs>::try_parse_from(f).map(|o| RoleSpec::Follow(o.role)),
-        )?;
-        parse(
-            ForwardArgs::KIND,
-            &raw.forward,
-            ForwardArgs::PLACEMENT_KEYS,
-            &|f| One::<ForwardArgs>::try_parse_from(f).map(|o| RoleSpec::Forward(o.role)),
         )?;
         parse(
             GroupArgs::KIND,

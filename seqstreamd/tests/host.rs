@@ -273,7 +273,7 @@ fn an_embedded_host_under_invoker_threading_works_only_on_the_application_thread
     );
     assert_eq!(
         app.threads(),
-        ["invoker (the application's thread): md-rep, fwd"]
+        ["invoker (the application's thread): fwd, md-rep"]
     );
     for i in 0..n {
         outbox
