@@ -34,6 +34,11 @@
 //! sequencer) against a raw UDP one-way hop, and `_sequenced_to_replica` (store, sender, TCP,
 //! replication client, replica, tailer) against a raw TCP one-way hop.
 //!
+//! One thread (`offer_to_own_replica_64B_one_thread`, whatever the layout): host A's
+//! application offers, then runs A's roles (`threading = "invoker"`) and polls A's replica
+//! until the message is there, the shape of Aeron's ping. Its floor has the same shape: one
+//! thread of A sends the UDP datagram to the relay and reads the relay's TCP connection.
+//!
 //! Variants in the same run, against the same floor: `_authenticated` (every source signs its
 //! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
 //! replication links always authenticate (handshake and session tags).
@@ -64,7 +69,9 @@ use seqstream_store::{Tailer, TailerOptions};
 use seqstreamd::{Host, HostFile};
 
 use crate::inbound::offer_until_accepted;
-use crate::oneway::{histogram, ping, tcp_one_way_over, udp_one_way_over, Pinning, StampReader};
+use crate::oneway::{
+    histogram, ping, ping_one_thread, tcp_one_way_over, udp_one_way_over, Pinning, StampReader,
+};
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
 /// Options of the end-to-end benchmark.
@@ -758,6 +765,39 @@ fn offer_to_own_replica(
     })
 }
 
+/// `offer_to_own_replica` with host A's application on one thread, the shape of Aeron's ping:
+/// it offers, then runs A's roles (`threading = "invoker"`) and polls A's replica until the
+/// message is there. The sequencer host runs shared; nothing on A waits for another of A's
+/// threads, so the path has two threads, as [`one_way_floor_one_thread`] has.
+fn offer_to_own_replica_one_thread(
+    root: &Scratch,
+    net: &Network,
+    idle: &Idle,
+    samples: u64,
+) -> Result<Histogram<u64>> {
+    let site = Site::new(root, "own_one_thread", net, Security::Plain)?;
+    let mut hosts = site.start(Layout::Invoker, idle, 1)?;
+    let a = &site.hosts[0];
+    let [mut host_a] = hosts.drivers([a.name]);
+    // In A's namespace, as in `offer_to_own_replica`.
+    let h = a.net.enter(|| -> Result<Histogram<u64>> {
+        let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
+        let mut payload = [0u8; 64];
+        payload[8] = PING;
+        ping_one_thread(
+            samples,
+            Pinning::waiting(idle),
+            |stamp| {
+                payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                offer_until_accepted(&mut out, &payload);
+            },
+            || poll_tagged(&mut tailer, &mut host_a, PING),
+        )
+    });
+    hosts.stop()?;
+    h?
+}
+
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
 /// replica: the round trip, one ping in flight.
 fn pingpong(
@@ -930,6 +970,22 @@ fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u
         pins,
         move |stamp| send_to_relay(&tx, stamp, 0),
         move || reader.poll(),
+    )
+}
+
+/// The floor of `offer_to_own_replica_one_thread`: one thread of host A sends the UDP
+/// datagram to the relay and reads the relay's TCP connection until the stamp is back.
+fn one_way_floor_one_thread(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
+    let pins = Pinning::waiting(idle);
+    let (tx, relay_udp) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
+    let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
+    let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
+    let mut reader = StampReader::new(from_relay);
+    ping_one_thread(
+        samples,
+        pins,
+        |stamp| send_to_relay(&tx, stamp, 0),
+        || Ok(reader.poll()),
     )
 }
 
@@ -1107,6 +1163,17 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         2.0 * standby_tcp.value_at_quantile(0.5) as f64,
         Better::Lower,
     ));
+    // Host A's application on one thread, whatever the layout above: the shape of Aeron's
+    // ping, against a floor of the same shape.
+    let floor_one_thread = one_way_floor_one_thread(samples, idle, net)?;
+    let h = offer_to_own_replica_one_thread(root, net, idle, samples)?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "offer_to_own_replica_64B_one_thread",
+        &h,
+        &floor_one_thread,
+    )?;
     let rt_floor = pingpong_floor(samples, idle, net)?;
     let h = pingpong(root, net, "pingpong", layout, idle, samples)?;
     emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;

@@ -244,6 +244,61 @@ fn ping_within(
     })
 }
 
+/// [`ping`] with both ends on the calling thread: it stamps a clock reading and `send`s it,
+/// then calls `recv` until it returns that stamp, and records the time since. The shape of
+/// an application that offers and then polls for the answer itself (Aeron's ping, an
+/// embedded host under `threading = "invoker"`): nothing waits for another of its threads.
+/// Waits between calls of `recv` as `pins` says (its cores are not used: the thread stays
+/// where it is). Returns the histogram in ns.
+///
+/// # Errors
+/// `recv`'s error; `recv` returned another stamp (a message of an earlier sample or none sent); no stamp
+/// came back within [`STALL`] (the path stopped); the bench was interrupted.
+pub(crate) fn ping_one_thread(
+    samples: u64,
+    pins: Pinning,
+    send: impl FnMut(u64),
+    recv: impl FnMut() -> Result<Option<u64>>,
+) -> Result<Histogram<u64>> {
+    ping_one_thread_within(samples, pins, STALL, send, recv)
+}
+
+/// [`ping_one_thread`], giving up after `stall` instead of [`STALL`].
+fn ping_one_thread_within(
+    samples: u64,
+    pins: Pinning,
+    stall: Duration,
+    mut send: impl FnMut(u64),
+    mut recv: impl FnMut() -> Result<Option<u64>>,
+) -> Result<Histogram<u64>> {
+    let epoch = Instant::now();
+    let no_other_end = AtomicBool::new(false);
+    let warmup = samples / 10;
+    let total = samples + warmup;
+    let mut h = histogram();
+    for i in 1..=total {
+        ensure!(!interrupted(), "message {i} of {total}: interrupted");
+        let sent = epoch.elapsed().as_nanos() as u64;
+        send(sent);
+        let mut waiting = Waiting::new(pins, &no_other_end, stall);
+        let stamp = loop {
+            if let Some(t) = recv()? {
+                break t;
+            }
+            waiting.wait(|| format!("message {i} of {total} did not come back"))?;
+        };
+        let now = epoch.elapsed().as_nanos() as u64;
+        ensure!(
+            stamp == sent,
+            "message {i} of {total}: stamp {stamp} came back, {sent} was sent"
+        );
+        if i > warmup {
+            h.record(now.saturating_sub(sent).max(1))?;
+        }
+    }
+    Ok(h)
+}
+
 /// The floor of every in-process latency figure: a bare cache-line hand-off of the stamp
 /// between the same two threads, measured with [`ping`].
 pub(crate) fn cache_line_floor(samples: u64, pins: Pinning) -> Result<Histogram<u64>> {
@@ -305,9 +360,6 @@ pub(crate) fn cache_line_relay_floor(samples: u64, pins: Pinning) -> Result<Hist
     h
 }
 
-/// Append → tailer latency, the method of every store-path figure: the writer appends a
-/// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
-/// copy of it) until the frame arrives.
 /// The stamp [`ping`]'s writer put in the first 8 bytes (little-endian) of a frame's payload,
 /// read from the next frame of `tailer` if one has arrived. Panics on a tailer's error: in
 /// [`ping`]'s reader, that is the reader's error.
@@ -318,6 +370,9 @@ pub(crate) fn next_stamp(tailer: &mut seqstream_store::Tailer) -> Option<u64> {
         .map(|f| u64::from_le_bytes(f.payload()[..8].try_into().expect("8 bytes")))
 }
 
+/// Append → tailer latency, the method of every store-path figure: the writer appends a
+/// 64-byte frame carrying the stamp, the reader polls `tailer` (of the same store or of a
+/// copy of it) until the frame arrives.
 pub(crate) fn append_to_tailer(
     samples: u64,
     pins: Pinning,
@@ -426,9 +481,10 @@ impl StampReader {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
     use std::time::Duration;
 
-    use super::{ping_within, Pinning};
+    use super::{ping_one_thread_within, ping_within, Pinning};
 
     const YIELDING: Pinning = Pinning {
         writer: None,
@@ -497,5 +553,55 @@ mod tests {
         )
         .unwrap_err();
         assert!(!err.to_string().contains("the other end failed"), "{err}");
+    }
+
+    #[test]
+    fn a_ping_on_one_thread_records_each_sample_after_its_warm_up() {
+        let line = Cell::new(None);
+        let h = ping_one_thread_within(
+            50,
+            YIELDING,
+            Duration::from_secs(3600),
+            |stamp| line.set(Some(stamp)),
+            || Ok(line.take()),
+        )
+        .unwrap();
+        assert_eq!(h.len(), 50);
+    }
+
+    #[test]
+    fn a_ping_on_one_thread_that_gets_another_stamp_back_fails() {
+        let err = ping_one_thread_within(
+            10,
+            YIELDING,
+            Duration::from_secs(3600),
+            |_| {},
+            || Ok(Some(7)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("message 1 of 11: stamp 7 came back"), "{err}");
+    }
+
+    #[test]
+    fn a_ping_on_one_thread_whose_messages_stop_coming_back_fails_after_the_stall_bound() {
+        let line = Cell::new(None);
+        let mut sent = 0;
+        let err = ping_one_thread_within(
+            100,
+            YIELDING,
+            Duration::from_millis(200),
+            |stamp| {
+                sent += 1;
+                // The path stops after the fifth message.
+                if sent <= 5 {
+                    line.set(Some(stamp));
+                }
+            },
+            || Ok(line.take()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("message 6 of 110 did not come back"), "{err}");
     }
 }

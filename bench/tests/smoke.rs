@@ -317,6 +317,7 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
         "offer_to_own_replica_64B_tls",
         "offer_to_own_replica_64B_group_immediate",
         "offer_to_own_replica_64B_group_standby_ack",
+        "offer_to_own_replica_64B_one_thread",
         "pingpong_64B",
     ] {
         for m in ["p50", "p99", "p99.9", "max"] {
