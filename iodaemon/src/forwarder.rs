@@ -22,6 +22,9 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
+//! Timeouts are judged as of the moment the previous duty cycle began ([`Forwarder::do_work`]),
+//! so a timeout resend comes between one and two duty cycles after the timeout passed.
+//!
 //! The resends make a failover cost latency, never data.
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the

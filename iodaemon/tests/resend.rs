@@ -1,6 +1,7 @@
 //! When the forwarder resends, and where to: a steady flow of new messages to a sequencer that
-//! is gone does not hold back the resend of the oldest (it goes to the group's next member one
-//! resend timeout after it was sent), and a term-start frame in the local copy sends the
+//! is gone does not hold back the resend of the oldest (it goes to the group's next member in
+//! the cycle after the first that began a resend timeout after it was sent), a pause past the
+//! timeout with the confirmation unread resends nothing, and a term-start frame in the local copy sends the
 //! datagrams, and everything unconfirmed, to the leader it names at once. Times on a manual
 //! clock.
 
@@ -166,6 +167,15 @@ fn a_pause_past_the_timeout_with_the_confirmation_unread_resends_nothing() {
     assert_eq!(member.received(), Vec::<u64>::new());
     assert_eq!(site.counter("messages resent"), 0);
     assert_eq!(site.counter("messages confirmed"), 1);
+    // The same pause with nothing confirmed: the next message goes again, a cycle later.
+    site.offer();
+    assert_eq!(member.received(), vec![2]);
+    site.clock.advance(1_000 * MS);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(member.received(), Vec::<u64>::new());
+    site.forwarder.do_work().unwrap();
+    assert_eq!(member.received(), vec![2]);
+    assert_eq!(site.counter("messages resent"), 1);
 }
 
 /// Appends what a sequencer would: `SOURCE`'s messages `seqs`.
