@@ -5,8 +5,8 @@
 # pingpong_64B is seqstream's round trip, and prints both in one table. Writes
 #   OUT_DIR/aeron.jsonl     Aeron's ping-pong against a raw UDP ping-pong floor (--json)
 #   OUT_DIR/e2e.jsonl       every `bench e2e` figure (--json)
-#   OUT_DIR/pingpong.md     Aeron's figures, e2e's pingpong_64B, offer_to_own_replica_64B and its _one_thread case
-#                           as one table, also printed
+#   OUT_DIR/pingpong.md     Aeron's figures, e2e's pingpong_64B, offer_to_own_replica_64B and
+#                           their _one_thread cases as one table, also printed
 #
 # Usage: scripts/aeron.sh [--quick] [--no-e2e] [--network loopback|netns|auto] [OUT_DIR]
 #   --quick     5,000 Aeron round trips and `bench e2e --quick` (1,000 samples a case)
@@ -110,7 +110,7 @@ echo "== bench e2e ${quick[*]} --network $network" >&2
 
 {
   cat "$out/aeron.jsonl"
-  grep -E '"case":"(pingpong_64B|offer_to_own_replica_64B|offer_to_own_replica_64B_one_thread)"' "$out/e2e.jsonl"
+  grep -E '"case":"(pingpong_64B|offer_to_own_replica_64B)(_one_thread)?"' "$out/e2e.jsonl"
 } | "$bench" table --json - >"$out/pingpong.md"
 
 echo

@@ -34,10 +34,11 @@
 //! sequencer) against a raw UDP one-way hop, and `_sequenced_to_replica` (store, sender, TCP,
 //! replication client, replica, tailer) against a raw TCP one-way hop.
 //!
-//! One thread (`offer_to_own_replica_64B_one_thread`, whatever the layout): host A's
-//! application offers, then runs A's roles (`threading = "invoker"`) and polls A's replica
-//! until the message is there, the shape of Aeron's ping. Its floor has the same shape: one
-//! thread of A sends the UDP datagram to the relay and reads the relay's TCP connection.
+//! One thread (`offer_to_own_replica_64B_one_thread` and `pingpong_64B_one_thread`, under the
+//! invoker layout whatever the survey chose): host A's application offers, then runs A's roles
+//! (`threading = "invoker"`) and polls A's replica until the message (or B's pong) is there,
+//! the shape of Aeron's ping. Their floors have the same shape: one thread of A sends the UDP
+//! datagram to the relay and reads the relay's TCP connection.
 //!
 //! Variants in the same run, against the same floor: `_authenticated` (every source signs its
 //! datagrams, `source_key`) and `_tls` (that, and the replication links over TLS). The
@@ -799,12 +800,15 @@ fn offer_to_own_replica_one_thread(
 }
 
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
-/// replica: the round trip, one ping in flight.
+/// replica: the round trip, one ping in flight. With `one_thread`, A's application offers
+/// and polls on one thread, Aeron's ping (run under [`Layout::Invoker`], that thread also
+/// runs A's roles, as B's ponger runs B's).
 fn pingpong(
     root: &Scratch,
     net: &Network,
     name: &str,
     layout: Layout,
+    one_thread: bool,
     idle: &Idle,
     samples: u64,
 ) -> Result<hdrhistogram::Histogram<u64>> {
@@ -839,19 +843,24 @@ fn pingpong(
         });
         let mut payload = [0u8; 64];
         payload[8] = PING;
+        let offer_ping = move |stamp: u64| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            offer_until_accepted(&mut out_a, &payload);
+        };
+        let pins = Pinning::waiting(idle);
         let h = a.net.enter(|| {
-            ping(
-                samples,
-                Pinning::waiting(idle),
-                move |stamp| {
-                    payload[..8].copy_from_slice(&stamp.to_le_bytes());
-                    offer_until_accepted(&mut out_a, &payload);
-                },
-                || match poll_tagged(&mut tail_a, &mut host_a, PONG) {
-                    Ok(stamp) => stamp,
-                    Err(e) => panic!("{e:#}"),
-                },
-            )
+            if one_thread {
+                ping_one_thread(samples, pins, offer_ping, || {
+                    poll_tagged(&mut tail_a, &mut host_a, PONG)
+                })
+            } else {
+                ping(samples, pins, offer_ping, || {
+                    match poll_tagged(&mut tail_a, &mut host_a, PONG) {
+                        Ok(stamp) => stamp,
+                        Err(e) => panic!("{e:#}"),
+                    }
+                })
+            }
         });
         stop.store(true, Ordering::Relaxed);
         let ponged = ponger.join().expect("ponger thread").and_then(|r| r);
@@ -989,8 +998,14 @@ fn one_way_floor_one_thread(samples: u64, idle: &Idle, net: &Network) -> Result<
     )
 }
 
-/// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread.
-fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
+/// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread;
+/// with `one_thread`, A sends and reads on one thread.
+fn pingpong_floor(
+    samples: u64,
+    idle: &Idle,
+    net: &Network,
+    one_thread: bool,
+) -> Result<Histogram<u64>> {
     let pins = Pinning::waiting(idle);
     let relay_udp = net.seq.enter(|| UdpSocket::bind((net.seq.ip, 0)))??;
     relay_udp.set_nonblocking(true)?;
@@ -1015,12 +1030,12 @@ fn pingpong_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<
         })
     };
     let mut reader = StampReader::new(a_rx);
-    let h = ping(
-        samples,
-        pins,
-        move |stamp| send_to_relay(&a_tx, stamp, 1),
-        move || reader.poll(),
-    );
+    let send = move |stamp| send_to_relay(&a_tx, stamp, 1);
+    let h = if one_thread {
+        ping_one_thread(samples, pins, send, || Ok(reader.poll()))
+    } else {
+        ping(samples, pins, send, move || reader.poll())
+    };
     stop.store(true, Ordering::Relaxed);
     b.join().expect("pong thread");
     drop(relay);
@@ -1174,8 +1189,19 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         &h,
         &floor_one_thread,
     )?;
-    let rt_floor = pingpong_floor(samples, idle, net)?;
-    let h = pingpong(root, net, "pingpong", layout, idle, samples)?;
+    let rt_floor = pingpong_floor(samples, idle, net, false)?;
+    let h = pingpong(root, net, "pingpong", layout, false, idle, samples)?;
     emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;
+    let rt_floor = pingpong_floor(samples, idle, net, true)?;
+    let h = pingpong(
+        root,
+        net,
+        "pingpong_one_thread",
+        Layout::Invoker,
+        true,
+        idle,
+        samples,
+    )?;
+    emit_percentiles(reporter, BENCH, "pingpong_64B_one_thread", &h, &rt_floor)?;
     Ok(())
 }

@@ -319,6 +319,7 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
         "offer_to_own_replica_64B_group_standby_ack",
         "offer_to_own_replica_64B_one_thread",
         "pingpong_64B",
+        "pingpong_64B_one_thread",
     ] {
         for m in ["p50", "p99", "p99.9", "max"] {
             assert!(cases.contains(&format!("{case}/{m}")), "{cases:?}");
