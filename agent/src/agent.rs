@@ -91,6 +91,10 @@ pub struct MemberError {
 /// `SHARED` threading mode, or a thread group. The work count is the members' sum, so the
 /// idle strategy idles only when none of them had work. A member's error is the composite's
 /// error ([`MemberError`] names the member): a runner then restarts or stops them together.
+/// The cycle ends at the error, and the next call of [`do_work`](Agent::do_work) resumes with
+/// the member after the one that failed (as Agrona's `CompositeAgent` does): an invoker's
+/// caller that carries on past the errors of a member that fails every cycle still has the
+/// members after it run, every other call.
 ///
 /// Two kinds of member:
 /// - the members it was built with, which live as long as the composite (they are started
@@ -105,6 +109,9 @@ pub struct CompositeAgent {
     name: String,
     members: Vec<Box<dyn Agent>>,
     started: usize,
+    /// The member the next [`do_work`](Agent::do_work) starts with: 0, or the one after a
+    /// member whose error ended the last call.
+    next: usize,
     joined: Vec<Box<dyn Agent>>,
     inbox: Option<Arc<SinkQueue>>,
 }
@@ -168,6 +175,7 @@ impl CompositeAgent {
             name,
             members,
             started: 0,
+            next: 0,
             joined: Vec::new(),
             inbox: None,
         }
@@ -247,6 +255,7 @@ impl Agent for CompositeAgent {
             q.closed.store(false, Ordering::Release);
         }
         self.started = 0;
+        self.next = 0;
         for i in 0..self.members.len() {
             if let Err(e) = self.members[i].on_start() {
                 let e = Self::member_error(&*self.members[i], e);
@@ -263,9 +272,12 @@ impl Agent for CompositeAgent {
 
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         let mut work = self.take_handed();
-        for m in &mut self.members {
+        while self.next < self.members.len() {
+            let m = &mut self.members[self.next];
+            self.next += 1;
             work += m.do_work(cycle).map_err(|e| Self::member_error(&**m, e))?;
         }
+        self.next = 0;
         let mut i = 0;
         while i < self.joined.len() {
             let m = &mut self.joined[i];
@@ -383,6 +395,36 @@ pub(crate) mod tests {
             *log.lock().unwrap(),
             ["a start", "b start", "b fail", "b close", "a close"]
         );
+    }
+
+    #[test]
+    fn a_cycle_after_a_member_failed_resumes_with_the_next_member() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut b = Scripted::new("b", &log);
+        b.fail_work_at = Some(1);
+        let mut c = Scripted::new("c", &log);
+        c.work = 10;
+        let mut c = CompositeAgent::new(
+            None,
+            vec![Box::new(Scripted::new("a", &log)), Box::new(b), Box::new(c)],
+        );
+        c.on_start().unwrap();
+        let cycle = DutyCycle { now_ns: 0 };
+        assert_eq!(
+            c.do_work(&cycle).unwrap_err().to_string(),
+            "b: failed at cycle 1"
+        );
+        assert_eq!(
+            c.do_work(&cycle).unwrap(),
+            10,
+            "c alone: the rest of the cycle"
+        );
+        assert_eq!(
+            c.do_work(&cycle).unwrap(),
+            1 + 1 + 10,
+            "a whole cycle again"
+        );
+        c.on_close().unwrap();
     }
 
     #[test]
