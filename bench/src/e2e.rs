@@ -769,7 +769,7 @@ fn offer_to_own_replica(
 /// `offer_to_own_replica` with host A's application on one thread, the shape of Aeron's ping:
 /// it offers, then runs A's roles (`threading = "invoker"`) and polls A's replica until the
 /// message is there. The sequencer host runs shared; nothing on A waits for another of A's
-/// threads, so the path has two threads, as [`one_way_floor_one_thread`] has.
+/// threads, so the path has two threads, as its floor ([`one_way_floor`], one thread) has.
 fn offer_to_own_replica_one_thread(
     root: &Scratch,
     net: &Network,
@@ -967,35 +967,25 @@ fn udp_pair(
 }
 
 /// The floor of `offer_to_own_replica`: UDP from host A to the relay on the sequencer host,
-/// TCP from it back to A.
-fn one_way_floor(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
+/// TCP from it back to A; with `one_thread` (the floor of
+/// `offer_to_own_replica_one_thread`), one thread of A sends and reads.
+fn one_way_floor(
+    samples: u64,
+    idle: &Idle,
+    net: &Network,
+    one_thread: bool,
+) -> Result<Histogram<u64>> {
     let pins = Pinning::waiting(idle);
     let (tx, relay_udp) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
     let mut reader = StampReader::new(from_relay);
-    ping(
-        samples,
-        pins,
-        move |stamp| send_to_relay(&tx, stamp, 0),
-        move || reader.poll(),
-    )
-}
-
-/// The floor of `offer_to_own_replica_one_thread`: one thread of host A sends the UDP
-/// datagram to the relay and reads the relay's TCP connection until the stamp is back.
-fn one_way_floor_one_thread(samples: u64, idle: &Idle, net: &Network) -> Result<Histogram<u64>> {
-    let pins = Pinning::waiting(idle);
-    let (tx, relay_udp) = udp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
-    let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
-    let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
-    let mut reader = StampReader::new(from_relay);
-    ping_one_thread(
-        samples,
-        pins,
-        |stamp| send_to_relay(&tx, stamp, 0),
-        || Ok(reader.poll()),
-    )
+    let send = move |stamp| send_to_relay(&tx, stamp, 0);
+    if one_thread {
+        ping_one_thread(samples, pins, send, || Ok(reader.poll()))
+    } else {
+        ping(samples, pins, send, move || reader.poll())
+    }
 }
 
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread;
@@ -1067,7 +1057,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             "loopback addresses"
         }
     );
-    let floor = one_way_floor(samples, idle, net)?;
+    let floor = one_way_floor(samples, idle, net, false)?;
 
     let layout = match args.layout {
         LayoutChoice::Shared => Layout::Shared,
@@ -1180,7 +1170,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     ));
     // Host A's application on one thread, whatever the layout above: the shape of Aeron's
     // ping, against a floor of the same shape.
-    let floor_one_thread = one_way_floor_one_thread(samples, idle, net)?;
+    let floor_one_thread = one_way_floor(samples, idle, net, true)?;
     let h = offer_to_own_replica_one_thread(root, net, idle, samples)?;
     emit_percentiles(
         reporter,

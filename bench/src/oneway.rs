@@ -252,8 +252,8 @@ fn ping_within(
 /// where it is). Returns the histogram in ns.
 ///
 /// # Errors
-/// `recv`'s error; `recv` returned another stamp (a message of an earlier sample or none sent); no stamp
-/// came back within [`STALL`] (the path stopped); the bench was interrupted.
+/// `recv`'s error; `recv` returned another stamp (a message of an earlier sample or none
+/// sent); no stamp came back within [`STALL`] (the path stopped); the bench was interrupted.
 pub(crate) fn ping_one_thread(
     samples: u64,
     pins: Pinning,
