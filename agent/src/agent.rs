@@ -91,10 +91,9 @@ pub struct MemberError {
 /// `SHARED` threading mode, or a thread group. The work count is the members' sum, so the
 /// idle strategy idles only when none of them had work. A member's error is the composite's
 /// error ([`MemberError`] names the member): a runner then restarts or stops them together.
-/// The cycle ends at the error, and the next call of [`do_work`](Agent::do_work) resumes with
-/// the member after the one that failed (as Agrona's `CompositeAgent` does): an invoker's
-/// caller that carries on past the errors of a member that fails every cycle still has the
-/// members after it run, every other call.
+/// The members after a failing one still run in that cycle, so that one which fails every
+/// cycle never keeps the others from theirs (an invoker's caller may carry on past errors);
+/// when several fail in one cycle, the first error is returned and the others are logged.
 ///
 /// Two kinds of member:
 /// - the members it was built with, which live as long as the composite (they are started
@@ -109,9 +108,6 @@ pub struct CompositeAgent {
     name: String,
     members: Vec<Box<dyn Agent>>,
     started: usize,
-    /// The member the next [`do_work`](Agent::do_work) starts with: 0, or the one after a
-    /// member whose error ended the last call.
-    next: usize,
     joined: Vec<Box<dyn Agent>>,
     inbox: Option<Arc<SinkQueue>>,
 }
@@ -156,6 +152,17 @@ impl AgentSink {
     }
 }
 
+/// Keeps `member`'s error `e` in `first` as a [`MemberError`] if it is the cycle's first, and
+/// logs it otherwise.
+fn keep_first(first: &mut Option<AgentError>, composite: &str, member: &dyn Agent, e: AgentError) {
+    match first {
+        None => *first = Some(CompositeAgent::member_error(member, e)),
+        Some(_) => {
+            tracing::warn!(composite, role = member.role_name(), error = %e, "a second member failed in the same duty cycle (the first one's error is returned)")
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -175,7 +182,6 @@ impl CompositeAgent {
             name,
             members,
             started: 0,
-            next: 0,
             joined: Vec::new(),
             inbox: None,
         }
@@ -255,7 +261,6 @@ impl Agent for CompositeAgent {
             q.closed.store(false, Ordering::Release);
         }
         self.started = 0;
-        self.next = 0;
         for i in 0..self.members.len() {
             if let Err(e) = self.members[i].on_start() {
                 let e = Self::member_error(&*self.members[i], e);
@@ -272,16 +277,20 @@ impl Agent for CompositeAgent {
 
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         let mut work = self.take_handed();
-        while self.next < self.members.len() {
-            let m = &mut self.members[self.next];
-            self.next += 1;
-            work += m.do_work(cycle).map_err(|e| Self::member_error(&**m, e))?;
+        let mut first = None;
+        for m in &mut self.members {
+            match m.do_work(cycle) {
+                Ok(n) => work += n,
+                Err(e) => keep_first(&mut first, &self.name, &**m, e),
+            }
         }
-        self.next = 0;
         let mut i = 0;
         while i < self.joined.len() {
             let m = &mut self.joined[i];
-            work += m.do_work(cycle).map_err(|e| Self::member_error(&**m, e))?;
+            match m.do_work(cycle) {
+                Ok(n) => work += n,
+                Err(e) => keep_first(&mut first, &self.name, &**m, e),
+            }
             if m.is_finished() {
                 let mut done = self.joined.swap_remove(i);
                 if let Err(e) = done.on_close() {
@@ -291,7 +300,7 @@ impl Agent for CompositeAgent {
             }
             i += 1;
         }
-        Ok(work)
+        first.map_or(Ok(work), Err)
     }
 
     /// Shuts the sink (agents handed from now on are dropped), drops those still queued,
@@ -398,33 +407,43 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_cycle_after_a_member_failed_resumes_with_the_next_member() {
+    fn a_failing_member_does_not_keep_the_others_from_their_cycle() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let mut b = Scripted::new("b", &log);
         b.fail_work_at = Some(1);
         let mut c = Scripted::new("c", &log);
-        c.work = 10;
-        let mut c = CompositeAgent::new(
+        c.fail_work_at = Some(1);
+        let mut d = Scripted::new("d", &log);
+        d.work = 10;
+        let mut comp = CompositeAgent::new(
             None,
-            vec![Box::new(Scripted::new("a", &log)), Box::new(b), Box::new(c)],
+            vec![
+                Box::new(Scripted::new("a", &log)),
+                Box::new(b),
+                Box::new(c),
+                Box::new(d),
+            ],
         );
-        c.on_start().unwrap();
+        let sink = comp.sink();
+        let mut h1 = Scripted::new("h1", &log);
+        h1.fail_work_at = Some(1);
+        sink.add(Box::new(h1));
+        sink.add(Box::new(Scripted::new("h2", &log)));
+        comp.on_start().unwrap();
         let cycle = DutyCycle { now_ns: 0 };
+        let e = comp.do_work(&cycle).unwrap_err();
+        assert_eq!(e.to_string(), "b: failed at cycle 1", "the first error");
         assert_eq!(
-            c.do_work(&cycle).unwrap_err().to_string(),
-            "b: failed at cycle 1"
+            *log.lock().unwrap(),
+            [
+                "a start", "b start", "c start", "d start", "h1 start", "h2 start", "b fail",
+                "c fail", "h1 fail"
+            ],
+            "c, then the handed h1, ran after b failed"
         );
-        assert_eq!(
-            c.do_work(&cycle).unwrap(),
-            10,
-            "c alone: the rest of the cycle"
-        );
-        assert_eq!(
-            c.do_work(&cycle).unwrap(),
-            1 + 1 + 10,
-            "a whole cycle again"
-        );
-        c.on_close().unwrap();
+        // Every member's work, the handed ones' too: a + b + c + d + h1 + h2.
+        assert_eq!(comp.do_work(&cycle).unwrap(), 1 + 1 + 1 + 10 + 1 + 1);
+        comp.on_close().unwrap();
     }
 
     #[test]
