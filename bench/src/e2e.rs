@@ -711,47 +711,19 @@ fn offer_to_own_replica(
     };
     let a = &site.hosts[0];
     let [mut host_a] = hosts.drivers([a.name]);
-    let (mut to_sequenced, mut sequenced_to_replica) = (histogram(), histogram());
+    let mut split = Split::new(samples);
     // In A's namespace: what A's roles connect when this thread runs them lives there.
     let whole = a.net.enter(|| -> Result<Histogram<u64>> {
         let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
         let mut payload = [0u8; 64];
-        payload[8] = PING;
-        let mut seen = 0u64;
-        let warm_up_samples = samples / 10;
         ping(
             samples,
             Pinning::waiting(idle),
-            |stamp| {
-                payload[..8].copy_from_slice(&stamp.to_le_bytes());
-                payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
-                offer_until_accepted(&mut out, &payload);
-            },
+            |stamp| offer_ping(&mut out, &mut payload, stamp),
             || {
                 // A panic here is the reader's error, which `ping` reports.
-                if let Err(e) = host_a.drive() {
-                    panic!("{e:#}");
-                }
-                while let Some(f) = tailer.poll().expect("replica tailer") {
-                    let p = f.payload();
-                    if p.len() < 24 || p[8] != PING {
-                        continue;
-                    }
-                    let now = wall_clock_ns();
-                    seen += 1;
-                    if seen > warm_up_samples {
-                        let offered = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
-                        let sequenced = f.timestamp_ns();
-                        to_sequenced
-                            .record(sequenced.saturating_sub(offered).max(1))
-                            .expect("in range");
-                        sequenced_to_replica
-                            .record(now.saturating_sub(sequenced).max(1))
-                            .expect("in range");
-                    }
-                    return Some(u64::from_le_bytes(p[..8].try_into().expect("8 bytes")));
-                }
-                None
+                let seen = host_a.drive().and_then(|()| split.next_ping(&mut tailer));
+                seen.unwrap_or_else(|e| panic!("{e:#}"))
             },
         )
     });
@@ -759,11 +731,69 @@ fn offer_to_own_replica(
     hosts.stop()?;
     let whole = whole??;
     drop(etcd);
-    Ok(OwnReplica {
-        whole,
-        to_sequenced,
-        sequenced_to_replica,
-    })
+    Ok(split.with_whole(whole))
+}
+
+/// Offers a ping on stream 1: `stamp` in bytes 0..8, the tag [`PING`] at 8, and the wall
+/// clock (ns) in 16..24, which [`Split`] reads.
+fn offer_ping(out: &mut Outbox, payload: &mut [u8; 64], stamp: u64) {
+    payload[..8].copy_from_slice(&stamp.to_le_bytes());
+    payload[8] = PING;
+    payload[16..24].copy_from_slice(&wall_clock_ns().to_le_bytes());
+    offer_until_accepted(out, payload);
+}
+
+/// `offer_to_own_replica`'s two hops, split at the frame's timestamp, recorded for each ping
+/// after the warm-up (a tenth of the samples, as [`ping`] has).
+struct Split {
+    to_sequenced: Histogram<u64>,
+    sequenced_to_replica: Histogram<u64>,
+    seen: u64,
+    warm_up: u64,
+}
+
+impl Split {
+    fn new(samples: u64) -> Split {
+        Split {
+            to_sequenced: histogram(),
+            sequenced_to_replica: histogram(),
+            seen: 0,
+            warm_up: samples / 10,
+        }
+    }
+
+    /// The stamp of the next ping in `tailer` if one has arrived (other frames are passed
+    /// over), its hops recorded.
+    fn next_ping(&mut self, tailer: &mut Tailer) -> Result<Option<u64>> {
+        while let Some(f) = tailer.poll()? {
+            let p = f.payload();
+            if p.len() < 24 || p[8] != PING {
+                continue;
+            }
+            let now = wall_clock_ns();
+            self.seen += 1;
+            if self.seen > self.warm_up {
+                let offered = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
+                let sequenced = f.timestamp_ns();
+                self.to_sequenced
+                    .record(sequenced.saturating_sub(offered).max(1))?;
+                self.sequenced_to_replica
+                    .record(now.saturating_sub(sequenced).max(1))?;
+            }
+            return Ok(Some(u64::from_le_bytes(
+                p[..8].try_into().expect("8 bytes"),
+            )));
+        }
+        Ok(None)
+    }
+
+    fn with_whole(self, whole: Histogram<u64>) -> OwnReplica {
+        OwnReplica {
+            whole,
+            to_sequenced: self.to_sequenced,
+            sequenced_to_replica: self.sequenced_to_replica,
+        }
+    }
 }
 
 /// `offer_to_own_replica` with host A's application on one thread, the shape of Aeron's ping:
@@ -775,28 +805,29 @@ fn offer_to_own_replica_one_thread(
     net: &Network,
     idle: &Idle,
     samples: u64,
-) -> Result<Histogram<u64>> {
+) -> Result<OwnReplica> {
     let site = Site::new(root, "own_one_thread", net, Security::Plain)?;
     let mut hosts = site.start(Layout::Invoker, idle, 1)?;
     let a = &site.hosts[0];
     let [mut host_a] = hosts.drivers([a.name]);
+    let mut split = Split::new(samples);
     // In A's namespace, as in `offer_to_own_replica`.
-    let h = a.net.enter(|| -> Result<Histogram<u64>> {
+    let whole = a.net.enter(|| -> Result<Histogram<u64>> {
         let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
         let mut payload = [0u8; 64];
-        payload[8] = PING;
         ping_one_thread(
             samples,
             Pinning::waiting(idle),
-            |stamp| {
-                payload[..8].copy_from_slice(&stamp.to_le_bytes());
-                offer_until_accepted(&mut out, &payload);
+            |stamp| offer_ping(&mut out, &mut payload, stamp),
+            || {
+                host_a.drive()?;
+                split.next_ping(&mut tailer)
             },
-            || poll_tagged(&mut tailer, &mut host_a, PING),
         )
     });
     hosts.stop()?;
-    h?
+    let whole = whole??;
+    Ok(split.with_whole(whole))
 }
 
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
@@ -1032,6 +1063,30 @@ fn pingpong_floor(
     h
 }
 
+/// Where the time of `case` goes: each hop against the raw hop it rides on.
+fn emit_split(
+    reporter: &Reporter,
+    case: &str,
+    h: &OwnReplica,
+    udp_floor: &Histogram<u64>,
+    tcp_floor: &Histogram<u64>,
+) -> Result<()> {
+    emit_percentiles(
+        reporter,
+        BENCH,
+        &format!("{case}_offer_to_sequenced"),
+        &h.to_sequenced,
+        udp_floor,
+    )?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        &format!("{case}_sequenced_to_replica"),
+        &h.sequenced_to_replica,
+        tcp_floor,
+    )
+}
+
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     let (samples, segment) = if args.quick {
         (1_000, crate::QUICK_SEGMENT)
@@ -1114,21 +1169,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         let case = format!("offer_to_own_replica_64B{}", security.suffix());
         emit_percentiles(reporter, BENCH, &case, &h.whole, &floor)?;
         if security == Security::Plain {
-            // Where the time goes: each hop against the raw hop it rides on.
-            emit_percentiles(
-                reporter,
-                BENCH,
-                &format!("{case}_offer_to_sequenced"),
-                &h.to_sequenced,
-                &udp_floor,
-            )?;
-            emit_percentiles(
-                reporter,
-                BENCH,
-                &format!("{case}_sequenced_to_replica"),
-                &h.sequenced_to_replica,
-                &tcp_floor,
-            )?;
+            emit_split(reporter, &case, &h, &udp_floor, &tcp_floor)?;
         }
     }
     // A sequencer group: what standby-ack adds over immediate is the standby's round trip
@@ -1172,13 +1213,9 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     // ping, against a floor of the same shape.
     let floor_one_thread = one_way_floor(samples, idle, net, true)?;
     let h = offer_to_own_replica_one_thread(root, net, idle, samples)?;
-    emit_percentiles(
-        reporter,
-        BENCH,
-        "offer_to_own_replica_64B_one_thread",
-        &h,
-        &floor_one_thread,
-    )?;
+    let case = "offer_to_own_replica_64B_one_thread";
+    emit_percentiles(reporter, BENCH, case, &h.whole, &floor_one_thread)?;
+    emit_split(reporter, case, &h, &udp_floor, &tcp_floor)?;
     let rt_floor = pingpong_floor(samples, idle, net, false)?;
     let h = pingpong(root, net, "pingpong", layout, false, idle, samples)?;
     emit_percentiles(reporter, BENCH, "pingpong_64B", &h, &rt_floor)?;

@@ -318,6 +318,8 @@ fn e2e_bench_prints_the_round_trips_of_every_layout_with_floors() {
         "offer_to_own_replica_64B_group_immediate",
         "offer_to_own_replica_64B_group_standby_ack",
         "offer_to_own_replica_64B_one_thread",
+        "offer_to_own_replica_64B_one_thread_offer_to_sequenced",
+        "offer_to_own_replica_64B_one_thread_sequenced_to_replica",
         "pingpong_64B",
         "pingpong_64B_one_thread",
     ] {
