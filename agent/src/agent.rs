@@ -158,7 +158,7 @@ fn keep_first(first: &mut Option<AgentError>, composite: &str, member: &dyn Agen
     match first {
         None => *first = Some(CompositeAgent::member_error(member, e)),
         Some(_) => {
-            tracing::warn!(composite, role = member.role_name(), error = %e, "a second member failed in the same duty cycle (the first one's error is returned)")
+            tracing::warn!(composite, role = member.role_name(), error = %e, "another member failed in the same duty cycle (the first one's error is returned)")
         }
     }
 }
