@@ -689,7 +689,11 @@ struct OwnReplica {
 /// timestamp compares two clocks (the sequencer's TSC-derived wall clock and
 /// `CLOCK_REALTIME` here), which agree to well under a microsecond in one process.
 /// With `group`, the sequencer is a two-member sequencer group under that release policy
-/// (shared threading, plain security), its standby on the second sequencer host.
+/// (shared threading, plain security), its standby on the second sequencer host. With
+/// `one_thread`, A's application offers, then polls A's replica until the message is there,
+/// on one thread, the shape of Aeron's ping (run under [`Layout::Invoker`], that thread also
+/// runs A's roles: nothing on A waits for another of A's threads, so the path has two
+/// threads, as its floor, [`one_way_floor`] on one thread, has).
 #[allow(clippy::too_many_arguments)]
 fn offer_to_own_replica(
     root: &Scratch,
@@ -698,6 +702,7 @@ fn offer_to_own_replica(
     layout: Layout,
     security: Security,
     group: Option<Release>,
+    one_thread: bool,
     idle: &Idle,
     samples: u64,
 ) -> Result<OwnReplica> {
@@ -716,16 +721,17 @@ fn offer_to_own_replica(
     let whole = a.net.enter(|| -> Result<Histogram<u64>> {
         let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
         let mut payload = [0u8; 64];
-        ping(
-            samples,
-            Pinning::waiting(idle),
-            |stamp| offer_ping(&mut out, &mut payload, stamp),
-            || {
-                // A panic here is the reader's error, which `ping` reports.
-                let seen = host_a.drive().and_then(|()| split.next_ping(&mut tailer));
-                seen.unwrap_or_else(|e| panic!("{e:#}"))
-            },
-        )
+        let offer = |stamp| offer_ping(&mut out, &mut payload, stamp);
+        let mut seen = || host_a.drive().and_then(|()| split.next_ping(&mut tailer));
+        let pins = Pinning::waiting(idle);
+        if one_thread {
+            ping_one_thread(samples, pins, offer, seen)
+        } else {
+            // A panic here is the reader's error, which `ping` reports.
+            ping(samples, pins, offer, || {
+                seen().unwrap_or_else(|e| panic!("{e:#}"))
+            })
+        }
     });
     // The hosts' errors first: a role that failed explains a ping that stalled.
     hosts.stop()?;
@@ -794,40 +800,6 @@ impl Split {
             sequenced_to_replica: self.sequenced_to_replica,
         }
     }
-}
-
-/// `offer_to_own_replica` with host A's application on one thread, the shape of Aeron's ping:
-/// it offers, then runs A's roles (`threading = "invoker"`) and polls A's replica until the
-/// message is there. The sequencer host runs shared; nothing on A waits for another of A's
-/// threads, so the path has two threads, as its floor ([`one_way_floor`], one thread) has.
-fn offer_to_own_replica_one_thread(
-    root: &Scratch,
-    net: &Network,
-    idle: &Idle,
-    samples: u64,
-) -> Result<OwnReplica> {
-    let site = Site::new(root, "own_one_thread", net, Security::Plain)?;
-    let mut hosts = site.start(Layout::Invoker, idle, 1)?;
-    let a = &site.hosts[0];
-    let [mut host_a] = hosts.drivers([a.name]);
-    let mut split = Split::new(samples);
-    // In A's namespace, as in `offer_to_own_replica`.
-    let whole = a.net.enter(|| -> Result<Histogram<u64>> {
-        let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
-        let mut payload = [0u8; 64];
-        ping_one_thread(
-            samples,
-            Pinning::waiting(idle),
-            |stamp| offer_ping(&mut out, &mut payload, stamp),
-            || {
-                host_a.drive()?;
-                split.next_ping(&mut tailer)
-            },
-        )
-    });
-    hosts.stop()?;
-    let whole = whole??;
-    Ok(split.with_whole(whole))
 }
 
 /// A ping offered on A, seen in B's replica, answered with a pong offered on B, seen in A's
@@ -998,8 +970,8 @@ fn udp_pair(
 }
 
 /// The floor of `offer_to_own_replica`: UDP from host A to the relay on the sequencer host,
-/// TCP from it back to A; with `one_thread` (the floor of
-/// `offer_to_own_replica_one_thread`), one thread of A sends and reads.
+/// TCP from it back to A; with `one_thread` (the floor of its one-thread case), one thread of
+/// A sends and reads.
 fn one_way_floor(
     samples: u64,
     idle: &Idle,
@@ -1129,6 +1101,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
                     layout,
                     Security::Plain,
                     None,
+                    false,
                     idle,
                     (samples / 4).max(100),
                 )?;
@@ -1163,6 +1136,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             layout,
             security,
             None,
+            false,
             idle,
             samples,
         )?;
@@ -1186,6 +1160,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
             Layout::Shared,
             Security::Plain,
             Some(release),
+            false,
             idle,
             samples,
         )?;
@@ -1212,7 +1187,17 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     // Host A's application on one thread, whatever the layout above: the shape of Aeron's
     // ping, against a floor of the same shape.
     let floor_one_thread = one_way_floor(samples, idle, net, true)?;
-    let h = offer_to_own_replica_one_thread(root, net, idle, samples)?;
+    let h = offer_to_own_replica(
+        root,
+        net,
+        "own_one_thread",
+        Layout::Invoker,
+        Security::Plain,
+        None,
+        true,
+        idle,
+        samples,
+    )?;
     let case = "offer_to_own_replica_64B_one_thread";
     emit_percentiles(reporter, BENCH, case, &h.whole, &floor_one_thread)?;
     emit_split(reporter, case, &h, &udp_floor, &tcp_floor)?;
