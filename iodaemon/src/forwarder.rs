@@ -425,7 +425,7 @@ impl Forwarder {
     pub fn do_work(&mut self) -> Result<usize, Error> {
         let now = self.clock.monotonic_ns();
         let judged_at = std::mem::replace(&mut self.cycle_began_ns, now);
-        let mut work = self.confirm()?;
+        let mut work = self.confirm(now)?;
         if self.routes.iter().any(|r| r.new_term) {
             work += self.resend_after_new_terms()?;
         }
@@ -495,10 +495,10 @@ impl Forwarder {
         self.key_watch.tick();
     }
 
-    /// Reads the local copies of the streams for our own messages.
-    fn confirm(&mut self) -> Result<usize, Error> {
+    /// Reads the local copies of the streams for our own messages; `now` (monotonic ns, the
+    /// cycle's start) stamps what it confirms.
+    fn confirm(&mut self, now: u64) -> Result<usize, Error> {
         let mut work = 0;
-        let now = self.clock.monotonic_ns();
         for (ri, r) in self.routes.iter_mut().enumerate() {
             if r.tailer.is_none() {
                 match Tailer::open_with(&r.route.local_store, TailerOptions::default()) {
