@@ -726,11 +726,23 @@ fn emit_group(
         out.line("");
         out.line("#[inline]");
         out.open("fn next(&mut self) -> Option<Self::Item> {");
-        out.open("if self.remaining == 0 {");
-        out.line("return None;");
-        out.close("}");
-        out.line("let (block, rest) = self.entries.split_at_checked(self.block_length)?;");
         let prefix = g.body.fixed_prefix();
+        if prefix == 0 {
+            out.line("// An entry's block may be empty: the count alone ends the group.");
+            out.open("if self.remaining == 0 {");
+            out.line("return None;");
+            out.close("}");
+        } else {
+            out.line("// `wrap` refused blocks shorter than the prefix, so the bytes of a present");
+            out.line(
+                "// group run out exactly with its count (an absent group has none): one test",
+            );
+            out.line("// ends the loop, and the compiler drops the count from it.");
+            out.open("if self.entries.is_empty() {");
+            out.line("return None;");
+            out.close("}");
+        }
+        out.line("let (block, rest) = self.entries.split_at_checked(self.block_length)?;");
         let prefix_field = if prefix > 0 {
             out.line("// `wrap` refused blocks shorter than the version's minimum, which covers");
             out.line("// the prefix: this never returns `None`.");
