@@ -110,11 +110,19 @@ impl MappedFile {
     /// file was found shorter than the mapping (a page past its new end was touched): bytes
     /// read from this mapping since may be zeros the file never held, and writes to it may
     /// not have reached the file. Permanent for this mapping: reopen the file.
-    #[inline]
+    #[inline(always)]
     pub fn check_intact(&self) -> Result<()> {
         if !self.guard.faulted() {
             return Ok(());
         }
+        self.shrunk()
+    }
+
+    /// The error of [`check_intact`](Self::check_intact), out of line so that the check
+    /// inlines into every read and append as a load and a branch.
+    #[cold]
+    #[inline(never)]
+    fn shrunk(&self) -> Result<()> {
         Err(StoreError::Shrunk {
             path: self.path.clone(),
             mapped: self.len as u64,

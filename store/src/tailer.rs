@@ -303,13 +303,7 @@ impl Tailer {
         self.segment.check_intact()?;
         let length = match checked {
             Ok(h) => h.length as usize,
-            Err(fault) => {
-                return Err(StoreError::CorruptFrame {
-                    path: self.segment.path().into(),
-                    position: self.position,
-                    reason: fault.to_string(),
-                })
-            }
+            Err(fault) => return Err(self.corrupt_frame(&fault)),
         };
         let frame = Frame {
             bytes: self.segment.bytes(off, length),
@@ -356,13 +350,10 @@ impl Tailer {
                 self.segment.check_intact()?;
                 if committed < self.position {
                     self.segment.check_file()?;
-                    return Err(StoreError::CorruptHeader {
-                        path: self.segment.path().into(),
-                        reason: format!(
-                            "committed position went back from {} to {committed}",
-                            self.position
-                        ),
-                    });
+                    return Err(self.corrupt_header(format_args!(
+                        "committed position went back from {} to {committed}",
+                        self.position
+                    )));
                 }
                 self.empty_polls += 1;
                 if self.empty_polls >= REPLACED_CHECK_EVERY {
@@ -430,15 +421,35 @@ impl Tailer {
     fn checked_committed(&self) -> Result<u64> {
         let committed = self.segment.committed();
         if committed > self.info.limit_position() {
-            return Err(StoreError::CorruptHeader {
-                path: self.segment.path().into(),
-                reason: format!(
-                    "committed position {committed} beyond the segment's end {}",
-                    self.info.limit_position()
-                ),
-            });
+            return Err(self.corrupt_header(format_args!(
+                "committed position {committed} beyond the segment's end {}",
+                self.info.limit_position()
+            )));
         }
         Ok(committed)
+    }
+
+    /// A `CorruptHeader` naming this segment. Errors of the read path are built out of line
+    /// (`#[cold]`), so that the checks on `poll`'s fast path inline without error-building
+    /// code around them.
+    #[cold]
+    #[inline(never)]
+    fn corrupt_header(&self, reason: std::fmt::Arguments<'_>) -> StoreError {
+        StoreError::CorruptHeader {
+            path: self.segment.path().into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The `CorruptFrame` of the frame at the tailer's position (see `corrupt_header`).
+    #[cold]
+    #[inline(never)]
+    fn corrupt_frame(&self, fault: &dyn std::fmt::Display) -> StoreError {
+        StoreError::CorruptFrame {
+            path: self.segment.path().into(),
+            position: self.position,
+            reason: fault.to_string(),
+        }
     }
 
     /// Moves to the segment after this one, found by name (`next_path`).
