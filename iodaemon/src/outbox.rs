@@ -390,6 +390,8 @@ pub struct OutboxReader {
     stream_id: u32,
     head: u64,
     read: u64,
+    /// The `CONFIRMED` word as this reader last raised it (or found it at open).
+    confirmed: u64,
 }
 
 impl OutboxReader {
@@ -398,6 +400,7 @@ impl OutboxReader {
         let (file, capacity) = map(path)?;
         let h = file.volatile_copy::<36>(0);
         let head = file.atomic_u64(HEAD).load(Ordering::Acquire);
+        let confirmed = file.atomic_u64(CONFIRMED).load(Ordering::Acquire);
         Ok(OutboxReader {
             source_id: get_u32(&h, 12),
             stream_id: get_u32(&h, 32),
@@ -405,6 +408,7 @@ impl OutboxReader {
             capacity,
             head,
             read: head,
+            confirmed,
         })
     }
 
@@ -501,11 +505,18 @@ impl OutboxReader {
         let (end, _) = self.walk(self.head, self.read, usize::MAX, |r| {
             r.source_seq <= source_seq
         })?;
-        self.head = end;
-        self.file.atomic_u64(HEAD).store(end, Ordering::Release);
-        self.file
-            .atomic_u64(CONFIRMED)
-            .fetch_max(source_seq, Ordering::AcqRel);
+        // Both words only rise and the reader is their writer: the forwarder confirms every
+        // cycle, mostly with nothing new, so a store that would change nothing is skipped.
+        if end != self.head {
+            self.head = end;
+            self.file.atomic_u64(HEAD).store(end, Ordering::Release);
+        }
+        if source_seq > self.confirmed {
+            self.confirmed = source_seq;
+            self.file
+                .atomic_u64(CONFIRMED)
+                .fetch_max(source_seq, Ordering::AcqRel);
+        }
         Ok(())
     }
 }
