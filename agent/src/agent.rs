@@ -25,9 +25,13 @@ pub struct DutyCycle {
 /// A role's duty cycle.
 ///
 /// Contract (what a runner relies on):
-/// - [`do_work`](Agent::do_work) never blocks and never sleeps: it does the work that is
-///   ready, bounded (a batch of datagrams, frames up to a byte budget), and returns how much
-///   it did. 0 means "nothing was ready": the runner's idle strategy decides what to do.
+/// - A duty cycle is [`do_work`](Agent::do_work), then [`do_late_work`](Agent::do_late_work)
+///   ([`run_cycle`]); a [`CompositeAgent`] runs every member's `do_work` before any member's
+///   `do_late_work`, so the late half of an agent sees what the others on its thread did in
+///   the cycle.
+/// - Neither half blocks or sleeps: each does the work that is ready, bounded (a batch of
+///   datagrams, frames up to a byte budget), and returns how much it did. 0 from both means
+///   "nothing was ready": the runner's idle strategy decides what to do.
 /// - An `Err` from any call is counted and logged by the runner, which then stops the agent
 ///   or restarts it (`on_close`, then `on_start` again) as its host's config says.
 /// - `on_close` is called exactly once after a successful `on_start` (also after an error),
@@ -41,8 +45,19 @@ pub trait Agent: Send {
         Ok(())
     }
 
-    /// One duty cycle: the work that is ready, bounded; returns the amount done (0: none).
+    /// One duty cycle (its early half, for an agent with a
+    /// [`do_late_work`](Self::do_late_work)): the work that is ready, bounded; returns the
+    /// amount done (0: none).
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError>;
+
+    /// The late half of the duty cycle, called with the same `cycle` once every agent the
+    /// cycle runs has done its [`do_work`](Self::do_work), for work that must see what they
+    /// did: the forwarder reads here the confirmations that a replication client on its
+    /// thread has just written, so that it can judge its resend timeouts as of the cycle's
+    /// start. Returns the amount done, as `do_work` does. Default: nothing.
+    fn do_late_work(&mut self, _cycle: &DutyCycle) -> Result<usize, AgentError> {
+        Ok(0)
+    }
 
     /// Called once after the last duty cycle (on stop, and after an error).
     fn on_close(&mut self) -> Result<(), AgentError> {
@@ -68,11 +83,31 @@ impl<A: Agent + ?Sized> Agent for Box<A> {
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         (**self).do_work(cycle)
     }
+    fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        (**self).do_late_work(cycle)
+    }
     fn on_close(&mut self) -> Result<(), AgentError> {
         (**self).on_close()
     }
     fn is_finished(&self) -> bool {
         (**self).is_finished()
+    }
+}
+
+/// One whole duty cycle of `agent`: [`do_work`](Agent::do_work), then
+/// [`do_late_work`](Agent::do_late_work), even when the first half failed (an invoker's
+/// caller may carry on past errors, and the late half must not starve). Returns the sum of
+/// their work, or the first error; a second error in the same cycle is logged.
+pub fn run_cycle<A: Agent + ?Sized>(agent: &mut A, cycle: &DutyCycle) -> Result<usize, AgentError> {
+    let early = agent.do_work(cycle);
+    let late = agent.do_late_work(cycle);
+    match (early, late) {
+        (Ok(a), Ok(b)) => Ok(a + b),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+        (Err(e), Err(also)) => {
+            tracing::warn!(role = agent.role_name(), error = %also, "late half of a duty cycle failed too");
+            Err(e)
+        }
     }
 }
 
@@ -88,7 +123,9 @@ pub struct MemberError {
 }
 
 /// Several agents run as one, each duty cycle calling every member once in order: Aeron's
-/// `SHARED` threading mode, or a thread group. The work count is the members' sum, so the
+/// `SHARED` threading mode, or a thread group. [`do_work`](Agent::do_work) runs every
+/// member's `do_work`, then [`do_late_work`](Agent::do_late_work) every member's
+/// `do_late_work`, in the same order. The work count is the members' sum, so the
 /// idle strategy idles only when none of them had work. A member's error is the composite's
 /// error ([`MemberError`] names the member): a runner then restarts or stops them together.
 /// The members after a failing one still run in that cycle, so that one which fails every
@@ -303,6 +340,20 @@ impl Agent for CompositeAgent {
         first.map_or(Ok(work), Err)
     }
 
+    /// Every member's late half, handed members' too, in the order of `do_work`; as there,
+    /// a failing member does not keep the others from theirs.
+    fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        let mut work = 0;
+        let mut first = None;
+        for m in self.members.iter_mut().chain(self.joined.iter_mut()) {
+            match m.do_late_work(cycle) {
+                Ok(n) => work += n,
+                Err(e) => keep_first(&mut first, &self.name, &**m, e),
+            }
+        }
+        first.map_or(Ok(work), Err)
+    }
+
     /// Shuts the sink (agents handed from now on are dropped), drops those still queued,
     /// closes and drops the handed members, then closes every started member, in reverse
     /// order, even when one fails; the first error is returned.
@@ -443,6 +494,63 @@ pub(crate) mod tests {
         );
         // Every member's work, the handed ones' too: a + b + c + d + h1 + h2.
         assert_eq!(comp.do_work(&cycle).unwrap(), 1 + 1 + 1 + 10 + 1 + 1);
+        comp.on_close().unwrap();
+    }
+
+    /// Logs both halves of its cycles; its early half fails at the cycle `fail_at`.
+    struct Halves {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+        fail_at: Option<usize>,
+        cycles: usize,
+    }
+
+    impl Halves {
+        fn new(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Box<Self> {
+            Box::new(Halves {
+                name,
+                log: log.clone(),
+                fail_at: None,
+                cycles: 0,
+            })
+        }
+    }
+
+    impl Agent for Halves {
+        fn role_name(&self) -> &str {
+            self.name
+        }
+        fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+            self.cycles += 1;
+            self.log.lock().unwrap().push(format!("{} work", self.name));
+            if self.fail_at == Some(self.cycles) {
+                return Err("early half failed".into());
+            }
+            Ok(1)
+        }
+        fn do_late_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+            self.log.lock().unwrap().push(format!("{} late", self.name));
+            Ok(10)
+        }
+    }
+
+    #[test]
+    fn a_cycle_runs_every_late_half_after_every_early_half_even_past_a_failure() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut b = Halves::new("b", &log);
+        b.fail_at = Some(1);
+        let mut comp = CompositeAgent::new(None, vec![Halves::new("a", &log), b]);
+        comp.sink().add(Halves::new("h", &log));
+        comp.on_start().unwrap();
+        let cycle = DutyCycle { now_ns: 0 };
+        let e = run_cycle(&mut comp, &cycle).unwrap_err();
+        assert_eq!(e.to_string(), "b: early half failed");
+        assert_eq!(
+            std::mem::take(&mut *log.lock().unwrap()),
+            ["a work", "b work", "h work", "a late", "b late", "h late"],
+            "the late halves ran after every early half, the failed one's too"
+        );
+        assert_eq!(run_cycle(&mut comp, &cycle).unwrap(), 3 + 30);
         comp.on_close().unwrap();
     }
 

@@ -4,7 +4,7 @@
 //! tests, which step an agent deterministically with a [`ManualClock`](crate::clock::ManualClock).
 //! The invoker never sleeps, pins or idles: that is the caller's loop's business.
 
-use crate::agent::{Agent, AgentError, DutyCycle};
+use crate::agent::{run_cycle, Agent, AgentError, DutyCycle};
 use crate::clock::Clock;
 
 /// Drives one agent on the caller's thread: [`start`](Self::start), then
@@ -36,7 +36,8 @@ impl<A: Agent> AgentInvoker<A> {
         Ok(())
     }
 
-    /// One duty cycle (starting the agent first if needed); its work count. An error is
+    /// One duty cycle, both halves ([`run_cycle`]), starting the agent first if needed; its
+    /// work count. An error is
     /// counted in [`errors`](Self::errors) and returned: the caller decides whether to go on,
     /// as a runner's error policy would.
     pub fn invoke(&mut self) -> Result<usize, AgentError> {
@@ -44,7 +45,7 @@ impl<A: Agent> AgentInvoker<A> {
         let cycle = DutyCycle {
             now_ns: self.clock.monotonic_ns(),
         };
-        self.agent.do_work(&cycle).inspect_err(|_| self.errors += 1)
+        run_cycle(&mut self.agent, &cycle).inspect_err(|_| self.errors += 1)
     }
 
     /// Errors returned by the agent so far.

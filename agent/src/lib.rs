@@ -36,7 +36,7 @@ pub mod invoker;
 pub mod ratelimit;
 pub mod runner;
 
-pub use agent::{Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
+pub use agent::{run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
 pub use gate::LeaderGate;
 pub use idle::{Idle, IdleState, IdleStrategy};
 pub use invoker::AgentInvoker;

@@ -7,7 +7,7 @@
 //! ([`OnError`]). The duty cycle is
 //!
 //! ```text
-//! pin → on_start → loop { now = clock; work = do_work(now); idle(work) } until stop → on_close
+//! pin → on_start → loop { now = clock; work = do_work(now) + do_late_work(now); idle(work) } until stop → on_close
 //! ```
 //!
 //! A runner stops when its stop flag is set, or when its agent [is
@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::affinity::{pin_current_thread, PinError};
-use crate::agent::{Agent, AgentError, DutyCycle};
+use crate::agent::{run_cycle, Agent, AgentError, DutyCycle};
 use crate::clock::Clock;
 use crate::counters::{Counter, CountersError, CountersWriter};
 use crate::idle::{Idle, IdleStrategy};
@@ -323,7 +323,7 @@ fn cycles<A: Agent>(
         let cycle = DutyCycle {
             now_ns: clock.monotonic_ns(),
         };
-        let work = agent.do_work(&cycle)?;
+        let work = run_cycle(agent, &cycle)?;
         if let Some(c) = counters {
             c.cycles.incr();
         }

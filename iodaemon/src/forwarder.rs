@@ -22,8 +22,15 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
-//! Timeouts are judged as of the moment the previous duty cycle began ([`Forwarder::do_work`]),
-//! so a timeout resend comes between one and two duty cycles after the timeout passed.
+//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs), and
+//! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
+//! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
+//! so a replication client on the same thread writes what it received in between: a pause
+//! of that thread past the timeout never resends what was delivered, and a timeout resend
+//! leaves in the first cycle that begins after the timeout passed. The early half also reads
+//! the copies until it has read each once, so that the first messages go to the leader a
+//! copy names; after that, the messages a cycle sends before its late half reads a new
+//! term's start go to the old leader, and to the new one with the resend.
 //!
 //! The resends make a failover cost latency, never data.
 //!
@@ -267,9 +274,11 @@ pub struct Forwarder {
     nak: Vec<u8>,
     /// Its monotonic reading times the resend timeout.
     clock: Clock,
-    /// When (monotonic ns) the latest duty cycle began. The next one judges resend timeouts
-    /// as of this moment ([`do_work`](Self::do_work)).
+    /// When (monotonic ns) the latest duty cycle began: its [`send_work`](Self::send_work)
+    /// read it, and its [`confirm_work`](Self::confirm_work) judges resend timeouts as of it.
     cycle_began_ns: u64,
+    /// Every route's local copy has been opened and read once.
+    copies_read: bool,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
     key_watch: KeyWatch,
@@ -396,6 +405,7 @@ impl Forwarder {
             nak: vec![0; 256],
             counter: clock.realtime_ns(),
             cycle_began_ns: clock.monotonic_ns(),
+            copies_read: false,
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
             send_warn: LimitedWarn::new("send"),
@@ -411,23 +421,24 @@ impl Forwarder {
             .expect("a bound socket has an address")
     }
 
-    /// One duty cycle: confirm (and follow a new term's leader), send new messages, handle
-    /// NAKs, resend on timeout. Returns the work done (0 = idle).
-    ///
-    /// Timeouts are judged as of the moment the previous cycle began, not now: a message is
-    /// resent when it was still unconfirmed a resend timeout after its wait began, by then.
-    /// A replication client that shares the forwarder's thread has run since that moment
-    /// (whichever side of the forwarder a shared or invoked duty cycle puts it) and read
-    /// every confirmation that had arrived by it, and this cycle's `confirm` has read those.
-    /// So a thread that paused longer than the timeout, with the confirmation waiting in its
-    /// client's socket, does not resend what was delivered: a real resend waits one cycle
-    /// more.
+    /// One duty cycle, both halves: [`send_work`](Self::send_work), then
+    /// [`confirm_work`](Self::confirm_work). Returns the work done (0 = idle). For a forwarder
+    /// driven on its own; on the runtime ([`Agent`]) the halves are the cycle's
+    /// `do_work` and `do_late_work`, with the other agents of the thread in between.
     pub fn do_work(&mut self) -> Result<usize, Error> {
+        Ok(self.send_work()? + self.confirm_work()?)
+    }
+
+    /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
+    /// messages and handles NAKs (their resends go at once). Returns the work done. Until
+    /// every route's local copy has been read once, it reads them first, so that the first
+    /// messages go to the leader a copy names, not to the route's first sequencer.
+    pub fn send_work(&mut self) -> Result<usize, Error> {
         let now = self.clock.monotonic_ns();
-        let judged_at = std::mem::replace(&mut self.cycle_began_ns, now);
-        let mut work = self.confirm(now)?;
-        if self.routes.iter().any(|r| r.new_term) {
-            work += self.resend_after_new_terms()?;
+        self.cycle_began_ns = now;
+        let mut work = 0;
+        if !self.copies_read {
+            work += self.follow_copies(now)?;
         }
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
@@ -436,6 +447,24 @@ impl Forwarder {
         if !self.cfg.keys.is_empty() {
             self.poll_keys(now);
         }
+        Ok(work)
+    }
+
+    /// The second half of a duty cycle: confirms what the local copies show (and follows a
+    /// new term's leader), then resends on timeout. Returns the work done.
+    ///
+    /// Timeouts are judged as of the cycle's start, which [`send_work`](Self::send_work)
+    /// read, not now: a message is resent when it was still unconfirmed a resend timeout
+    /// after its wait began, by then. A replication client that shares the forwarder's
+    /// thread ran its half between the two (a shared or invoked duty cycle runs every
+    /// agent's `do_work` before any `do_late_work`) and wrote every confirmation that had
+    /// arrived by the cycle's start, and `confirm` has just read those. So a thread that
+    /// paused longer than the timeout, with the confirmation waiting in its client's socket,
+    /// does not resend what was delivered, and a real resend leaves in the first cycle that
+    /// begins a timeout after the wait began.
+    pub fn confirm_work(&mut self) -> Result<usize, Error> {
+        let judged_at = self.cycle_began_ns;
+        let mut work = self.follow_copies(judged_at)?;
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
@@ -451,6 +480,20 @@ impl Forwarder {
             .map(|l| l.sent.saturating_sub(l.confirmed))
             .sum();
         self.counters.in_flight.set(in_flight);
+        Ok(work)
+    }
+
+    /// Confirms what the local copies show, stamped `now` (the cycle's start); a term-start
+    /// frame among it sends the route's datagrams to the leader it names and resends what is
+    /// unconfirmed at once.
+    fn follow_copies(&mut self, now: u64) -> Result<usize, Error> {
+        let mut work = self.confirm(now)?;
+        if self.routes.iter().any(|r| r.new_term) {
+            work += self.resend_after_new_terms()?;
+        }
+        if !self.copies_read {
+            self.copies_read = self.routes.iter().all(|r| r.tailer.is_some());
+        }
         Ok(work)
     }
 
@@ -562,9 +605,12 @@ impl Forwarder {
                 }
             }
         }
-        self.counters
-            .confirmed
-            .set(self.links.iter().map(|l| l.confirmed).sum());
+        if work > 0 {
+            // Only a frame read moves a link's `confirmed`.
+            self.counters
+                .confirmed
+                .set(self.links.iter().map(|l| l.confirmed).sum());
+        }
         Ok(work)
     }
 
@@ -788,7 +834,8 @@ impl Forwarder {
     }
 }
 
-/// The forwarder as a role on the runtime: [`Forwarder::do_work`] is its duty cycle.
+/// The forwarder as a role on the runtime: [`Forwarder::send_work`] is the early half of its
+/// duty cycle, [`Forwarder::confirm_work`] the late half.
 impl Agent for Forwarder {
     fn role_name(&self) -> &str {
         "forwarder"
@@ -796,7 +843,11 @@ impl Agent for Forwarder {
 
     fn do_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
         // Its resend timeout runs on its own (injectable) clock, not the cycle's reading.
-        Ok(Forwarder::do_work(self)?)
+        Ok(self.send_work()?)
+    }
+
+    fn do_late_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+        Ok(self.confirm_work()?)
     }
 
     fn on_close(&mut self) -> Result<(), AgentError> {

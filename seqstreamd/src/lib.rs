@@ -147,8 +147,9 @@ impl RoleSpec {
 /// compositors, servers, replication clients, sequencer group members — and each kind in file
 /// order, which is the order a shared or invoked duty cycle visits them: a message the
 /// application offered is sent before any other role's work, not after the replication
-/// clients' reads and acknowledgements; a forwarder judges its resend timeouts as of its
-/// previous cycle, so the clients after it have written what confirms its messages by then),
+/// clients' reads and acknowledgements; a forwarder reads its confirmations and judges its
+/// resend timeouts in the cycle's late half, `Agent::do_late_work`, after the clients have
+/// written what confirms its messages),
 /// how they are laid on threads, and where its counters go.
 #[derive(Debug, Clone)]
 pub struct HostFile {
