@@ -55,6 +55,10 @@ pub trait Agent: Send {
     /// did: the forwarder reads here the confirmations that a replication client on its
     /// thread has just written, so that it can judge its resend timeouts as of the cycle's
     /// start. Returns the amount done, as `do_work` does. Default: nothing.
+    ///
+    /// Whoever drives agents calls both ([`run_cycle`]): driving `do_work` alone skips
+    /// this half. An agent that drives another (a sequencer group member, the compositor's
+    /// role) forwards both.
     fn do_late_work(&mut self, _cycle: &DutyCycle) -> Result<usize, AgentError> {
         Ok(0)
     }
@@ -341,7 +345,9 @@ impl Agent for CompositeAgent {
     }
 
     /// Every member's late half, handed members' too, in the order of `do_work`; as there,
-    /// a failing member does not keep the others from theirs.
+    /// a failing member does not keep the others from theirs. A handed member that
+    /// [finished](Agent::is_finished) in this cycle's `do_work` was closed and dropped there,
+    /// before this half.
     fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         let mut work = 0;
         let mut first = None;

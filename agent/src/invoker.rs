@@ -90,26 +90,34 @@ mod tests {
     use crate::clock::ManualClock;
     use std::sync::{Arc, Mutex};
 
-    struct Stamps(Vec<u64>);
+    /// Records each half of its cycles with the cycle's clock reading.
+    struct Stamps(Vec<(&'static str, u64)>);
     impl Agent for Stamps {
         fn role_name(&self) -> &str {
             "stamps"
         }
         fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
-            self.0.push(cycle.now_ns);
+            self.0.push(("work", cycle.now_ns));
+            Ok(0)
+        }
+        fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+            self.0.push(("late", cycle.now_ns));
             Ok(0)
         }
     }
 
     #[test]
-    fn each_invoke_is_one_cycle_on_the_given_clock() {
+    fn each_invoke_is_one_cycle_both_halves_on_the_given_clock() {
         let clock = ManualClock::new(0, 100);
         let mut inv = AgentInvoker::new(Stamps(Vec::new()), clock.clock());
         inv.invoke().unwrap();
         clock.advance(50);
         inv.invoke().unwrap();
         inv.close().unwrap();
-        assert_eq!(inv.agent().0, [100, 150]);
+        assert_eq!(
+            inv.agent().0,
+            [("work", 100), ("late", 100), ("work", 150), ("late", 150)]
+        );
     }
 
     #[test]

@@ -516,7 +516,8 @@ mod tests {
 
     #[test]
     fn a_runner_whose_agent_finishes_ends_cleanly_without_stopping_the_others() {
-        struct Finite(usize);
+        /// Finishes after its count of cycles; counts its late halves.
+        struct Finite(usize, Arc<std::sync::atomic::AtomicUsize>);
         impl Agent for Finite {
             fn role_name(&self) -> &str {
                 "finite"
@@ -525,16 +526,31 @@ mod tests {
                 self.0 -= 1;
                 Ok(1)
             }
+            fn do_late_work(&mut self, _: &DutyCycle) -> Result<usize, AgentError> {
+                self.1.fetch_add(1, Ordering::Relaxed);
+                Ok(0)
+            }
             fn is_finished(&self) -> bool {
                 self.0 == 0
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let r = AgentRunner::start(Finite(5), quick(OnError::Stop, None), stop.clone()).unwrap();
+        let late = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = AgentRunner::start(
+            Finite(5, late.clone()),
+            quick(OnError::Stop, None),
+            stop.clone(),
+        )
+        .unwrap();
         r.join().unwrap();
         assert!(
             !stop.load(Ordering::Acquire),
             "a finished agent stops only itself"
+        );
+        assert_eq!(
+            late.load(Ordering::Relaxed),
+            5,
+            "every cycle's late half ran"
         );
     }
 

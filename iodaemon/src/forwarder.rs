@@ -26,8 +26,10 @@
 //! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
 //! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
 //! so a replication client on the same thread writes what it received in between: a pause
-//! of that thread past the timeout never resends what was delivered, and a timeout resend
-//! leaves in the first cycle that begins after the timeout passed. The early half also reads
+//! of that thread past the timeout does not resend what was delivered (unless the client's
+//! backlog outgrew what it reads in a cycle), and a timeout resend leaves in the first cycle
+//! that begins after the timeout passed. A route is judged only once its copy was read to
+//! its end. The early half also reads
 //! the copies until it has read each once, so that the first messages go to the leader a
 //! copy names; after that, the messages a cycle sends before its late half reads a new
 //! term's start go to the old leader, and to the new one with the resend.
@@ -230,6 +232,9 @@ struct RouteState {
     /// This cycle read a new term whose leader the route names: what is unconfirmed is
     /// resent to it (the old leader may have taken it with it).
     new_term: bool,
+    /// The last read of the local copy reached its end (or found no copy yet): its
+    /// confirmations are all known, and the route's timeouts may be judged.
+    caught_up: bool,
 }
 
 impl RouteState {
@@ -258,7 +263,8 @@ struct Counters {
     switches: Counter,
 }
 
-/// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`].
+/// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`] (both halves
+/// of a duty cycle), or as an [`Agent`].
 pub struct Forwarder {
     cfg: ForwarderConfig,
     socket: UdpSocket,
@@ -277,7 +283,7 @@ pub struct Forwarder {
     /// When (monotonic ns) the latest duty cycle began: its [`send_work`](Self::send_work)
     /// read it, and its [`confirm_work`](Self::confirm_work) judges resend timeouts as of it.
     cycle_began_ns: u64,
-    /// Every route's local copy has been opened and read once.
+    /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
@@ -392,6 +398,7 @@ impl Forwarder {
                 settled_ns: clock.monotonic_ns(),
                 term: 0,
                 new_term: false,
+                caught_up: false,
             })
             .collect();
         Ok(Forwarder {
@@ -426,13 +433,18 @@ impl Forwarder {
     /// driven on its own; on the runtime ([`Agent`]) the halves are the cycle's
     /// `do_work` and `do_late_work`, with the other agents of the thread in between.
     pub fn do_work(&mut self) -> Result<usize, Error> {
-        Ok(self.send_work()? + self.confirm_work()?)
+        let sent = self.send_work();
+        let confirmed = self.confirm_work();
+        if let (Err(_), Err(also)) = (&sent, &confirmed) {
+            tracing::warn!(error = %also, "confirming failed too");
+        }
+        Ok(sent? + confirmed?)
     }
 
     /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
     /// messages and handles NAKs (their resends go at once). Returns the work done. Until
-    /// every route's local copy has been read once, it reads them first, so that the first
-    /// messages go to the leader a copy names, not to the route's first sequencer.
+    /// every route's local copy has been read to its end once, it reads them first, so that
+    /// the first messages go to the leader a copy names, not to the route's first sequencer.
     pub fn send_work(&mut self) -> Result<usize, Error> {
         let now = self.clock.monotonic_ns();
         self.cycle_began_ns = now;
@@ -458,17 +470,22 @@ impl Forwarder {
     /// after its wait began, by then. A replication client that shares the forwarder's
     /// thread ran its half between the two (a shared or invoked duty cycle runs every
     /// agent's `do_work` before any `do_late_work`) and wrote every confirmation that had
-    /// arrived by the cycle's start, and `confirm` has just read those. So a thread that
-    /// paused longer than the timeout, with the confirmation waiting in its client's socket,
-    /// does not resend what was delivered, and a real resend leaves in the first cycle that
-    /// begins a timeout after the wait began.
+    /// arrived by the cycle's start (unless its backlog outgrew what it reads in one cycle),
+    /// and `confirm` has just read those. So a thread that paused longer than the timeout,
+    /// with the confirmation waiting in its client's socket, does not resend what was
+    /// delivered, and a real resend leaves in the first cycle that begins a timeout after the
+    /// wait began. A route whose copy was not read to its end (a backlog longer than one
+    /// read's bound) is not judged until it is: the confirmation may be in what is left.
     pub fn confirm_work(&mut self) -> Result<usize, Error> {
         let judged_at = self.cycle_began_ns;
         let mut work = self.follow_copies(judged_at)?;
         let timeout = self.cfg.resend_timeout.as_nanos() as u64;
         for i in 0..self.links.len() {
             let l = &self.links[i];
-            if l.sent > l.confirmed && judged_at.saturating_sub(l.waiting_since_ns) >= timeout {
+            if l.sent > l.confirmed
+                && self.routes[l.route].caught_up
+                && judged_at.saturating_sub(l.waiting_since_ns) >= timeout
+            {
                 let from = l.confirmed + 1;
                 self.next_sequencer(l.route, judged_at);
                 work += self.resend(i, from)?;
@@ -492,7 +509,7 @@ impl Forwarder {
             work += self.resend_after_new_terms()?;
         }
         if !self.copies_read {
-            self.copies_read = self.routes.iter().all(|r| r.tailer.is_some());
+            self.copies_read = self.routes.iter().all(|r| r.caught_up);
         }
         Ok(work)
     }
@@ -538,15 +555,21 @@ impl Forwarder {
         self.key_watch.tick();
     }
 
-    /// Reads the local copies of the streams for our own messages; `now` (monotonic ns, the
-    /// cycle's start) stamps what it confirms.
+    /// Reads the local copies of the streams for our own messages, at most 4096 frames a
+    /// route (`RouteState::caught_up` says whether it reached the end); `now` (monotonic ns,
+    /// the cycle's start) stamps what it confirms.
     fn confirm(&mut self, now: u64) -> Result<usize, Error> {
         let mut work = 0;
         for (ri, r) in self.routes.iter_mut().enumerate() {
+            r.caught_up = false;
             if r.tailer.is_none() {
                 match Tailer::open_with(&r.route.local_store, TailerOptions::default()) {
                     Ok(t) => r.tailer = Some(t),
-                    Err(StoreError::NoStore { .. }) => continue,
+                    Err(StoreError::NoStore { .. }) => {
+                        // No copy yet, so no confirmation to wait for.
+                        r.caught_up = true;
+                        continue;
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -557,7 +580,10 @@ impl Forwarder {
             for _ in 0..4096 {
                 let f = match t.poll() {
                     Ok(Some(f)) => f,
-                    Ok(None) => break,
+                    Ok(None) => {
+                        r.caught_up = true;
+                        break;
+                    }
                     // A rebuilt replica: read the new one from its start (confirmations
                     // only ever rise, so reading again is harmless).
                     Err(e @ StoreError::Replaced { .. }) => {

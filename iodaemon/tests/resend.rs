@@ -1,9 +1,10 @@
 //! When the forwarder resends, and where to: a steady flow of new messages to a sequencer that
 //! is gone does not hold back the resend of the oldest (it goes to the group's next member in
 //! the first cycle that begins a resend timeout after it was sent), a pause past the timeout
-//! with the confirmation unread resends nothing, and a term-start frame in the local copy
-//! sends the datagrams, and everything unconfirmed, to the leader it names at once. Times on
-//! a manual clock.
+//! with the confirmation unread resends nothing (nor with a backlog ahead of it in the copy),
+//! a cycle that began before the timeout does not resend, and a term-start frame in the
+//! local copy sends the datagrams, and everything unconfirmed, to the leader it names at
+//! once. Times on a manual clock.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -177,6 +178,62 @@ fn a_pause_past_the_timeout_with_the_confirmation_unread_resends_nothing() {
     site.forwarder.do_late_work(&cycle).unwrap();
     assert_eq!(member.received(), vec![2]);
     assert_eq!(site.counter("messages resent"), 1);
+}
+
+/// The timeout is judged as of the moment the cycle began: a cycle that began before it
+/// passed does not resend, however long the cycle took; the next one does.
+#[test]
+fn a_cycle_that_began_before_the_timeout_does_not_resend() {
+    let member = Member::new();
+    let mut site = Site::new(&[&member], Vec::new());
+    site.offer();
+    assert_eq!(member.received(), vec![1]);
+    let cycle = DutyCycle { now_ns: 0 };
+    site.clock.advance(99 * MS);
+    Agent::do_work(&mut site.forwarder, &cycle).unwrap();
+    site.clock.advance(2 * MS);
+    site.forwarder.do_late_work(&cycle).unwrap();
+    assert_eq!(member.received(), Vec::<u64>::new());
+    site.forwarder.do_work().unwrap();
+    assert_eq!(member.received(), vec![1]);
+}
+
+/// A pause leaves a backlog in the local copy longer than one read (4096 frames) ahead of
+/// the confirmation: the route is judged only once its copy was read to the end, so the
+/// delivered message is not resent.
+#[test]
+fn a_backlog_in_the_copy_holds_back_the_timeout_until_it_is_read() {
+    let member = Member::new();
+    let mut site = Site::new(&[&member], Vec::new());
+    let mut copy = appender(&site.store);
+    site.offer();
+    assert_eq!(member.received(), vec![1]);
+    let cycle = DutyCycle { now_ns: 0 };
+    site.clock.advance(1_000 * MS);
+    Agent::do_work(&mut site.forwarder, &cycle).unwrap();
+    let other = FrameFields {
+        source_id: SOURCE + 1,
+        ..FrameFields::default()
+    };
+    for s in 1..=5_000 {
+        let fields = FrameFields {
+            source_seq: s,
+            ..other
+        };
+        copy.append_with(&fields, b"order").unwrap();
+    }
+    sequence(&mut copy, 1..=1);
+    site.forwarder.do_late_work(&cycle).unwrap();
+    assert_eq!(
+        member.received(),
+        Vec::<u64>::new(),
+        "not judged mid-backlog"
+    );
+    assert_eq!(site.counter("messages confirmed"), 0);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(site.counter("messages confirmed"), 1);
+    assert_eq!(site.counter("messages resent"), 0);
+    assert_eq!(member.received(), Vec::<u64>::new());
 }
 
 /// Appends what a sequencer would: `SOURCE`'s messages `seqs`.

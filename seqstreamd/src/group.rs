@@ -1070,6 +1070,16 @@ impl Agent for Member {
         Ok(work)
     }
 
+    /// The late half of the role the member plays now.
+    fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        match &mut self.state {
+            State::Standby { follower, .. } => follower.do_late_work(cycle),
+            State::Leading(..) if self.handover.is_some() || self.resigned_at_ns.is_some() => Ok(0),
+            State::Leading(sequencer, _) => sequencer.do_late_work(cycle),
+            State::Idle => Ok(0),
+        }
+    }
+
     fn on_close(&mut self) -> Result<(), AgentError> {
         self.close_state()?;
         self.election.resign();

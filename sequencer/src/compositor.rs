@@ -427,6 +427,13 @@ impl Agent for CompositorAgent {
         Ok(0)
     }
 
+    fn do_late_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
+        match &mut self.merging {
+            Some(c) => Agent::do_late_work(c, cycle),
+            None => Ok(0),
+        }
+    }
+
     fn on_close(&mut self) -> Result<(), AgentError> {
         match &mut self.merging {
             Some(c) => c.on_close(),
