@@ -149,6 +149,20 @@ fn new_messages_every_half_timeout_do_not_hold_back_the_resend_to_the_next_membe
     assert_eq!(dead.received(), Vec::<u64>::new());
 }
 
+/// A site whose one message went to `member`, then a pause of ten resend timeouts, then the
+/// early half of the cycle after it; the local copy's appender (the replication client's
+/// writes) and that cycle.
+fn paused_after_one_message(member: &Member) -> (Site, Appender, DutyCycle) {
+    let mut site = Site::new(&[member], Vec::new());
+    let copy = appender(&site.store);
+    site.offer();
+    assert_eq!(member.received(), vec![1]);
+    let cycle = DutyCycle { now_ns: 0 };
+    site.clock.advance(1_000 * MS);
+    Agent::do_work(&mut site.forwarder, &cycle).unwrap();
+    (site, copy, cycle)
+}
+
 /// A thread that runs the forwarder and the replication client (a shared or invoked duty
 /// cycle: the forwarder's `do_work`, the client's, then the forwarder's `do_late_work`)
 /// pauses past the resend timeout, with the confirmation of what it sent waiting in the
@@ -157,13 +171,7 @@ fn new_messages_every_half_timeout_do_not_hold_back_the_resend_to_the_next_membe
 #[test]
 fn a_pause_past_the_timeout_with_the_confirmation_unread_resends_nothing() {
     let member = Member::new();
-    let mut site = Site::new(&[&member], Vec::new());
-    let mut copy = appender(&site.store);
-    site.offer();
-    assert_eq!(member.received(), vec![1]);
-    let cycle = DutyCycle { now_ns: 0 };
-    site.clock.advance(1_000 * MS);
-    Agent::do_work(&mut site.forwarder, &cycle).unwrap();
+    let (mut site, mut copy, cycle) = paused_after_one_message(&member);
     sequence(&mut copy, 1..=1);
     site.forwarder.do_late_work(&cycle).unwrap();
     assert_eq!(member.received(), Vec::<u64>::new());
@@ -204,13 +212,7 @@ fn a_cycle_that_began_before_the_timeout_does_not_resend() {
 #[test]
 fn a_backlog_in_the_copy_holds_back_the_timeout_until_it_is_read() {
     let member = Member::new();
-    let mut site = Site::new(&[&member], Vec::new());
-    let mut copy = appender(&site.store);
-    site.offer();
-    assert_eq!(member.received(), vec![1]);
-    let cycle = DutyCycle { now_ns: 0 };
-    site.clock.advance(1_000 * MS);
-    Agent::do_work(&mut site.forwarder, &cycle).unwrap();
+    let (mut site, mut copy, cycle) = paused_after_one_message(&member);
     let other = FrameFields {
         source_id: SOURCE + 1,
         ..FrameFields::default()
