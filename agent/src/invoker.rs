@@ -37,9 +37,8 @@ impl<A: Agent> AgentInvoker<A> {
     }
 
     /// One duty cycle, both halves ([`run_cycle`]), starting the agent first if needed; its
-    /// work count. An error is
-    /// counted in [`errors`](Self::errors) and returned: the caller decides whether to go on,
-    /// as a runner's error policy would.
+    /// work count. An error is counted in [`errors`](Self::errors) and returned: the caller
+    /// decides whether to go on, as a runner's error policy would.
     pub fn invoke(&mut self) -> Result<usize, AgentError> {
         self.start()?;
         let cycle = DutyCycle {
