@@ -71,7 +71,7 @@ use seqstreamd::{Host, HostFile};
 
 use crate::inbound::offer_until_accepted;
 use crate::oneway::{
-    histogram, ping, ping_one_thread, tcp_one_way_over, udp_one_way_over, Pinning, StampReader,
+    histogram, ping_either, tcp_one_way_over, udp_one_way_over, Pinning, StampReader,
 };
 use crate::report::{emit_percentiles, Better, Figure, Reporter};
 
@@ -721,17 +721,13 @@ fn offer_to_own_replica(
     let whole = a.net.enter(|| -> Result<Histogram<u64>> {
         let (mut out, mut tailer) = warm_up(a, &mut host_a)?;
         let mut payload = [0u8; 64];
-        let offer = |stamp| offer_ping(&mut out, &mut payload, stamp);
-        let mut seen = || host_a.drive().and_then(|()| split.next_ping(&mut tailer));
-        let pins = Pinning::waiting(idle);
-        if one_thread {
-            ping_one_thread(samples, pins, offer, seen)
-        } else {
-            // A panic here is the reader's error, which `ping` reports.
-            ping(samples, pins, offer, || {
-                seen().unwrap_or_else(|e| panic!("{e:#}"))
-            })
-        }
+        ping_either(
+            one_thread,
+            samples,
+            Pinning::waiting(idle),
+            |stamp| offer_ping(&mut out, &mut payload, stamp),
+            || host_a.drive().and_then(|()| split.next_ping(&mut tailer)),
+        )
     });
     // The hosts' errors first: a role that failed explains a ping that stalled.
     hosts.stop()?;
@@ -846,24 +842,17 @@ fn pingpong(
         });
         let mut payload = [0u8; 64];
         payload[8] = PING;
-        let offer_ping = move |stamp: u64| {
-            payload[..8].copy_from_slice(&stamp.to_le_bytes());
-            offer_until_accepted(&mut out_a, &payload);
-        };
-        let pins = Pinning::waiting(idle);
         let h = a.net.enter(|| {
-            if one_thread {
-                ping_one_thread(samples, pins, offer_ping, || {
-                    poll_tagged(&mut tail_a, &mut host_a, PONG)
-                })
-            } else {
-                ping(samples, pins, offer_ping, || {
-                    match poll_tagged(&mut tail_a, &mut host_a, PONG) {
-                        Ok(stamp) => stamp,
-                        Err(e) => panic!("{e:#}"),
-                    }
-                })
-            }
+            ping_either(
+                one_thread,
+                samples,
+                Pinning::waiting(idle),
+                move |stamp| {
+                    payload[..8].copy_from_slice(&stamp.to_le_bytes());
+                    offer_until_accepted(&mut out_a, &payload);
+                },
+                || poll_tagged(&mut tail_a, &mut host_a, PONG),
+            )
         });
         stop.store(true, Ordering::Relaxed);
         let ponged = ponger.join().expect("ponger thread").and_then(|r| r);
@@ -983,12 +972,13 @@ fn one_way_floor(
     let (to_a, from_relay) = tcp_pair(&net.seq, net.seq.ip, net.seq.ip, &net.h1)?;
     let _relay = Relay::start(relay_udp, vec![to_a], pins.yield_while_waiting);
     let mut reader = StampReader::new(from_relay);
-    let send = move |stamp| send_to_relay(&tx, stamp, 0);
-    if one_thread {
-        ping_one_thread(samples, pins, send, || Ok(reader.poll()))
-    } else {
-        ping(samples, pins, send, move || reader.poll())
-    }
+    ping_either(
+        one_thread,
+        samples,
+        pins,
+        move |stamp| send_to_relay(&tx, stamp, 0),
+        move || Ok(reader.poll()),
+    )
 }
 
 /// The floor of `pingpong`: A → relay → B, then B → relay → A, B answering on its own thread;
@@ -1023,12 +1013,13 @@ fn pingpong_floor(
         })
     };
     let mut reader = StampReader::new(a_rx);
-    let send = move |stamp| send_to_relay(&a_tx, stamp, 1);
-    let h = if one_thread {
-        ping_one_thread(samples, pins, send, || Ok(reader.poll()))
-    } else {
-        ping(samples, pins, send, move || reader.poll())
-    };
+    let h = ping_either(
+        one_thread,
+        samples,
+        pins,
+        move |stamp| send_to_relay(&a_tx, stamp, 1),
+        move || Ok(reader.poll()),
+    );
     stop.store(true, Ordering::Relaxed);
     b.join().expect("pong thread");
     drop(relay);

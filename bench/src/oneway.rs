@@ -263,6 +263,25 @@ pub(crate) fn ping_one_thread(
     ping_one_thread_within(samples, pins, STALL, send, recv)
 }
 
+/// [`ping_one_thread`] when `one_thread`, else [`ping`], whose reader thread panics on an
+/// error from `recv` (and `ping` reports the panic): the one-thread and two-thread cases of a
+/// bench, with the same ends.
+pub(crate) fn ping_either(
+    one_thread: bool,
+    samples: u64,
+    pins: Pinning,
+    send: impl FnMut(u64) + Send,
+    mut recv: impl FnMut() -> Result<Option<u64>> + Send,
+) -> Result<Histogram<u64>> {
+    if one_thread {
+        ping_one_thread(samples, pins, send, recv)
+    } else {
+        ping(samples, pins, send, move || {
+            recv().unwrap_or_else(|e| panic!("{e:#}"))
+        })
+    }
+}
+
 /// [`ping_one_thread`], giving up after `stall` instead of [`STALL`].
 fn ping_one_thread_within(
     samples: u64,
