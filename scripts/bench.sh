@@ -52,9 +52,16 @@ bench=$target/release/bench
 mkdir -p "$out"
 rm -rf "$out/hgrm" "$out/plots"
 : >"$out/figures.jsonl"
+# The store's and the composite's latency cases pin their writing and reading threads to cores 0
+# and 1 (unpinned on one core): two unpinned threads sometimes share a core, which moves
+# their hand-off from hundreds of ns to microseconds between runs.
+pins=()
+[ "$(nproc)" -lt 2 ] || pins=(--writer-core 0 --reader-core 1)
 for b in store sbe replication composite inbound e2e feeds; do
   echo "== bench $b ${quick[*]}" >&2
-  "$bench" "$b" "${quick[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
+  extra=()
+  case $b in store | composite) extra=("${pins[@]}") ;; esac
+  "$bench" "$b" "${quick[@]}" "${extra[@]}" --json --hgrm-dir "$out/hgrm" >>"$out/figures.jsonl"
 done
 if [ "$aeron" -eq 1 ]; then
   echo "== aeron ${quick[*]}" >&2

@@ -89,13 +89,14 @@ run() {
     echo "   $((SECONDS - start)) s, $(wc -l <"$out/$name.jsonl") figures" >&2
   }
   step sbe taskset -c 1 "$bench" sbe "${quick[@]}"
-  # The store's latency case pins its two threads (cores 2 and 3; 0 and 1 on a smaller machine).
+  # The store's and the composite's latency cases pin their writing and reading threads (cores
+  # 2 and 3; 0 and 1 on a smaller machine).
   local writer=0 reader=1
   [ "$cores" -lt 4 ] || { writer=2; reader=3; }
   step store "$bench" store "${quick[@]}" --payloads 64,256,1024 --writer-core "$writer" --reader-core "$reader"
   step inbound "$bench" inbound "${quick[@]}" --idle busy-spin
   step replication "$bench" replication "${quick[@]}" --idle busy-spin --followers 1
-  step composite "$bench" composite "${quick[@]}" --idle busy-spin
+  step composite "$bench" composite "${quick[@]}" --idle busy-spin --writer-core "$writer" --reader-core "$reader"
   step e2e "$bench" e2e "${quick[@]}" --idle busy-spin --network loopback
   if [ -x "$kit/aeron-pingpong" ]; then
     # Aeron spinning too (its driver spins by default; here ping and pong as well), as ours do.
@@ -125,6 +126,7 @@ targets = [
     ("store append 256 B, share of memcpy", ("store", "append_256B", "throughput", "msgs/s"), "ratio", 0.6, ">="),
     ("MDP3 book decode, against a copy", ("sbe", "decode_mdp3_book_4_150B", "mean", "ns"), "ratio", 2.0, "<="),
     ("compositor p50, against a cache-line hand-off", ("composite", "component_to_composite_64B", "p50", "ns"), "ratio", 2.0, "<="),
+    ("compositor p50, embedded (`_invoker`), against a cache-line hand-off", ("composite", "component_to_composite_64B_invoker", "p50", "ns"), "ratio", 2.0, "<="),
 ]
 def show(v):
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"

@@ -10,16 +10,22 @@
 //! reported against a floor of its own shape (`_vs_relay`): the stamp handed through a relay
 //! thread in the middle, as the compositor is, so that the ratio shows what the merge costs
 //! beyond having a third thread to schedule.
+//!
+//! `component_to_composite_64B_invoker` has the floor's two threads: the reading thread runs
+//! the compositor's duty cycle before each poll of the composite (an application that reads
+//! the composite and embeds the host that merges it, `threading = "invoker"`), so the ratio
+//! to the bare hand-off is what the merge adds with no thread of its own to schedule.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::idle::IdleStrategy;
-use seqstream_agent::Idle;
+use seqstream_agent::{AgentInvoker, Idle};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::{Origin, PREFIX_LEN};
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
@@ -40,6 +46,14 @@ pub(crate) struct Args {
     /// of its floors spin too.
     #[arg(long, default_value = "yield")]
     idle: Idle,
+    /// Core for the appending (writer) thread of every latency case and floor (none =
+    /// unpinned).
+    #[arg(long)]
+    writer_core: Option<usize>,
+    /// Core for the reading thread of every latency case and floor (none = unpinned); the
+    /// `_invoker` case's compositor runs on it.
+    #[arg(long)]
+    reader_core: Option<usize>,
     /// A short run for smoke tests: 2,000 samples, 20,000 frames.
     #[arg(long)]
     quick: bool,
@@ -65,7 +79,19 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .prefix("seqstream-bench-composite-")
         .tempdir()
         .context("creating a scratch dir")?;
-    latency(scratch.path(), samples, segment, &args.idle, reporter)?;
+    let pinning = Pinning {
+        writer: args.writer_core,
+        reader: args.reader_core,
+        ..Pinning::waiting(&args.idle)
+    };
+    latency(
+        scratch.path(),
+        samples,
+        segment,
+        &args.idle,
+        pinning,
+        reporter,
+    )?;
     let floor = direct_append_rate(&scratch.path().join("floor"), 2 * frames, segment)?;
     for policy in [MergePolicy::Arrival, MergePolicy::Timestamp] {
         throughput(scratch.path(), policy, frames, segment, floor, reporter)?;
@@ -98,18 +124,33 @@ fn open_compositor(
     )?)
 }
 
-fn latency(dir: &Path, samples: u64, segment: u64, idle: &Idle, reporter: &Reporter) -> Result<()> {
-    let pinning = Pinning::waiting(idle);
+/// A latency case's stores, named `{name}-a`, `{name}-b` and `{name}-out`: two components
+/// with a frame each, and a compositor (arrival policy) of them. Returns component a's
+/// appender, the compositor and the composite's directory.
+fn latency_path(dir: &Path, name: &str, segment: u64) -> Result<(Appender, Compositor, PathBuf)> {
+    let [a_dir, b_dir, out] = ["a", "b", "out"].map(|s| dir.join(format!("{name}-{s}")));
+    let mut a = Appender::open_or_create(&a_dir, cfg(1, segment))?;
+    Appender::open_or_create(&b_dir, cfg(2, segment))?.append(&[0u8; 64])?;
+    a.append(&[0u8; 64])?;
+    let compositor = open_compositor(dir, &[&a_dir, &b_dir], &out, segment, MergePolicy::Arrival)?;
+    Ok((a, compositor, out))
+}
+
+fn latency(
+    dir: &Path,
+    samples: u64,
+    segment: u64,
+    idle: &Idle,
+    pinning: Pinning,
+    reporter: &Reporter,
+) -> Result<()> {
+    // Each case runs right after the floor of its shape: on a shared machine, the hand-off's
+    // time drifts between runs of a few seconds.
     let floor = cache_line_floor(samples, pinning)?;
+    let invoker = latency_invoker(dir, samples, segment, pinning)?;
     let relay_floor = cache_line_relay_floor(samples, pinning)?;
 
-    let (a_dir, b_dir, out) = (dir.join("lat-a"), dir.join("lat-b"), dir.join("lat-out"));
-    let mut a = Appender::open_or_create(&a_dir, cfg(1, segment))?;
-    let mut b = Appender::open_or_create(&b_dir, cfg(2, segment))?;
-    a.append(&[0u8; 64])?;
-    b.append(&[0u8; 64])?;
-    let mut compositor =
-        open_compositor(dir, &[&a_dir, &b_dir], &out, segment, MergePolicy::Arrival)?;
+    let (mut a, mut compositor, out) = latency_path(dir, "lat", segment)?;
     let stop = Arc::new(AtomicBool::new(false));
     let merger = {
         let stop = stop.clone();
@@ -138,12 +179,7 @@ fn latency(dir: &Path, samples: u64, segment: u64, idle: &Idle, reporter: &Repor
             payload[..8].copy_from_slice(&stamp.to_le_bytes());
             a.append(&payload).expect("component append");
         },
-        move || {
-            tailer.poll().expect("composite tailer").map(|f| {
-                let (_, p) = Origin::read(f.payload()).expect("composite frame");
-                u64::from_le_bytes(p[..8].try_into().expect("8 bytes"))
-            })
-        },
+        move || next_composite_stamp(&mut tailer),
     );
     stop.store(true, Ordering::Relaxed);
     // The compositor's error first: it explains a ping that stalled.
@@ -157,7 +193,61 @@ fn latency(dir: &Path, samples: u64, segment: u64, idle: &Idle, reporter: &Repor
         &h,
         &relay_floor,
     )?;
+    emit_percentiles(
+        reporter,
+        BENCH,
+        "component_to_composite_64B_invoker",
+        &invoker,
+        &floor,
+    )?;
     Ok(())
+}
+
+/// [`latency`]'s path with no thread of the compositor's own: the reading thread invokes the
+/// compositor's duty cycle (both halves, on the system clock) before each poll of the
+/// composite, as an application embedding its host with `threading = "invoker"` would.
+fn latency_invoker(
+    dir: &Path,
+    samples: u64,
+    segment: u64,
+    pinning: Pinning,
+) -> Result<hdrhistogram::Histogram<u64>> {
+    let (mut a, compositor, out) = latency_path(dir, "inv", segment)?;
+    let mut compositor = AgentInvoker::new(compositor, Clock::system());
+    let mut tailer = Tailer::open_with(&out, TailerOptions::default())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = 0;
+    while seen < 2 {
+        ensure!(Instant::now() < deadline, "the compositor merged nothing");
+        compositor
+            .invoke()
+            .map_err(|e| anyhow::anyhow!("merging the first frames: {e}"))?;
+        if tailer.poll()?.is_some() {
+            seen += 1;
+        }
+    }
+    let mut payload = [0u8; 64];
+    ping(
+        samples,
+        pinning,
+        move |stamp| {
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            a.append(&payload).expect("component append");
+        },
+        move || {
+            compositor.invoke().expect("the compositor");
+            next_composite_stamp(&mut tailer)
+        },
+    )
+}
+
+/// The stamp in the next composite frame's payload (behind its origin prefix), if one is
+/// committed.
+fn next_composite_stamp(tailer: &mut Tailer) -> Option<u64> {
+    tailer.poll().expect("composite tailer").map(|f| {
+        let (_, p) = Origin::read(f.payload()).expect("composite frame");
+        u64::from_le_bytes(p[..8].try_into().expect("8 bytes"))
+    })
 }
 
 /// Frames/s of the store appending composite-sized frames (64-byte payload + prefix) itself.

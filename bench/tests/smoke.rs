@@ -147,6 +147,7 @@ fn composite_bench_prints_latency_and_merge_throughput() {
     let cases = case_metrics(&figures);
     for case in [
         "component_to_composite_64B/p50",
+        "component_to_composite_64B_invoker/p50",
         "merge_2x64B_arrival/throughput",
         "merge_2x64B_timestamp/throughput",
     ] {
