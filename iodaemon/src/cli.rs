@@ -18,7 +18,8 @@ use crate::forwarder::{self, Forwarder, ForwarderConfig, Route};
 /// each message appears in the host's copy of its stream.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ForwardArgs {
-    /// An outbox file to drain (repeat, or comma-separate).
+    /// An outbox file to drain (repeat, or comma-separate). One that does not exist yet is
+    /// looked for every 100 ms and drained once its application creates it.
     #[arg(long = "outbox", value_delimiter = ',', required = true)]
     pub outboxes: Vec<PathBuf>,
     /// A route, STREAM_ID=SEQUENCER_ADDR[,ADDR...]=LOCAL_STORE_DIR (repeat): where the stream's

@@ -36,6 +36,14 @@
 //!
 //! The resends make a failover cost latency, never data.
 //!
+//! An outbox that does not exist yet (its application has not started) does not stop the
+//! forwarder: it is looked for every [`OUTBOX_CHECK_EVERY_NS`] of the cycle's clock (the
+//! gauge `outboxes missing` counts them), and drained once it appears. Its route's local copy
+//! is then read again from its start, as at open, so that the new link learns what of its
+//! source the stream already holds; until that read reaches the end, the route's timeouts
+//! wait. One that appears unusable (not an outbox, or for a stream no route names) is logged
+//! and counted in `outboxes refused`, and the others go on.
+//!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
 //! a counter that never repeats, and a keyed BLAKE3 tag), and a NAK for it is acted on only
@@ -43,7 +51,7 @@
 //! window (a recorded NAK sent again is refused, and counted as a bad NAK).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use seqstream_agent::clock::Clock;
@@ -80,7 +88,8 @@ pub struct Route {
 /// Configuration of the forwarder.
 #[derive(Debug, Clone)]
 pub struct ForwarderConfig {
-    /// The outbox files to drain (one per application and stream).
+    /// The outbox files to drain (one per application and stream). One that does not exist
+    /// yet is drained once its application creates it.
     pub outboxes: Vec<PathBuf>,
     /// One route per stream the outboxes publish to.
     pub routes: Vec<Route>,
@@ -170,6 +179,12 @@ pub enum Error {
     Config(String),
 }
 
+/// How often (ns of the cycle's clock) a forwarder looks for the outboxes that do not exist
+/// yet.
+pub const OUTBOX_CHECK_EVERY_NS: u64 = 100_000_000;
+/// How often (ns) a forwarder names, in a WARN line, the outboxes it still waits for.
+const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
+
 /// Bytes of a datagram before its messages: SBE header, block, group header.
 const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
 /// Bytes of a NAK: SBE header and block.
@@ -191,6 +206,60 @@ struct Link {
     /// Its source's keys, when it signs, and the `(epoch, counter)` pairs of the NAKs for it
     /// accepted.
     auth: Option<(Keyring, ReplayWindow)>,
+}
+
+impl Link {
+    /// The link of the outbox `path`, open as `reader`, along its stream's route of `cfg`;
+    /// its wait starts at `now` (monotonic ns). Errors: `Config` when no route names its
+    /// stream.
+    fn new(
+        cfg: &ForwarderConfig,
+        reader: OutboxReader,
+        path: &Path,
+        now: u64,
+    ) -> Result<Link, Error> {
+        let route = cfg
+            .routes
+            .iter()
+            .position(|r| r.stream_id == reader.stream_id())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{}: no route for stream {}",
+                    path.display(),
+                    reader.stream_id()
+                ))
+            })?;
+        let auth = cfg
+            .keys
+            .get(&reader.source_id())
+            .map(|k| (k.clone(), ReplayWindow::default()));
+        if auth.is_none() && !cfg.keys.is_empty() {
+            tracing::warn!(source_id = reader.source_id(), outbox = %path.display(), "this source has no key: its datagrams are not signed");
+        }
+        Ok(Link {
+            reader,
+            route,
+            confirmed: 0,
+            sent: 0,
+            waiting_since_ns: now,
+            auth,
+        })
+    }
+}
+
+/// Errors with `Config` when a key of `cfg` is for a source that no link's outbox
+/// publishes as.
+fn check_keys_used(cfg: &ForwarderConfig, links: &[Link]) -> Result<(), Error> {
+    match cfg
+        .keys
+        .keys()
+        .find(|id| !links.iter().any(|l| l.reader.source_id() == **id))
+    {
+        Some(id) => Err(Error::Config(format!(
+            "a key for source {id}, which no outbox publishes as"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A message of the batch being sent: its payload is `payloads[start..end]`.
@@ -261,6 +330,8 @@ struct Counters {
     bad_naks: Counter,
     stale_naks: Counter,
     switches: Counter,
+    outboxes_missing: Counter,
+    outboxes_refused: Counter,
 }
 
 /// The forwarding state of one iodaemon. Drive it with [`Forwarder::do_work`] (both halves
@@ -285,6 +356,11 @@ pub struct Forwarder {
     cycle_began_ns: u64,
     /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
+    /// The outboxes of `cfg` that did not exist when last looked for, in `cfg`'s order.
+    missing: Vec<PathBuf>,
+    /// When (monotonic ns) to look for `missing` again, and to name them again.
+    next_outbox_check_ns: u64,
+    next_missing_warn_ns: u64,
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
     key_watch: KeyWatch,
@@ -294,7 +370,14 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Opens the outboxes and binds the socket; intervals on the system's monotonic clock.
+    /// Opens the outboxes that exist (the others are looked for every
+    /// [`OUTBOX_CHECK_EVERY_NS`], module docs) and binds the socket; intervals on the system's
+    /// monotonic clock.
+    ///
+    /// Errors: `Outbox` for an outbox that exists but cannot be opened; `Config` for one
+    /// whose stream no route names, a route without sequencers or with mismatched node ids, an
+    /// MTU out of range, or (when every outbox exists) a key for a source no outbox publishes
+    /// as; `Io` when the socket cannot be bound; `Counters`.
     pub fn open(cfg: ForwarderConfig, counters: &CountersWriter) -> Result<Forwarder, Error> {
         Self::open_with_clock(cfg, counters, Clock::system())
     }
@@ -328,44 +411,21 @@ impl Forwarder {
                 )));
             }
         }
+        let now = clock.monotonic_ns();
         let mut links = Vec::new();
+        let mut missing = Vec::new();
         for path in &cfg.outboxes {
-            let reader = OutboxReader::open(path)?;
-            let route = cfg
-                .routes
-                .iter()
-                .position(|r| r.stream_id == reader.stream_id())
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "{}: no route for stream {}",
-                        path.display(),
-                        reader.stream_id()
-                    ))
-                })?;
-            let auth = cfg
-                .keys
-                .get(&reader.source_id())
-                .map(|k| (k.clone(), ReplayWindow::default()));
-            if auth.is_none() && !cfg.keys.is_empty() {
-                tracing::warn!(source_id = reader.source_id(), outbox = %path.display(), "this source has no key: its datagrams are not signed");
+            match OutboxReader::open(path) {
+                Ok(reader) => links.push(Link::new(&cfg, reader, path, now)?),
+                Err(e) if e.is_missing() => {
+                    tracing::warn!(outbox = %path.display(), "the outbox does not exist yet: it is drained once its application creates it");
+                    missing.push(path.clone());
+                }
+                Err(e) => return Err(e.into()),
             }
-            links.push(Link {
-                reader,
-                route,
-                confirmed: 0,
-                sent: 0,
-                waiting_since_ns: clock.monotonic_ns(),
-                auth,
-            });
         }
-        if let Some(id) = cfg
-            .keys
-            .keys()
-            .find(|id| !links.iter().any(|l| l.reader.source_id() == **id))
-        {
-            return Err(Error::Config(format!(
-                "a key for source {id}, which no outbox publishes as"
-            )));
+        if missing.is_empty() {
+            check_keys_used(&cfg, &links)?;
         }
         let socket = UdpSocket::bind(cfg.bind).map_err(|e| Error::Io {
             op: "bind",
@@ -387,7 +447,12 @@ impl Forwarder {
             bad_naks: c("bad naks")?,
             stale_naks: c("stale naks")?,
             switches: c("sequencer switches")?,
+            outboxes_missing: counters
+                .gauge("outboxes missing")
+                .map_err(Error::Counters)?,
+            outboxes_refused: c("outboxes refused")?,
         };
+        counters.outboxes_missing.set(missing.len() as u64);
         let routes = cfg
             .routes
             .iter()
@@ -413,6 +478,9 @@ impl Forwarder {
             counter: clock.realtime_ns(),
             cycle_began_ns: clock.monotonic_ns(),
             copies_read: false,
+            missing,
+            next_outbox_check_ns: now + OUTBOX_CHECK_EVERY_NS,
+            next_missing_warn_ns: now + OUTBOX_WARN_EVERY_NS,
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
             send_warn: LimitedWarn::new("send"),
@@ -449,6 +517,9 @@ impl Forwarder {
         let now = self.clock.monotonic_ns();
         self.cycle_began_ns = now;
         let mut work = 0;
+        if !self.missing.is_empty() && now >= self.next_outbox_check_ns {
+            self.open_missing(now);
+        }
         if !self.copies_read {
             work += self.follow_copies(now)?;
         }
@@ -540,6 +611,52 @@ impl Forwarder {
         if n > 1 && at.saturating_sub(route.settled_ns) >= timeout {
             route.send_to((route.current + 1) % n, at, &self.counters.switches);
             tracing::info!(stream_id = route.route.stream_id, sequencer = %route.route.sequencers[route.current], "nothing confirmed for a resend timeout: sending to the next sequencer of the group");
+        }
+    }
+
+    /// Looks for the outboxes that did not exist (`now`: the cycle's start, monotonic ns).
+    /// One that exists now becomes a link, and its route's local copy is read again from its
+    /// start; one that cannot be drained is logged and counted in `outboxes refused`; the
+    /// rest are named in a WARN line every [`OUTBOX_WARN_EVERY_NS`].
+    fn open_missing(&mut self, now: u64) {
+        self.next_outbox_check_ns = now + OUTBOX_CHECK_EVERY_NS;
+        let mut still = Vec::new();
+        for path in std::mem::take(&mut self.missing) {
+            let opened = OutboxReader::open(&path)
+                .map_err(Error::from)
+                .and_then(|reader| Link::new(&self.cfg, reader, &path, now));
+            match opened {
+                Ok(link) => {
+                    tracing::info!(outbox = %path.display(), source_id = link.reader.source_id(), stream_id = link.reader.stream_id(), "the outbox exists now: draining it");
+                    // Read the copy again from its start: what of this source it already
+                    // holds confirms the new link, as at open.
+                    self.routes[link.route].tailer = None;
+                    self.copies_read = false;
+                    self.links.push(link);
+                }
+                Err(Error::Outbox(e)) if e.is_missing() => still.push(path),
+                Err(e) => {
+                    tracing::error!(outbox = %path.display(), error = %e, "refusing the outbox: it is not drained");
+                    self.counters.outboxes_refused.incr();
+                }
+            }
+        }
+        self.missing = still;
+        self.counters
+            .outboxes_missing
+            .set(self.missing.len() as u64);
+        if self.missing.is_empty() {
+            if let Err(e) = check_keys_used(&self.cfg, &self.links) {
+                tracing::warn!(error = %e, "every outbox exists now");
+            }
+        } else if now >= self.next_missing_warn_ns {
+            self.next_missing_warn_ns = now + OUTBOX_WARN_EVERY_NS;
+            let names: Vec<String> = self
+                .missing
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            tracing::warn!(missing = %names.join(", "), "waiting for outboxes that do not exist yet");
         }
     }
 

@@ -93,6 +93,14 @@ pub enum OutboxError {
     Config(String),
 }
 
+impl OutboxError {
+    /// Whether the outbox file does not exist (opening it failed with `ENOENT`): its
+    /// application has not created it yet.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, OutboxError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
 /// Why an offer was refused. Nothing was written; offer again later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum OfferError {

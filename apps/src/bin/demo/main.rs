@@ -441,7 +441,8 @@ impl Run<'_> {
             )?;
         }
         let files = site.files();
-        // Application hosts' outboxes first: the forwarders open them at start.
+        // Application hosts' outboxes first, so that each forwarder drains them from its
+        // first cycle rather than from its next look for missing ones.
         for (h, host) in ["h1", "h2"].into_iter().enumerate() {
             for (name, source, stream) in site.outboxes_of(h) {
                 let path = site.outbox(host, name);
