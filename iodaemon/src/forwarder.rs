@@ -42,7 +42,17 @@
 //! is then read again from its start, as at open, so that the new link learns what of its
 //! source the stream already holds; until that read reaches the end, the route's timeouts
 //! wait. One that appears unusable (not an outbox, or for a stream no route names) is logged
-//! and counted in `outboxes refused`, and the others go on.
+//! and counted in `outboxes refused`, and the others go on; it stays in `outboxes missing`,
+//! and is tried again once its file changes (another file at the path, or the same one
+//! grown or written: one written in place rather than renamed into it may be caught half
+//! written).
+//!
+//! A link's confirmations come from its source's frames in the copy, so they are trusted only
+//! below the outbox's next source seq: a frame of a seq the outbox never issued means its
+//! numbering restarted below the stream (a recreated outbox) or another publisher uses its
+//! source id. Confirming it would release messages the sequencer drops as duplicates, so the
+//! outbox is unlinked instead, with an ERROR line and a count in `outboxes refused`, and its
+//! messages stay in it.
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
@@ -195,6 +205,8 @@ const MESSAGE_OVERHEAD: usize = 2 + 2;
 
 struct Link {
     reader: OutboxReader,
+    /// The outbox file.
+    path: PathBuf,
     route: usize,
     /// Highest source seq seen in the sequenced stream.
     confirmed: u64,
@@ -238,6 +250,7 @@ impl Link {
         }
         Ok(Link {
             reader,
+            path: path.to_path_buf(),
             route,
             confirmed: 0,
             sent: 0,
@@ -259,6 +272,37 @@ fn check_keys_used(cfg: &ForwarderConfig, links: &[Link]) -> Result<(), Error> {
             "a key for source {id}, which no outbox publishes as"
         ))),
         None => Ok(()),
+    }
+}
+
+/// An outbox not linked yet, and, when it was refused, the file it was refused as: it is
+/// tried again once the file at its path is another.
+struct Awaited {
+    path: PathBuf,
+    refused: Option<FileStamp>,
+}
+
+/// What tells one state of a file from another: its device and inode, length and
+/// modification time (ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path`, if it can be read.
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
     }
 }
 
@@ -356,8 +400,9 @@ pub struct Forwarder {
     cycle_began_ns: u64,
     /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
-    /// The outboxes of `cfg` that did not exist when last looked for, in `cfg`'s order.
-    missing: Vec<PathBuf>,
+    /// The outboxes of `cfg` not linked yet: they did not exist when last looked for, or were
+    /// refused; in `cfg`'s order.
+    missing: Vec<Awaited>,
     /// When (monotonic ns) to look for `missing` again, and to name them again.
     next_outbox_check_ns: u64,
     next_missing_warn_ns: u64,
@@ -419,7 +464,10 @@ impl Forwarder {
                 Ok(reader) => links.push(Link::new(&cfg, reader, path, now)?),
                 Err(e) if e.is_missing() => {
                     tracing::warn!(outbox = %path.display(), "the outbox does not exist yet: it is drained once its application creates it");
-                    missing.push(path.clone());
+                    missing.push(Awaited {
+                        path: path.clone(),
+                        refused: None,
+                    });
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -614,30 +662,41 @@ impl Forwarder {
         }
     }
 
-    /// Looks for the outboxes that did not exist (`now`: the cycle's start, monotonic ns).
-    /// One that exists now becomes a link, and its route's local copy is read again from its
-    /// start; one that cannot be drained is logged and counted in `outboxes refused`; the
-    /// rest are named in a WARN line every [`OUTBOX_WARN_EVERY_NS`].
+    /// Looks for the outboxes not linked yet (`now`: the cycle's start, monotonic ns). One
+    /// that exists now becomes a link, and its route's local copy is read again from its
+    /// start; one that cannot be drained is logged and counted in `outboxes refused`, and
+    /// tried again only once its file changes; the rest are named in a WARN line every
+    /// [`OUTBOX_WARN_EVERY_NS`].
     fn open_missing(&mut self, now: u64) {
         self.next_outbox_check_ns = now + OUTBOX_CHECK_EVERY_NS;
         let mut still = Vec::new();
-        for path in std::mem::take(&mut self.missing) {
-            let opened = OutboxReader::open(&path)
+        for mut a in std::mem::take(&mut self.missing) {
+            let stamp = FileStamp::of(&a.path);
+            if a.refused.is_some() && a.refused == stamp {
+                still.push(a);
+                continue;
+            }
+            let opened = OutboxReader::open(&a.path)
                 .map_err(Error::from)
-                .and_then(|reader| Link::new(&self.cfg, reader, &path, now));
+                .and_then(|reader| Link::new(&self.cfg, reader, &a.path, now));
             match opened {
                 Ok(link) => {
-                    tracing::info!(outbox = %path.display(), source_id = link.reader.source_id(), stream_id = link.reader.stream_id(), "the outbox exists now: draining it");
+                    tracing::info!(outbox = %a.path.display(), source_id = link.reader.source_id(), stream_id = link.reader.stream_id(), "the outbox exists now: draining it");
                     // Read the copy again from its start: what of this source it already
                     // holds confirms the new link, as at open.
                     self.routes[link.route].tailer = None;
                     self.copies_read = false;
                     self.links.push(link);
                 }
-                Err(Error::Outbox(e)) if e.is_missing() => still.push(path),
+                Err(Error::Outbox(e)) if e.is_missing() => {
+                    a.refused = None;
+                    still.push(a);
+                }
                 Err(e) => {
-                    tracing::error!(outbox = %path.display(), error = %e, "refusing the outbox: it is not drained");
+                    tracing::error!(outbox = %a.path.display(), error = %e, "refusing the outbox until its file changes: it is not drained");
                     self.counters.outboxes_refused.incr();
+                    a.refused = stamp;
+                    still.push(a);
                 }
             }
         }
@@ -654,9 +713,12 @@ impl Forwarder {
             let names: Vec<String> = self
                 .missing
                 .iter()
-                .map(|p| p.display().to_string())
+                .map(|a| match a.refused {
+                    Some(_) => format!("{} (refused)", a.path.display()),
+                    None => a.path.display().to_string(),
+                })
                 .collect();
-            tracing::warn!(missing = %names.join(", "), "waiting for outboxes that do not exist yet");
+            tracing::warn!(missing = %names.join(", "), "waiting for outboxes not drained yet");
         }
     }
 
@@ -677,6 +739,9 @@ impl Forwarder {
     /// the cycle's start) stamps what it confirms.
     fn confirm(&mut self, now: u64) -> Result<usize, Error> {
         let mut work = 0;
+        // Links whose outbox never issued a source seq the copy holds of its source, and that
+        // seq (empty, so not allocated, unless one is found).
+        let mut restarted: Vec<(usize, u64)> = Vec::new();
         for (ri, r) in self.routes.iter_mut().enumerate() {
             r.caught_up = false;
             if r.tailer.is_none() {
@@ -720,12 +785,21 @@ impl Forwarder {
                     continue;
                 }
                 let (source, seq) = (f.source_id(), f.source_seq());
-                if let Some(l) = self
+                if let Some(li) = self
                     .links
-                    .iter_mut()
-                    .find(|l| l.route == ri && l.reader.source_id() == source)
+                    .iter()
+                    .position(|l| l.route == ri && l.reader.source_id() == source)
                 {
+                    let l = &mut self.links[li];
                     if seq > l.confirmed {
+                        if seq >= l.reader.next_source_seq() {
+                            // Never issued by this outbox: confirming it would release
+                            // messages the sequencer drops as duplicates.
+                            if !restarted.iter().any(|&(i, _)| i == li) {
+                                restarted.push((li, seq));
+                            }
+                            continue;
+                        }
                         l.confirmed = seq;
                         l.waiting_since_ns = now;
                         r.settled_ns = now; // its sequencer sequences what we send
@@ -738,6 +812,9 @@ impl Forwarder {
                     tracing::info!(stream_id = r.route.stream_id, term = start.term, node_id = start.node_id, sequencer = %r.route.sequencers[i], "a new term started in the local copy: sending to its leader");
                 }
             }
+        }
+        if !restarted.is_empty() {
+            self.refuse_restarted(restarted);
         }
         for l in &mut self.links {
             if l.confirmed > 0 {
@@ -755,6 +832,27 @@ impl Forwarder {
                 .set(self.links.iter().map(|l| l.confirmed).sum());
         }
         Ok(work)
+    }
+
+    /// Unlinks the outboxes of `restarted` (link index, a source seq the local copy holds of
+    /// its source that the outbox never issued), logging an ERROR for each and counting it in
+    /// `outboxes refused`: its numbering restarted below the stream (a recreated outbox) or
+    /// another publisher uses its source id. Its messages stay in it, unconfirmed: sent, the
+    /// sequencer would drop them as duplicates, and confirming them would lose them.
+    fn refuse_restarted(&mut self, mut restarted: Vec<(usize, u64)>) {
+        restarted.sort_unstable_by_key(|&(li, _)| std::cmp::Reverse(li));
+        for (li, seq) in restarted {
+            let l = self.links.remove(li);
+            tracing::error!(
+                outbox = %l.path.display(),
+                source_id = l.reader.source_id(),
+                stream_id = l.reader.stream_id(),
+                next_source_seq = l.reader.next_source_seq(),
+                held = seq,
+                "refusing the outbox: the stream already holds a source seq of its source that it never issued, so its numbering restarted (a recreated outbox) or another publisher uses its source id; the sequencer would drop its messages as duplicates, so they stay in it, unconfirmed. Give the application a new source id (or keep the outbox where it survives a reboot)"
+            );
+            self.counters.outboxes_refused.incr();
+        }
     }
 
     /// Polls a link's outbox and sends what is new.

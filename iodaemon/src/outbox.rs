@@ -15,7 +15,11 @@
 //!
 //! The ring lives as long as its file (by convention under `/dev/shm`), so an application that
 //! restarts reopens it and continues its `source_seq` numbering, and messages it offered before
-//! a crash are still delivered.
+//! a crash are still delivered. A new file numbers from 1 again, so a source whose messages
+//! the stream already holds needs its old file (on a filesystem that survives a reboot, which
+//! `/dev/shm` does not) or a new source id: the iodaemon refuses an outbox whose numbering is
+//! behind what the stream holds of its source, rather than confirm messages that the sequencer
+//! would drop as duplicates.
 //!
 //! Layout (little-endian):
 //!
@@ -63,7 +67,7 @@ const PADDING: u16 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum OutboxError {
     /// A system call on the file failed (`op` names it).
-    #[error("{op} {path}")]
+    #[error("{op} {path}: {source}")]
     Io {
         /// The system call that failed.
         op: &'static str,
@@ -428,6 +432,13 @@ impl OutboxReader {
     /// The stream its messages are for.
     pub fn stream_id(&self) -> u32 {
         self.stream_id
+    }
+
+    /// The source seq the producer's next offer gets: every source seq this outbox has
+    /// issued is below it. The producer stores it (release) before it publishes the record,
+    /// so a record this reader has read is always below it.
+    pub fn next_source_seq(&self) -> u64 {
+        self.file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire)
     }
 
     /// Visits the records in `[from, to)` of the ring in order, at most `max`; returns the

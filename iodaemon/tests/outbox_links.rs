@@ -1,8 +1,11 @@
-//! An outbox that does not exist when the forwarder starts (its application starts later):
-//! the forwarder starts anyway, counts it in `outboxes missing`, drains it once it appears
-//! (looked for every `OUTBOX_CHECK_EVERY_NS` of the cycle's clock), and confirms it from what
-//! the local copy already holds of its source; one that appears for a stream no route names
-//! is refused and counted, and the others go on. Times on a manual clock.
+//! Outboxes the forwarder links, at start and after. One that does not exist when the
+//! forwarder starts (its application starts later): the forwarder starts anyway, counts it in
+//! `outboxes missing`, drains it once it appears (looked for every `OUTBOX_CHECK_EVERY_NS` of
+//! the cycle's clock), and confirms it from what the local copy already holds of its source.
+//! One that appears for a stream no route names, or not an outbox, is refused and counted,
+//! and the others go on; it is tried again once its file changes. One whose numbering
+//! restarted below what the stream holds of its source is refused too, its messages kept, not
+//! confirmed. Times on a manual clock.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -169,5 +172,58 @@ fn an_outbox_for_a_stream_without_a_route_is_refused_and_the_others_go_on() {
     site.clock.advance(OUTBOX_CHECK_EVERY_NS);
     assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes refused"), 1);
+    assert_eq!(
+        site.counter("outboxes missing"),
+        1,
+        "not drained: still awaited"
+    );
+}
+
+#[test]
+fn an_outbox_whose_numbering_restarted_below_the_stream_is_refused_not_confirmed() {
+    // The stream holds source 1's messages 1..=10 from an earlier outbox (say /dev/shm was
+    // cleared by a reboot); its application recreated the outbox, which numbers from 1 again.
+    let mut site = Site::start(&["app.outbox"], |dir| {
+        sequenced(dir, 1, 1..=10);
+        let mut out =
+            Outbox::open_or_create(&dir.join("app.outbox"), 1, STREAM, 1 << 16, 64).unwrap();
+        for m in [b"1", b"2", b"3"] {
+            out.offer(STREAM, 0, m).unwrap();
+        }
+    });
+    site.cycle();
+    site.clock.advance(1_000 * MS);
+    site.cycle();
+    // The sequencer would drop the three as duplicates: they must stay in the outbox,
+    // unconfirmed, and the outbox is no longer drained.
+    let out = site.outbox("app.outbox", 1, STREAM);
+    assert_eq!(out.in_flight(), 3, "nothing was confirmed");
+    assert_eq!(site.counter("outboxes refused"), 1);
+    assert_eq!(site.counter("messages confirmed"), 0);
+}
+
+#[test]
+fn a_refused_outbox_is_tried_again_once_its_file_changes() {
+    let mut site = Site::start(&["app.outbox"], |_| {});
+    // Caught half written (a copy into place, not a rename): refused.
+    let path = site.dir.path().join("app.outbox");
+    std::fs::write(&path, b"SEQOUTBX").unwrap();
+    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    assert!(site.cycle().is_empty());
+    assert_eq!(site.counter("outboxes refused"), 1);
+    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.cycle();
+    assert_eq!(
+        site.counter("outboxes refused"),
+        1,
+        "the same file is not tried again"
+    );
+    assert_eq!(site.counter("outboxes missing"), 1);
+
+    std::fs::remove_file(&path).unwrap();
+    let mut out = site.outbox("app.outbox", 1, STREAM);
+    out.offer(STREAM, 0, b"a").unwrap();
+    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes missing"), 0);
 }
