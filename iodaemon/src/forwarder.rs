@@ -52,7 +52,10 @@
 //! numbering restarted below the stream (a recreated outbox) or another publisher uses its
 //! source id. Confirming it would release messages the sequencer drops as duplicates, so the
 //! outbox is unlinked instead, with an ERROR line and a count in `outboxes refused`, and its
-//! messages stay in it.
+//! messages stay in it. A new link releases nothing until its route's copy has been read to
+//! its end, so that such a frame further on is seen first. A recreated outbox that has
+//! already numbered past everything the stream holds of its source cannot be told apart by
+//! numbers alone: its first messages are taken as confirmed (PROTOCOL.md, "Sequencing").
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
@@ -215,6 +218,10 @@ struct Link {
     /// When (monotonic ns) the oldest unconfirmed message began to wait: the link sent with
     /// nothing in flight, saw a confirmation, or resent. Sending more does not move it.
     waiting_since_ns: u64,
+    /// Its route's copy has been read to its end since the link was made: every frame of its
+    /// source there has been checked against the outbox's numbering, so `confirmed` may
+    /// release records. Until then a restarted numbering could still show further on.
+    checked: bool,
     /// Its source's keys, when it signs, and the `(epoch, counter)` pairs of the NAKs for it
     /// accepted.
     auth: Option<(Keyring, ReplayWindow)>,
@@ -255,6 +262,7 @@ impl Link {
             confirmed: 0,
             sent: 0,
             waiting_since_ns: now,
+            checked: false,
             auth,
         })
     }
@@ -817,7 +825,8 @@ impl Forwarder {
             self.refuse_restarted(restarted);
         }
         for l in &mut self.links {
-            if l.confirmed > 0 {
+            l.checked |= self.routes[l.route].caught_up;
+            if l.checked && l.confirmed > 0 {
                 l.reader.confirm(l.confirmed)?;
                 if l.sent < l.confirmed {
                     // Confirmed before we (re)sent it: an earlier iodaemon sent it.

@@ -17,9 +17,10 @@
 //! restarts reopens it and continues its `source_seq` numbering, and messages it offered before
 //! a crash are still delivered. A new file numbers from 1 again, so a source whose messages
 //! the stream already holds needs its old file (on a filesystem that survives a reboot, which
-//! `/dev/shm` does not) or a new source id: the iodaemon refuses an outbox whose numbering is
-//! behind what the stream holds of its source, rather than confirm messages that the sequencer
-//! would drop as duplicates.
+//! `/dev/shm` does not) or a new source id: the iodaemon refuses an outbox whose numbering it
+//! sees behind what the stream holds of its source, rather than confirm messages that the
+//! sequencer would drop as duplicates, but it cannot see it once the new outbox has numbered
+//! past all of that.
 //!
 //! Layout (little-endian):
 //!

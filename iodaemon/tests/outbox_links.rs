@@ -227,3 +227,24 @@ fn a_refused_outbox_is_tried_again_once_its_file_changes() {
     assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes missing"), 0);
 }
+
+#[test]
+fn a_restarted_numbering_shown_past_one_read_of_the_copy_still_releases_nothing() {
+    // Source 1's seqs 1..=3, then more frames than one cycle reads, then its seqs 4..=10.
+    let mut site = Site::start(&["app.outbox"], |dir| {
+        sequenced(dir, 1, 1..=3);
+        sequenced(dir, 2, 1..=5_000);
+        sequenced(dir, 1, 4..=10);
+        let mut out =
+            Outbox::open_or_create(&dir.join("app.outbox"), 1, STREAM, 1 << 16, 64).unwrap();
+        for m in [b"1", b"2", b"3"] {
+            out.offer(STREAM, 0, m).unwrap();
+        }
+    });
+    for _ in 0..3 {
+        site.cycle();
+    }
+    let out = site.outbox("app.outbox", 1, STREAM);
+    assert_eq!(out.in_flight(), 3, "nothing was released");
+    assert_eq!(site.counter("outboxes refused"), 1);
+}
