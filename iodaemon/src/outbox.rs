@@ -35,8 +35,8 @@
 //!   stream's sequencer numbers a source's messages on its own |
 //! | 64 | 8 | tail: bytes written by the producer (atomic, release) |
 //! | 128 | 8 | head: bytes the consumer has released: records up to here are confirmed in the sequenced stream (atomic, release) |
-//! | 192 | 8 | next source seq, written by the producer after each offer (atomic) |
-//! | 256 | 8 | confirmed source seq, written by the consumer (atomic, release) |
+//! | 192 | 8 | next source seq, written by the producer in each offer before the tail (atomic, release); a reopening producer recomputes it from what was published |
+//! | 256 | 8 | confirmed source seq, written by the consumer before the head (atomic, release): every released record is at or below it |
 //! | 4096 | capacity | the ring of records |
 //!
 //! A record is a 24-byte header — length of the payload u32, stream id u32, source seq u64,
@@ -240,7 +240,14 @@ impl Outbox {
         file.lock_producer()?;
         let window = get_u64(&h, 24);
         let tail = file.atomic_u64(TAIL).load(Ordering::Acquire);
-        let next_seq = file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire).max(1);
+        let next_seq = published_next_seq(&file, capacity, tail)?;
+        let stored = file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire);
+        if stored != next_seq {
+            // A producer died between storing NEXT_SEQ and publishing its record: that seq
+            // was never published, so it is issued again rather than left as a gap (which the
+            // sequencer would wait on for ever).
+            file.atomic_u64(NEXT_SEQ).store(next_seq, Ordering::Release);
+        }
         Ok(Outbox {
             file,
             capacity,
@@ -336,6 +343,86 @@ impl Outbox {
             .atomic_u64(TAIL)
             .store(self.tail, Ordering::Release);
         Ok(seq)
+    }
+}
+
+/// The source seq after the last one published in the ring of `file` (`capacity` bytes,
+/// `tail` its producer's position, this caller holding the producer's lock): the last record
+/// still in the ring (between the consumer's head and `tail`), or, with none, the confirmed
+/// source seq, which the consumer raises before it releases a record (so every released
+/// record is at or below it). A new outbox's is 1.
+fn published_next_seq(file: &RingFile, capacity: usize, tail: u64) -> Result<u64, OutboxError> {
+    let head = file.atomic_u64(HEAD).load(Ordering::Acquire);
+    let mut last = None;
+    walk(file, capacity, head, tail, usize::MAX, |r| {
+        last = Some(r.source_seq);
+        true
+    })?;
+    Ok(match last {
+        Some(seq) => seq + 1,
+        None => file.atomic_u64(CONFIRMED).load(Ordering::Acquire) + 1,
+    })
+}
+
+/// Visits the records in `[from, to)` of the ring of `file` (`capacity` bytes) in order, at
+/// most `max`, until `each` returns `false`; returns the position after the last visited
+/// record and how many were visited. Errors: `Corrupt` for positions or a record that cannot
+/// be in the ring, or a file that shrank while it was read.
+fn walk(
+    file: &RingFile,
+    capacity: usize,
+    from: u64,
+    to: u64,
+    max: usize,
+    mut each: impl FnMut(Record<'_>) -> bool,
+) -> Result<(u64, usize), OutboxError> {
+    if to < from || to - from > capacity as u64 {
+        return Err(corrupt(
+            file,
+            format!("tail {to} and cursor {from} are inconsistent"),
+        ));
+    }
+    let (mut at_pos, mut n) = (from, 0);
+    while at_pos < to && n < max {
+        let at = (at_pos as usize) & (capacity - 1);
+        if capacity - at < RECORD_HEADER {
+            at_pos += (capacity - at) as u64; // implicit padding
+            continue;
+        }
+        let h = file.bytes(HEADER + at, RECORD_HEADER);
+        let len = get_u32(h, 0) as usize;
+        let need = span(len);
+        if at + need > capacity || at_pos + need as u64 > to {
+            return Err(corrupt(
+                file,
+                format!("record of {len} bytes at ring offset {at}"),
+            ));
+        }
+        if get_u16(h, 18) & PADDING == 0 {
+            let keep_going = each(Record {
+                stream_id: get_u32(h, 4),
+                source_seq: get_u64(h, 8),
+                template_id: get_u16(h, 16),
+                payload: file.bytes(HEADER + at + RECORD_HEADER, len),
+            });
+            if !keep_going {
+                break;
+            }
+            n += 1;
+        }
+        at_pos += need as u64;
+    }
+    // A file that shrank reads as zeros: what was visited may not be what was offered.
+    if !file.is_intact() {
+        return Err(corrupt(file, "the file shrank under the reader".into()));
+    }
+    Ok((at_pos, n))
+}
+
+fn corrupt(file: &RingFile, reason: String) -> OutboxError {
+    OutboxError::Corrupt {
+        path: file.path().display().to_string(),
+        reason,
     }
 }
 
@@ -442,57 +529,15 @@ impl OutboxReader {
         self.file.atomic_u64(NEXT_SEQ).load(Ordering::Acquire)
     }
 
-    /// Visits the records in `[from, to)` of the ring in order, at most `max`; returns the
-    /// position after the last visited record and how many were visited.
+    /// Visits the records in `[from, to)` of the ring in order, at most `max`: [`walk`].
     fn walk(
         &self,
         from: u64,
         to: u64,
         max: usize,
-        mut each: impl FnMut(Record<'_>) -> bool,
+        each: impl FnMut(Record<'_>) -> bool,
     ) -> Result<(u64, usize), OutboxError> {
-        if to < from || to - from > self.capacity as u64 {
-            return Err(self.corrupt(format!("tail {to} and cursor {from} are inconsistent")));
-        }
-        let (mut at_pos, mut n) = (from, 0);
-        while at_pos < to && n < max {
-            let at = (at_pos as usize) & (self.capacity - 1);
-            if self.capacity - at < RECORD_HEADER {
-                at_pos += (self.capacity - at) as u64; // implicit padding
-                continue;
-            }
-            let h = self.file.bytes(HEADER + at, RECORD_HEADER);
-            let len = get_u32(h, 0) as usize;
-            let need = span(len);
-            if at + need > self.capacity || at_pos + need as u64 > to {
-                return Err(self.corrupt(format!("record of {len} bytes at ring offset {at}")));
-            }
-            if get_u16(h, 18) & PADDING == 0 {
-                let keep_going = each(Record {
-                    stream_id: get_u32(h, 4),
-                    source_seq: get_u64(h, 8),
-                    template_id: get_u16(h, 16),
-                    payload: self.file.bytes(HEADER + at + RECORD_HEADER, len),
-                });
-                if !keep_going {
-                    break;
-                }
-                n += 1;
-            }
-            at_pos += need as u64;
-        }
-        // A file that shrank reads as zeros: what was visited may not be what was offered.
-        if !self.file.is_intact() {
-            return Err(self.corrupt("the file shrank under the reader".into()));
-        }
-        Ok((at_pos, n))
-    }
-
-    fn corrupt(&self, reason: String) -> OutboxError {
-        OutboxError::Corrupt {
-            path: self.file.path().display().to_string(),
-            reason,
-        }
+        walk(&self.file, self.capacity, from, to, max, each)
     }
 
     /// Hands every record written since the last poll to `each`, in order, at most `max`;
@@ -527,15 +572,17 @@ impl OutboxReader {
         })?;
         // Both words only rise and the reader is their writer: the forwarder confirms every
         // cycle, mostly with nothing new, so a store that would change nothing is skipped.
-        if end != self.head {
-            self.head = end;
-            self.file.atomic_u64(HEAD).store(end, Ordering::Release);
-        }
+        // CONFIRMED rises first, so every record released (below HEAD) is at or below it
+        // whenever either is read: a reopening producer counts on it.
         if source_seq > self.confirmed {
             self.confirmed = source_seq;
             self.file
                 .atomic_u64(CONFIRMED)
                 .fetch_max(source_seq, Ordering::AcqRel);
+        }
+        if end != self.head {
+            self.head = end;
+            self.file.atomic_u64(HEAD).store(end, Ordering::Release);
         }
         Ok(())
     }

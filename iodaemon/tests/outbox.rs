@@ -1,5 +1,5 @@
 //! The outbox ring: order, back-pressure by window and by space, wrap-around, reopen after
-//! an application restart, bad files.
+//! an application restart (also one that died mid-offer), bad files.
 
 use std::time::{Duration, Instant};
 
@@ -168,6 +168,42 @@ fn a_restarted_application_continues_its_numbering_and_nothing_is_lost() {
         Outbox::open_or_create(&path, 6, 1, 1 << 14, 100),
         Err(OutboxError::Corrupt { .. })
     ));
+}
+
+/// Stores `next` in the outbox file's next-source-seq word (offset 192), as a producer that
+/// died after storing it and before publishing its record would have left it.
+fn died_mid_offer(path: &std::path::Path, next: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&next.to_le_bytes(), 192).unwrap();
+}
+
+#[test]
+fn a_seq_issued_but_never_published_is_issued_again_on_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    for _ in 0..3 {
+        out.offer(1, 0, b"m").unwrap();
+    }
+    drop(out);
+    // With records in the ring: the last one says where the numbering is.
+    died_mid_offer(&path, 5);
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    assert_eq!(out.offer(1, 0, b"m").unwrap(), 4, "no gap after 3");
+    let mut reader = OutboxReader::open(&path).unwrap();
+    assert_eq!(reader.next_source_seq(), 5);
+    let mut got = Vec::new();
+    reader.poll(10, |r| got.push(r.source_seq)).unwrap();
+    assert_eq!(got, vec![1, 2, 3, 4]);
+    // With every record confirmed and released: the confirmed seq says it.
+    reader.confirm(4).unwrap();
+    drop(out);
+    died_mid_offer(&path, 6);
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 14, 100).unwrap();
+    assert_eq!(out.next_source_seq(), 5);
+    assert_eq!(out.offer(1, 0, b"m").unwrap(), 5);
+    assert_eq!(out.in_flight(), 1);
 }
 
 #[test]
