@@ -912,7 +912,7 @@ impl Forwarder {
         Ok(n)
     }
 
-    /// Sends `self.batch` (consecutive source seqs) in datagrams of at most `mtu` bytes.
+    /// Sends `self.batch` in datagrams of at most `mtu` bytes, each of consecutive source seqs.
     fn flush_batch(&mut self, i: usize) -> Result<(), Error> {
         let route = &self.routes[self.links[i].route].route;
         let (stream_id, to) = (
@@ -924,11 +924,15 @@ impl Forwarder {
         let overhead = DATAGRAM_OVERHEAD + if signed { TRAILER_LEN } else { 0 };
         let mut start = 0;
         while start < self.batch.len() {
-            // Take messages while they fit (each costs its entry: template id and length).
+            // Take messages while they fit (each costs its entry: template id and length) and
+            // their source seqs follow on: a datagram names only its first, so a gap (an
+            // outbox that skipped a seq) starts a new datagram rather than renumber the rest.
             let mut size = overhead;
             let mut end = start;
             while end < self.batch.len()
-                && (end == start || size + MESSAGE_OVERHEAD + self.batch[end].len() <= self.cfg.mtu)
+                && (end == start
+                    || (size + MESSAGE_OVERHEAD + self.batch[end].len() <= self.cfg.mtu
+                        && self.batch[end].source_seq == self.batch[end - 1].source_seq + 1))
             {
                 size += MESSAGE_OVERHEAD + self.batch[end].len();
                 end += 1;

@@ -248,3 +248,20 @@ fn a_restarted_numbering_shown_past_one_read_of_the_copy_still_releases_nothing(
     assert_eq!(out.in_flight(), 3, "nothing was released");
     assert_eq!(site.counter("outboxes refused"), 1);
 }
+
+#[test]
+fn a_gap_in_an_outbox_starts_a_new_datagram_rather_than_renumber() {
+    let mut site = Site::start(&["app.outbox"], |dir| {
+        let path = dir.join("app.outbox");
+        let mut out = Outbox::open_or_create(&path, 1, STREAM, 1 << 16, 64).unwrap();
+        for m in [b"1", b"2", b"3"] {
+            out.offer(STREAM, 0, m).unwrap();
+        }
+        // The third record (ring offset 64: each takes a 24-byte header and 8 bytes of
+        // padded payload) says seq 5: a damaged outbox.
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&5u64.to_le_bytes(), 4096 + 64 + 8).unwrap();
+    });
+    assert_eq!(site.cycle(), vec![(1, 1), (1, 2), (1, 5)]);
+}
