@@ -44,8 +44,7 @@
 //! wait. One that appears unusable (not an outbox, or for a stream no route names) is logged
 //! and counted in `outboxes refused`, and the others go on; it stays in `outboxes missing`,
 //! and is tried again once its file changes (another file at the path, or the same one
-//! grown or written: one written in place rather than renamed into it may be caught half
-//! written).
+//! grown: one written in place rather than renamed into it may be caught half written).
 //!
 //! A link's confirmations come from its source's frames in the copy, so they are trusted only
 //! below the outbox's next source seq: a frame of a seq the outbox never issued means its
@@ -290,14 +289,14 @@ struct Awaited {
     refused: Option<FileStamp>,
 }
 
-/// What tells one state of a file from another: its device and inode, length and
-/// modification time (ns).
+/// What tells one state of a file from another: its device, inode and length. Not its
+/// modification time: an application writing a refused outbox through its mapping moves it,
+/// and each move would log the refusal again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileStamp {
     dev: u64,
     ino: u64,
     len: u64,
-    mtime_ns: i128,
 }
 
 impl FileStamp {
@@ -309,7 +308,6 @@ impl FileStamp {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
         })
     }
 }
