@@ -1,7 +1,8 @@
-//! `bench store`: append throughput against a memcpy floor, append → tailer latency between
-//! two threads against a bare cache-line hand-off floor, and the open of a store with a full
-//! sealed segment (recovery proves every sealed frame) against one CRC32C pass over the same
-//! bytes, all measured in this run.
+//! `bench store`: append throughput against a memcpy floor, the frame checksum's cost (the
+//! store's three-lane CRC32C and the `crc32c` crate's) against a copy of the same bytes,
+//! append → tailer latency between two threads against a bare cache-line hand-off floor, and
+//! the open of a store with a full sealed segment (recovery proves every sealed frame)
+//! against one CRC32C pass over the same bytes, all measured in this run.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -43,7 +44,8 @@ pub(crate) struct Args {
     /// Size of the sealed segment whose recovery (open) is timed, in bytes.
     #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1 << 20..=1 << 32))]
     sealed_bytes: u64,
-    /// A short run for smoke tests: 16 MiB per case and sealed segment, 1 rep, 5,000 samples.
+    /// A short run for smoke tests: 16 MiB per case and sealed segment, 1 rep, 5,000 samples,
+    /// 200,000 checksums per checksum case (4,000,000 otherwise).
     #[arg(long)]
     quick: bool,
 }
@@ -68,6 +70,10 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
         .with_context(|| format!("creating a scratch dir in {}", base.display()))?;
     for &payload in &args.payloads {
         throughput(scratch.path(), payload, bytes, reps, reporter)?;
+    }
+    let checksums = if args.quick { 200_000 } else { 4_000_000 };
+    for &payload in &args.payloads {
+        frame_checksum(payload, checksums, reporter);
     }
     latency(scratch.path(), samples, args, reporter)?;
     sealed_recovery(scratch.path(), sealed_bytes, reporter)?;
@@ -164,6 +170,67 @@ fn throughput(
         Better::Higher,
     ));
     Ok(())
+}
+
+/// What a frame's checksum costs an append: the CRC32C of a `payload`-byte frame's checksummed
+/// bytes (`[8, length)`, the header's seq word on), computed over frames laid out at the
+/// store's stride in a 256 KiB buffer (cache-resident, as a frame just written is), each
+/// independent of the last as successive appends are. Two figures, in ns a frame, against a
+/// copy of the same bytes at the same offsets (the floor): the store's
+/// [`seqstream_store::crc::crc32c_append`] and the `crc32c` crate's, which the store used
+/// before.
+fn frame_checksum(payload: usize, frames: usize, reporter: &Reporter) {
+    use seqstream_store::format::{frame_span, FRAME_HEADER_LEN};
+
+    let span = frame_span(payload);
+    let len = FRAME_HEADER_LEN + payload - 8;
+    let slots = (256 << 10) / span;
+    let buf: Vec<u8> = (0..slots * span)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .collect();
+    let mut dst = vec![0u8; buf.len()];
+    let per_frame = |t0: Instant| t0.elapsed().as_secs_f64() * 1e9 / frames as f64;
+
+    let next = |off: usize| {
+        if off + span == buf.len() {
+            0
+        } else {
+            off + span
+        }
+    };
+
+    let t0 = Instant::now();
+    let mut off = 0;
+    for _ in 0..frames {
+        dst[off..off + len].copy_from_slice(std::hint::black_box(&buf[off..off + len]));
+        off = next(off);
+    }
+    std::hint::black_box(&dst);
+    let floor = per_frame(t0);
+
+    let timed = |crc: fn(u32, &[u8]) -> u32| {
+        let t0 = Instant::now();
+        let mut off = 0;
+        for i in 0..frames {
+            std::hint::black_box(crc(i as u32, std::hint::black_box(&buf[off..off + len])));
+            off = next(off);
+        }
+        per_frame(t0)
+    };
+    let lanes = timed(seqstream_store::crc::crc32c_append);
+    let crate_crc = timed(crc32c::crc32c_append);
+    let case = format!("crc32c_{payload}B");
+    for (metric, value) in [("three_lanes", lanes), ("crate", crate_crc)] {
+        reporter.emit(&Figure::new(
+            BENCH,
+            &case,
+            metric,
+            "ns",
+            value,
+            floor,
+            Better::Lower,
+        ));
+    }
 }
 
 fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter) -> Result<()> {

@@ -87,6 +87,12 @@ fn store_bench_prints_every_case_with_its_floor() {
             cases.contains(&format!("append_{payload}B/bandwidth")),
             "{cases:?}"
         );
+        for metric in ["three_lanes", "crate"] {
+            assert!(
+                cases.contains(&format!("crc32c_{payload}B/{metric}")),
+                "{cases:?}"
+            );
+        }
     }
     for metric in ["p50", "p99", "p99.9", "max"] {
         assert!(

@@ -276,10 +276,11 @@ pub fn length_checksum(length: u32) -> u32 {
 }
 
 /// [`frame_checksum`] of `frame` from `length_crc`, the [`length_checksum`] of its length
-/// word (a [`LengthChecksum`] keeps it): the CRC32C of bytes `[8, length)` appended to it.
+/// word (a [`LengthChecksum`] keeps it): the CRC32C of bytes `[8, length)` appended to it,
+/// in three lanes side by side ([`crate::crc`]).
 #[inline]
 pub fn frame_checksum_from(length_crc: u32, frame: &[u8]) -> u32 {
-    crc32c::crc32c_append(length_crc, &frame[frame::SEQ..])
+    crate::crc::crc32c_append(length_crc, &frame[frame::SEQ..])
 }
 
 /// The [`length_checksum`] of the last frame length asked for, kept by a writer or a checker

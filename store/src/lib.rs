@@ -26,6 +26,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`format`](mod@format) | byte layouts, frame encode/validate (pure) |
+//! | [`crc`] | a frame's CRC32C in three lanes (the crate's value, sooner) |
 //! | `mapped` (private) | mapped files and every `unsafe` access to mapped bytes |
 //! | [`sigbus`] | the `SIGBUS` handler that lets a mapped file shrink without killing its reader |
 //! | [`segment`] | one segment file: prepare, open, activate, seal, shared header words |
@@ -45,6 +46,7 @@
 pub mod appender;
 pub mod composite;
 pub mod config;
+pub mod crc;
 pub mod cut;
 pub mod digest;
 pub mod error;
