@@ -87,6 +87,10 @@ fn store_bench_prints_every_case_with_its_floor() {
             cases.contains(&format!("append_{payload}B/bandwidth")),
             "{cases:?}"
         );
+        assert!(
+            cases.contains(&format!("append_{payload}B/throughput_stamped_by_caller")),
+            "{cases:?}"
+        );
         for metric in ["three_lanes", "crate"] {
             assert!(
                 cases.contains(&format!("crc32c_{payload}B/{metric}")),
