@@ -21,6 +21,10 @@
 //! looked at once a second while idle, so a key is rotated without a restart.
 //!
 //! Datagrams are received in batches of up to [`BATCH`] per system call (`recvmmsg(2)`).
+//! Every message of a batch is stamped with the store's wall clock as read when the batch
+//! arrived (one clock read a batch, not one a message: [`Appender::now_ns`]), raised to the
+//! stream's last timestamp, so timestamps never go back and the messages of one batch share
+//! one.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -446,8 +450,12 @@ pub struct Sequencer {
     /// Counter of the next authenticated NAK: starts at the realtime clock (ns) at open.
     nak_counter: u64,
     /// The monotonic time (ns) at which the current batch of datagrams was received: the
-    /// time keys are judged valid at.
+    /// time keys are judged valid at, and the last append's for the heartbeat interval.
     batch_ns: u64,
+    /// The store's wall clock (ns since the Unix epoch) read when the current batch was
+    /// received: every message of the batch is stamped with it, one clock read a batch
+    /// instead of one a message ([`Appender::now_ns`]).
+    batch_stamp_ns: u64,
     key_watch: KeyWatch,
     /// The sequencer group's permission, when this sequencer is one member of a group
     /// ([`Sequencer::fenced_by`]).
@@ -592,6 +600,7 @@ impl Sequencer {
             last_file_check_ns: clock.monotonic_ns(),
             nak_counter: clock.realtime_ns(),
             batch_ns: clock.monotonic_ns(),
+            batch_stamp_ns: 0,
             clock,
             role,
             key_watch: KeyWatch::new(counters)?,
@@ -689,8 +698,9 @@ impl Sequencer {
                     op: "recvmmsg",
                     source: e,
                 })?;
-                if n > 0 && !self.cfg.keys.is_empty() {
+                if n > 0 {
                     self.batch_ns = self.clock.monotonic_ns();
+                    self.batch_stamp_ns = self.appender.now_ns();
                 }
                 for i in 0..n {
                     let (datagram, from) = rx.datagram(i);
@@ -890,10 +900,11 @@ impl Sequencer {
                 template_id: m.template_id(),
                 flags: 0,
             };
-            self.appender.append_with(&fields, payload)?;
+            self.appender
+                .append_at(self.batch_stamp_ns, &fields, payload)?;
             source.next_source_seq += 1;
             self.counters.messages.incr();
-            self.last_append_ns = self.clock.monotonic_ns();
+            self.last_append_ns = self.batch_ns;
         }
         if let Some(from_seq) = gap_at {
             let now = self.clock.monotonic_ns();

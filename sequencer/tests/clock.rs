@@ -1,37 +1,100 @@
 //! The sequencer's heartbeat interval runs on its store's clock (issue 11, class 5): stepping
 //! the wall clock back changes nothing; monotonic time passing appends the heartbeat, and its
-//! timestamp never goes back.
+//! timestamp never goes back. A receive batch's messages are stamped with one reading of
+//! that clock, taken when the batch arrived.
 
-use std::time::Duration;
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
 
-use seqstream_agent::clock::ManualClock;
+use seqstream_agent::clock::{wall_clock_ns, ManualClock};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{StoreConfig, Tailer};
+use seqstream_testkit::pattern_datagram;
+
+fn open(
+    dir: &std::path::Path,
+    store_config: StoreConfig,
+    heartbeat: Option<Duration>,
+) -> Sequencer {
+    let w = CountersWriter::create(&dir.join("seq.counters"), 64).unwrap();
+    Sequencer::open(
+        SequencerConfig {
+            store: dir.join("store"),
+            store_config,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            sources: vec!["1@127.0.0.1".parse().unwrap()],
+            recv_buffer: None,
+            heartbeat,
+            nak_interval: Duration::from_millis(1),
+            keys: Default::default(),
+        },
+        &w,
+    )
+    .unwrap()
+}
+
+/// Sends `datagram` and runs duty cycles until the sequencer has appended `frames` in all.
+fn deliver(s: &mut Sequencer, datagram: &[u8], frames: u64) {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(datagram, s.local_addr()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.appender().next_seq() - 1 < frames {
+        assert!(Instant::now() < deadline, "the datagram was not sequenced");
+        s.do_work().unwrap();
+    }
+}
+
+fn timestamps(dir: &std::path::Path) -> Vec<u64> {
+    let mut t = Tailer::open(dir.join("store")).unwrap();
+    std::iter::from_fn(|| t.poll().unwrap().map(|f| f.timestamp_ns())).collect()
+}
+
+/// On the system clock: the messages of one datagram share one timestamp, read between the
+/// send and the sequencing (one clock read a batch; a read a message would give each of
+/// them its own TSC reading), and the next datagram's is later.
+#[test]
+fn a_batch_is_stamped_once_when_it_arrives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4).segment_size(1 << 20).pretouch(false),
+        None,
+    );
+    let before = wall_clock_ns();
+    deliver(&mut s, &pattern_datagram(4, 1, 1..9), 8);
+    let after = wall_clock_ns();
+    std::thread::sleep(Duration::from_millis(2));
+    deliver(&mut s, &pattern_datagram(4, 1, 9..10), 9);
+    let ts = timestamps(tmp.path());
+    assert_eq!(ts.len(), 9);
+    assert!(
+        ts[..8].iter().all(|&t| t == ts[0]),
+        "one stamp a batch: {ts:?}"
+    );
+    // The TSC-derived wall clock and CLOCK_REALTIME agree to well under a millisecond.
+    let slack = 1_000_000;
+    assert!(
+        ts[0] + slack >= before && ts[0] <= after + slack,
+        "stamped on arrival: {before} <= {} <= {after}",
+        ts[0]
+    );
+    assert!(ts[8] > ts[0], "the next batch is stamped later: {ts:?}");
+}
 
 #[test]
 fn heartbeats_follow_monotonic_time_only() {
     let tmp = tempfile::tempdir().unwrap();
     let hour = 3_600_000_000_000u64;
     let clock = ManualClock::new(10 * hour, 0);
-    let w = CountersWriter::create(&tmp.path().join("seq.counters"), 64).unwrap();
-    let mut s = Sequencer::open(
-        SequencerConfig {
-            store: tmp.path().join("store"),
-            store_config: StoreConfig::new(4)
-                .segment_size(1 << 20)
-                .pretouch(false)
-                .clock(clock.clock()),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            sources: vec!["1@127.0.0.1".parse().unwrap()],
-            recv_buffer: None,
-            heartbeat: Some(Duration::from_millis(100)),
-            nak_interval: Duration::from_millis(1),
-            keys: Default::default(),
-        },
-        &w,
-    )
-    .unwrap();
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .clock(clock.clock()),
+        Some(Duration::from_millis(100)),
+    );
     let frames = |s: &Sequencer| s.appender().next_seq() - 1;
     clock.advance(99_000_000);
     s.do_work().unwrap();
