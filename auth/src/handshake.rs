@@ -64,17 +64,25 @@ pub struct SessionKeys {
     pub from_replica: SessionMac,
 }
 
+/// The session MAC's number, the transcript's last byte: 1 is AES-256-GMAC
+/// ([`crate::session`]). Transcripts before it (keyed BLAKE3 session tags) had no such byte,
+/// so a peer of either kind fails the other's proof, and the handshake is refused (`refused
+/// auth`) instead of the first session message.
+pub const SESSION_MAC_AES_256_GMAC: u8 = 1;
+
 impl Transcript {
     /// Stream id (u32 LE), resume term (u32 LE), resume position (u64 LE), the standby
-    /// flag (one byte, 0 or 1), both nonces.
-    fn bytes(&self) -> [u8; 4 + 4 + 8 + 1 + 2 * NONCE_LEN] {
-        let mut b = [0; 4 + 4 + 8 + 1 + 2 * NONCE_LEN];
+    /// flag (one byte, 0 or 1), both nonces, the session MAC's number
+    /// ([`SESSION_MAC_AES_256_GMAC`]).
+    fn bytes(&self) -> [u8; 4 + 4 + 8 + 1 + 2 * NONCE_LEN + 1] {
+        let mut b = [0; 4 + 4 + 8 + 1 + 2 * NONCE_LEN + 1];
         b[..4].copy_from_slice(&self.stream_id.to_le_bytes());
         b[4..8].copy_from_slice(&self.resume_term.to_le_bytes());
         b[8..16].copy_from_slice(&self.resume_position.to_le_bytes());
         b[16] = u8::from(self.standby);
         b[17..49].copy_from_slice(&self.client_nonce);
-        b[49..].copy_from_slice(&self.server_nonce);
+        b[49..81].copy_from_slice(&self.server_nonce);
+        b[81] = SESSION_MAC_AES_256_GMAC;
         b
     }
 
@@ -168,6 +176,20 @@ mod tests {
         ] {
             assert_eq!(other.check_client_proof(&keys, 0, &c), None);
         }
+    }
+
+    /// A peer built before the session MAC's byte proves the transcript without it: refused.
+    #[test]
+    fn a_proof_without_the_session_macs_byte_is_refused() {
+        let key = Key::from_material(b"replication key 0123");
+        let keys = Keyring::fixed(key.clone());
+        let t = transcript();
+        let bytes = t.bytes();
+        assert_eq!(bytes[81], SESSION_MAC_AES_256_GMAC);
+        let before = key.tag(Label::ClientProof, &[&bytes[..81]]);
+        assert_eq!(t.check_client_proof(&keys, 0, &before), None);
+        let before = key.tag(Label::ServerProof, &[&bytes[..81]]);
+        assert_eq!(t.check_server_proof(&keys, 0, &before), None);
     }
 
     #[test]

@@ -4,15 +4,17 @@
 //! - [`key`]: key files (refused when group or others may read them), the [`Key`] derived
 //!   from one, and the [`Keyring`] that rotates to a new key without a restart while the old
 //!   one stays valid for a stated overlap.
-//! - [`mac`]: the message authentication code, keyed BLAKE3 truncated to 128 bits
-//!   ([`TAG_LEN`]), with a [`Label`] per use so a tag made for one use is never valid for
-//!   another.
+//! - [`mac`]: the message authentication code of datagrams, NAKs and the handshake's proofs,
+//!   keyed BLAKE3 truncated to 128 bits ([`TAG_LEN`]), with a [`Label`] per use so a tag made
+//!   for one use is never valid for another; BLAKE3 also derives every key.
 //! - [`trailer`]: the 24 bytes an authenticated datagram or NAK ends with (a counter and a
 //!   tag).
 //! - [`window`]: the replay window over `(epoch, counter)` (RFC 4303's sliding window).
 //! - [`sources`]: the sources' key files of a sequencer or a forwarder (`--source-key`).
 //! - [`handshake`]: the replication handshake's nonces and proofs, and the session keys both
-//!   ends derive from it; [`session`]: the implicit-counter MAC on every message after it.
+//!   ends derive from it; [`session`]: the implicit-counter MAC on every message after it,
+//!   AES-256-GMAC (a GHASH multiplication a 16 bytes and one AES block a message, where
+//!   keyed BLAKE3 compresses 64 bytes in about 600 instructions).
 //!
 //! - [`watch`] (feature `watch`): [`watch::KeyWatch`], which polls a daemon's keyrings and
 //!   counts and logs rotations and unusable key files.
@@ -22,7 +24,8 @@
 //!
 //! Sources: BLAKE3's keyed mode and key derivation (<https://github.com/BLAKE3-team/BLAKE3-specs>);
 //! the anti-replay window of RFC 4303 §3.4.3; challenge and response over fresh nonces from both
-//! sides, as in RFC 5929-style channel binding and the TLS handshake's `Finished` messages.
+//! sides, as in RFC 5929-style channel binding and the TLS handshake's `Finished` messages;
+//! GMAC, GCM without plaintext (NIST SP 800-38D), with RustCrypto's `aes` and `ghash`.
 
 pub mod handshake;
 pub mod key;

@@ -355,8 +355,9 @@ enum LinkAuth {
     Challenge { nonce: Nonce, resume: (u64, u32) },
     /// The replica's proof is sent: waiting for the upstream's.
     Proof(Transcript),
-    /// Both proofs verified: every message carries a session tag.
-    Session(SessionKeys),
+    /// Both proofs verified: every message carries a session tag. Boxed: the two directions'
+    /// AES key schedules and GHASH keys are about 800 bytes, allocated once a connection.
+    Session(Box<SessionKeys>),
 }
 
 /// What one cycle's reads brought.
@@ -1084,7 +1085,7 @@ impl Replica {
                     Msg::Proof { proof } => {
                         let (macs, key) = handshake::on_server_proof(t, &self.keys, now, proof)?;
                         tracing::info!(upstream = %self.upstream(), key = %key.fingerprint(), "upstream authenticated");
-                        LinkAuth::Session(macs)
+                        LinkAuth::Session(Box::new(macs))
                     }
                     other => {
                         return Err(Error::Protocol(format!(
