@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Each proof is a tag, under the shared key, of the whole [`Transcript`] (stream id, resume
-//! position, both nonces), with a label per side. So neither proof shows the key; a proof is
+//! term and position, the standby flag, both nonces, the session MAC's number), with a label
+//! per side. So neither proof shows the key; a proof is
 //! valid for one connection only (the other side's nonce is fresh), which makes a recorded
 //! handshake worthless; an upstream without the key cannot answer; and a man in the middle
 //! that changes the stream id or the resume position breaks both proofs. The replica proves
@@ -55,8 +56,9 @@ pub struct Transcript {
     pub server_nonce: Nonce,
 }
 
-/// The keys of one replication session: a [`SessionMac`] for each direction.
-#[derive(Debug, Clone)]
+/// The keys of one replication session: a [`SessionMac`] for each direction. Not `Clone`:
+/// two copies of one direction would tag two messages under one GMAC nonce.
+#[derive(Debug)]
 pub struct SessionKeys {
     /// Tags messages upstream → replica.
     pub from_upstream: SessionMac,
@@ -199,7 +201,7 @@ mod tests {
         let (a, b) = (transcript(), transcript());
         let (ka, kb) = (a.session(&key), b.session(&key));
         let tag = |mut m: SessionMac| m.tag(&[b"x"]);
-        assert_ne!(tag(ka.from_upstream.clone()), tag(ka.from_replica.clone()));
-        assert_ne!(tag(ka.from_upstream), tag(kb.from_upstream));
+        assert_ne!(tag(ka.from_upstream), tag(ka.from_replica));
+        assert_ne!(tag(a.session(&key).from_upstream), tag(kb.from_upstream));
     }
 }
