@@ -151,9 +151,9 @@ fn throughput(
         drop(appender);
         std::fs::remove_dir_all(&sdir)?;
 
-        // The same appends stamped by the caller (the explicit clock, as the compositor
-        // stamps): the difference from the figure above is what reading the clock costs.
-        let mut appender = Appender::open_or_create(&sdir, cfg.explicit_clock(true))?;
+        // The same appends stamped by the caller (`append_at`, as the sequencer stamps a
+        // receive batch): the difference from the figure above is what reading the clock costs.
+        let mut appender = Appender::open_or_create(&sdir, cfg)?;
         let fields = seqstream_store::FrameFields::default();
         let t0 = Instant::now();
         for i in 0..frames {
