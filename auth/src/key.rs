@@ -13,6 +13,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::trailer::TrailerKeys;
+
 /// Fewest bytes of key material: 128 bits.
 pub const MIN_KEY_BYTES: usize = 16;
 /// Most bytes of key material read from a file.
@@ -151,6 +153,23 @@ fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
     Ok((material, stamp))
 }
 
+/// A key and the trailer keys derived from it when it was read (an AES key schedule and a
+/// GHASH key each, which a datagram should not pay for).
+#[derive(Debug, Clone)]
+struct Held {
+    key: Key,
+    trailer: TrailerKeys,
+}
+
+impl Held {
+    fn new(key: Key) -> Held {
+        Held {
+            trailer: TrailerKeys::derive(&key),
+            key,
+        }
+    }
+}
+
 /// A key replaced by a new one in its file ([`Keyring::poll`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rotation {
@@ -174,9 +193,9 @@ pub struct Rotation {
 #[derive(Debug, Clone)]
 pub struct Keyring {
     path: Option<PathBuf>,
-    current: Key,
+    current: Held,
     /// The key before the last rotation and the monotonic time (ns) until which it verifies.
-    previous: Option<(Key, u64)>,
+    previous: Option<(Held, u64)>,
     overlap: Duration,
     stamp: Option<Stamp>,
     last_check_ns: Option<u64>,
@@ -189,7 +208,7 @@ impl Keyring {
         let (material, stamp) = read_material(path)?;
         Ok(Keyring {
             path: Some(path.to_path_buf()),
-            current: Key::from_material(&material),
+            current: Held::new(Key::from_material(&material)),
             previous: None,
             overlap,
             stamp: Some(stamp),
@@ -201,7 +220,7 @@ impl Keyring {
     pub fn fixed(key: Key) -> Keyring {
         Keyring {
             path: None,
-            current: key,
+            current: Held::new(key),
             previous: None,
             overlap: Duration::ZERO,
             stamp: None,
@@ -216,17 +235,31 @@ impl Keyring {
 
     /// The key that signs.
     pub fn signing(&self) -> &Key {
-        &self.current
+        &self.current.key
     }
 
     /// The keys that verify at monotonic time `now_ns`: the current one, then the previous
     /// one while its overlap lasts.
     pub fn verifying(&self, now_ns: u64) -> impl Iterator<Item = &Key> {
+        self.held(now_ns).map(|h| &h.key)
+    }
+
+    /// The trailer keys of the signing key.
+    pub(crate) fn trailer_signing(&self) -> &TrailerKeys {
+        &self.current.trailer
+    }
+
+    /// The trailer keys of [`verifying`](Self::verifying)'s keys, in its order.
+    pub(crate) fn trailer_verifying(&self, now_ns: u64) -> impl Iterator<Item = &TrailerKeys> {
+        self.held(now_ns).map(|h| &h.trailer)
+    }
+
+    fn held(&self, now_ns: u64) -> impl Iterator<Item = &Held> {
         let previous = self
             .previous
             .as_ref()
             .filter(|(_, until)| now_ns < *until)
-            .map(|(k, _)| k);
+            .map(|(h, _)| h);
         std::iter::once(&self.current).chain(previous)
     }
 
@@ -266,13 +299,13 @@ impl Keyring {
         let (material, stamp) = read_material(&path)?;
         self.stamp = Some(stamp);
         let key = Key::from_material(&material);
-        if key == self.current {
+        if key == self.current.key {
             return Ok(None);
         }
-        let previous = std::mem::replace(&mut self.current, key);
+        let previous = std::mem::replace(&mut self.current, Held::new(key));
         let rotation = Rotation {
-            previous: previous.fingerprint(),
-            current: self.current.fingerprint(),
+            previous: previous.key.fingerprint(),
+            current: self.current.key.fingerprint(),
             overlap: self.overlap,
         };
         self.previous = Some((previous, now_ns + self.overlap.as_nanos() as u64));
@@ -285,6 +318,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use crate::trailer::{self, Kind, Sealer, TRAILER_LEN};
     use crate::Label;
 
     fn write_key(path: &Path, material: &[u8], mode: u32) {
@@ -370,6 +404,15 @@ mod tests {
         assert!(ring
             .verify(sec + 10 * sec, Label::Datagram, &[b"m"], &t_old)
             .is_none());
+        // The trailer keys rotate with the key.
+        let mut sealer = Sealer::new(0).unwrap();
+        let mut d_old = [0u8; 1 + TRAILER_LEN];
+        sealer.seal(&Keyring::fixed(old), Kind::Datagram, &mut d_old, 1);
+        assert!(trailer::open(&ring, sec + 9 * sec, Kind::Datagram, &d_old).is_ok());
+        assert!(trailer::open(&ring, sec + 10 * sec, Kind::Datagram, &d_old).is_err());
+        let mut d_new = [0u8; 1 + TRAILER_LEN];
+        sealer.seal(&ring, Kind::Datagram, &mut d_new, 1);
+        assert!(trailer::open(&Keyring::fixed(new.clone()), 0, Kind::Datagram, &d_new).is_ok());
         // A broken replacement is reported and changes nothing.
         write_key(&p, b"new key but world-readable", 0o644);
         assert!(matches!(

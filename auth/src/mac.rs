@@ -1,8 +1,10 @@
-//! The message authentication code: keyed BLAKE3 over a one-byte [`Label`] and the message's
-//! parts, truncated to its first [`TAG_LEN`] bytes, and compared in constant time.
+//! The message authentication code of the handshake's proofs, and every key derivation:
+//! keyed BLAKE3 over a one-byte [`Label`] and the message's parts, truncated to its first
+//! [`TAG_LEN`] bytes, and compared in constant time.
 //!
-//! The label separates uses: a tag made for a datagram is not a valid tag of a NAK, a
-//! handshake proof or a replication message of the same bytes under the same key.
+//! The label separates uses: a client's proof is not a valid server proof of the same bytes
+//! under the same key, and each key derived for a use (a session's direction, a trailer's
+//! kind) is its own. The hot paths' tags are GMAC under such derived keys (`crate::gmac`).
 
 use std::mem::MaybeUninit;
 
@@ -21,9 +23,10 @@ pub type Tag = [u8; TAG_LEN];
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Label {
-    /// An inbound datagram, iodaemon → sequencer.
+    /// The key of inbound datagrams' trailers, iodaemon → sequencer (derived: the trailer's
+    /// MAC is GMAC, [`crate::trailer`]).
     Datagram = 1,
-    /// A NAK, sequencer → iodaemon.
+    /// The key of NAKs' trailers, sequencer → iodaemon (derived, as `Datagram`).
     Nak = 2,
     /// The replica's handshake proof.
     ClientProof = 3,

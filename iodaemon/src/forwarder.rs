@@ -58,9 +58,9 @@
 //!
 //! A source with a key ([`ForwarderConfig::keys`]) signs: each of its datagrams carries the
 //! `Authenticated` flag and ends with an authentication trailer (`seqstream_auth::trailer`:
-//! a counter that never repeats, and a keyed BLAKE3 tag), and a NAK for it is acted on only
-//! when its own trailer verifies under the key and its counter is new to the source's replay
-//! window (a recorded NAK sent again is refused, and counted as a bad NAK).
+//! a counter that never repeats, a sender id, and an AES-256-GMAC tag), and a NAK for it is
+//! acted on only when its own trailer verifies under the key and its counter is new to the
+//! source's replay window (a recorded NAK sent again is refused, and counted as a bad NAK).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -70,9 +70,9 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
-use seqstream_auth::trailer::{self, TRAILER_LEN};
+use seqstream_auth::trailer::{self, Kind, Sealer, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
-use seqstream_auth::{Keyring, Label, ReplayWindow};
+use seqstream_auth::{Keyring, ReplayWindow};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::format::TermStart;
 use seqstream_store::{StoreError, Tailer, TailerOptions};
@@ -415,9 +415,9 @@ pub struct Forwarder {
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
     key_watch: KeyWatch,
-    /// Counter of the next signed datagram: starts at the realtime clock (ns) at open, so a
-    /// restarted forwarder's counters lie above every one it used before.
-    counter: u64,
+    /// Seals the signed datagrams: its counter starts at the realtime clock (ns) at open, so
+    /// a restarted forwarder's counters lie above every one it used before.
+    sealer: Sealer,
 }
 
 impl Forwarder {
@@ -529,7 +529,10 @@ impl Forwarder {
             payloads: Vec::new(),
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
-            counter: clock.realtime_ns(),
+            sealer: Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
+                op: "getrandom (the datagram trailer's sender id)",
+                source: e,
+            })?,
             cycle_began_ns: clock.monotonic_ns(),
             copies_read: false,
             missing,
@@ -960,14 +963,7 @@ impl Forwarder {
             }
             let mut len = e.encoded_length();
             if let Some((keys, _)) = &self.links[i].auth {
-                len = trailer::seal(
-                    keys.signing(),
-                    Label::Datagram,
-                    &mut self.out,
-                    len,
-                    self.counter,
-                );
-                self.counter += 1;
+                len = self.sealer.seal(keys, Kind::Datagram, &mut self.out, len);
             }
             // UDP may drop it; the resend timeout and NAKs cover that.
             match self.socket.send_to(&self.out[..len], to) {
@@ -1060,7 +1056,7 @@ impl Forwarder {
         }
         let accepted = match &link.auth {
             Some((keys, window)) => {
-                let opened = trailer::open(keys, now, Label::Nak, &self.nak[..len])
+                let opened = trailer::open(keys, now, Kind::Nak, &self.nak[..len])
                     .map_err(|e| format!("source {source}: {e}"))?;
                 if opened.body.len() != NAK_LEN {
                     return Err(format!(

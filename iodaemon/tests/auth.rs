@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_auth::trailer::{self, TRAILER_LEN};
-use seqstream_auth::{Key, Keyring, Label};
+use seqstream_auth::trailer::{self, Kind, Sealer, TRAILER_LEN};
+use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
@@ -80,7 +80,7 @@ impl Relay {
 }
 
 /// A datagram of `SOURCE` carrying one message at `source_seq`, signed under `key` with
-/// `counter` when a key is given.
+/// `counter` (by a sealer of its own) when a key is given.
 fn datagram(source_seq: u64, key: Option<&Key>, counter: u64) -> Vec<u8> {
     let mut buf = vec![0u8; 256];
     let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
@@ -98,7 +98,10 @@ fn datagram(source_seq: u64, key: Option<&Key>, counter: u64) -> Vec<u8> {
         .unwrap();
     let mut n = e.encoded_length();
     if let Some(key) = key {
-        n = trailer::seal(key, Label::Datagram, &mut buf, n, counter);
+        let keys = Keyring::fixed(key.clone());
+        n = Sealer::new(counter)
+            .unwrap()
+            .seal(&keys, Kind::Datagram, &mut buf, n);
     }
     buf.truncate(n);
     buf
@@ -254,7 +257,7 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
         .authenticated());
     let (body, _) = d1.split_at(d1.len() - TRAILER_LEN);
     assert!(
-        trailer::open(&Keyring::fixed(key.clone()), 0, Label::Datagram, &d1).is_ok(),
+        trailer::open(&Keyring::fixed(key.clone()), 0, Kind::Datagram, &d1).is_ok(),
         "the forwarder signs under the source's key"
     );
     site.sequence_until("messages sequenced", 1);
@@ -264,14 +267,23 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
     site.sequence_until("bad datagrams: replayed", 1);
     assert_eq!(site.seq("duplicates dropped"), 0);
 
-    // One byte changed: epoch, source seq, message header, payload, counter or tag (a changed
-    // stream or source id is refused earlier, as another stream's or an unknown source's).
-    for at in [20, 24, 36, body.len() - 1, body.len() + 3, d1.len() - 1] {
+    // One byte changed: epoch, source seq, message header, payload, counter, sender id or tag
+    // (a changed stream or source id is refused earlier, as another stream's or an unknown
+    // source's).
+    for at in [
+        20,
+        24,
+        36,
+        body.len() - 1,
+        body.len() + 3,
+        body.len() + 9,
+        d1.len() - 1,
+    ] {
         let mut bad = d1.clone();
         bad[at] ^= 0x01;
         site.relay.to_sequencer(&bad);
     }
-    site.sequence_until("bad datagrams: bad tag", 6);
+    site.sequence_until("bad datagrams: bad tag", 7);
 
     // A forged source address: a well-formed datagram of the source from another socket on
     // its listed address, unsigned, then signed under a guessed key, then with the flag off
@@ -285,7 +297,7 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
     forger
         .send_to(&datagram(2, Some(&guessed), u64::MAX), site.relay.sequencer)
         .unwrap();
-    site.sequence_until("bad datagrams: bad tag", 7);
+    site.sequence_until("bad datagrams: bad tag", 8);
     let mut stripped = d1.clone();
     stripped[9] = 0; // the flags, after the 8-byte SBE header and the version
     forger.send_to(&stripped, site.relay.sequencer).unwrap();
@@ -308,7 +320,7 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
         .take_from_sequencer(&mut site.sequencer)
         .expect("a NAK");
     assert_eq!(nak.len(), 32 + TRAILER_LEN, "a NAK and its trailer");
-    assert!(trailer::open(&Keyring::fixed(key.clone()), 0, Label::Nak, &nak).is_ok());
+    assert!(trailer::open(&Keyring::fixed(key.clone()), 0, Kind::Nak, &nak).is_ok());
     // First an unsigned NAK and a NAK with a byte changed, from the sequencer's address as the
     // forwarder knows it: ignored.
     site.relay.to_forwarder(&unsigned_nak(3));
@@ -380,7 +392,7 @@ fn a_key_rotates_without_a_restart_and_the_old_one_lasts_the_overlap_only() {
     assert!(trailer::open(
         &Keyring::fixed(Key::from_material(new.as_bytes())),
         0,
-        Label::Datagram,
+        Kind::Datagram,
         &d
     )
     .is_ok());

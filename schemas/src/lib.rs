@@ -26,9 +26,11 @@ generated!(
     wire, "wire.rs"
 );
 /// The inbound datagram protocol version (`DatagramHeader.ProtocolVersion`) that iodaemons
-/// send and sequencers accept. 2: each message entry carries its template id (version 1 took
-/// it from the payload's SBE header, which a feed's raw messages do not have).
-pub const DATAGRAM_PROTOCOL_VERSION: u8 = 2;
+/// send and sequencers accept. 3: an authenticated datagram's trailer is 28 bytes, an
+/// AES-256-GMAC tag with a sender id in its nonce (`seqstream_auth::trailer`; version 2's was
+/// 24 bytes, keyed BLAKE3). 2: each message entry carries its template id (version 1 took it
+/// from the payload's SBE header, which a feed's raw messages do not have).
+pub const DATAGRAM_PROTOCOL_VERSION: u8 = 3;
 
 generated!(
     /// seqstream order flow (`xml/orders.xml`).

@@ -13,8 +13,8 @@
 //!
 //! A source with a key ([`SequencerConfig::keys`]) is known by its key, not its address: each
 //! of its datagrams must carry the `Authenticated` flag and end with an authentication trailer
-//! (`seqstream_auth::trailer`: a counter and a keyed BLAKE3 tag) that verifies under its key,
-//! and its `(epoch, counter)` must be new to the source's replay window. One that fails is
+//! (`seqstream_auth::trailer`: a counter, a sender id and an AES-256-GMAC tag) that verifies
+//! under its key, and its `(epoch, counter)` must be new to the source's replay window. One that fails is
 //! dropped and counted by reason (`unsigned`, `bad tag`, `replayed`) before anything changes,
 //! and the NAKs sent to that source carry a trailer of their own. A source without a key is
 //! trusted by its address alone, as the log says when the sequencer opens. Key files are
@@ -37,9 +37,9 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate};
-use seqstream_auth::trailer::{self, TrailerError, TRAILER_LEN};
+use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
-use seqstream_auth::{Keyring, Label, Replay, ReplayWindow};
+use seqstream_auth::{Keyring, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
@@ -447,8 +447,8 @@ pub struct Sequencer {
     last_file_check_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
-    /// Counter of the next authenticated NAK: starts at the realtime clock (ns) at open.
-    nak_counter: u64,
+    /// Seals the NAKs to keyed sources: its counter starts at the realtime clock (ns) at open.
+    nak_sealer: Sealer,
     /// The monotonic time (ns) at which the current batch of datagrams was received: the
     /// time keys are judged valid at, and the last append's for the heartbeat interval.
     batch_ns: u64,
@@ -598,7 +598,10 @@ impl Sequencer {
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
-            nak_counter: clock.realtime_ns(),
+            nak_sealer: Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
+                op: "getrandom (the NAK trailer's sender id)",
+                source: e,
+            })?,
             batch_ns: clock.monotonic_ns(),
             batch_stamp_ns: 0,
             clock,
@@ -785,11 +788,12 @@ impl Sequencer {
                         keyed: true,
                     });
                 }
-                let opened = trailer::open(keys, self.batch_ns, Label::Datagram, datagram)
-                    .map_err(|why| Refusal::BadTag {
+                let opened = trailer::open(keys, self.batch_ns, Kind::Datagram, datagram).map_err(
+                    |why| Refusal::BadTag {
                         source: source_id,
                         why,
-                    })?;
+                    },
+                )?;
                 window
                     .check(epoch, opened.counter)
                     .map_err(|why| Refusal::Replayed {
@@ -921,14 +925,7 @@ impl Sequencer {
                     .set_from_source_seq(from_seq);
                 let mut n = e.encoded_length();
                 if let Some((keys, _)) = &source.auth {
-                    n = trailer::seal(
-                        keys.signing(),
-                        Label::Nak,
-                        &mut self.nak,
-                        n,
-                        self.nak_counter,
-                    );
-                    self.nak_counter += 1;
+                    n = self.nak_sealer.seal(keys, Kind::Nak, &mut self.nak, n);
                 }
                 // A NAK is advice: if it cannot be sent now, the source's timeout resends.
                 if self.socket.send_to(&self.nak[..n], from).is_ok() {

@@ -34,8 +34,8 @@ use anyhow::{ensure, Context, Result};
 use bench::paths::{forwarder_config, sequencer_config, source_key, SOURCE, STREAM};
 use clap::Parser;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_auth::trailer;
-use seqstream_auth::Label;
+use seqstream_auth::trailer::{Kind, Sealer};
+use seqstream_auth::Keyring;
 use seqstream_iodaemon::forwarder::Forwarder;
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::follower::AckTiming;
@@ -91,15 +91,16 @@ enum Cli {
     Mdp3,
 }
 
-/// Datagram `seq` of the workload: one 64-byte message, signed with counter `seq` if keyed.
-fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
+/// Datagram `seq` of the workload: one 64-byte message, sealed by `signer` under its keys if
+/// given.
+fn datagram(seq: u64, signer: Option<(&mut Sealer, &Keyring)>, buf: &mut [u8]) -> usize {
     let mut e = wire::DatagramHeaderEncoder::new(buf).expect("room");
     e.set_protocol_version(DATAGRAM_PROTOCOL_VERSION)
         .set_stream_id(STREAM)
         .set_source_id(SOURCE)
         .set_session_epoch(1)
         .set_first_source_seq(seq)
-        .set_flags(wire::DatagramFlags::default().with_authenticated(keyed));
+        .set_flags(wire::DatagramFlags::default().with_authenticated(signer.is_some()));
     e.messages()
         .expect("room")
         .next_entry()
@@ -107,10 +108,9 @@ fn datagram(seq: u64, keyed: bool, buf: &mut [u8]) -> usize {
         .set_payload(&[7u8; 64])
         .expect("room");
     let n = e.encoded_length();
-    if keyed {
-        trailer::seal(&source_key(), Label::Datagram, buf, n, seq)
-    } else {
-        n
+    match signer {
+        Some((sealer, keys)) => sealer.seal(keys, Kind::Datagram, buf, n),
+        None => n,
     }
 }
 
@@ -122,8 +122,10 @@ fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
     )?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     let mut buf = [0u8; 256];
+    let keys = Keyring::fixed(source_key());
+    let mut sealer = Sealer::new(1)?;
     for seq in 1..=DATAGRAMS {
-        let n = datagram(seq, keyed, &mut buf);
+        let n = datagram(seq, keyed.then_some((&mut sealer, &keys)), &mut buf);
         tx.send_to(&buf[..n], s.local_addr())?;
     }
     while s.do_work()? > 0 {}

@@ -1,0 +1,230 @@
+//! AES-256-GMAC: GCM (NIST SP 800-38D) with no plaintext, the message being the additional
+//! authenticated data. The one MAC of every hot path: the replication session's tag
+//! ([`crate::session`]) and the trailer of an inbound datagram or a NAK ([`crate::trailer`]).
+//!
+//! For a key `K`, a 96-bit nonce `N` and a message `A`, the tag is GCM's whole 128 bits:
+//! `GHASH_H(A ‖ zero padding ‖ [8·len(A)]₆₄ ‖ [0]₆₄) ⊕ AES_K(N ‖ 1)`, with `H = AES_K(0¹²⁸)`.
+//! It is exactly the tag that AES-256-GCM gives for an empty plaintext with `A` as its
+//! associated data (property tests hold it to `ring`'s). A message costs one GHASH
+//! multiplication a 16 bytes (PCLMULQDQ, detected at run time by `polyval`, four blocks a
+//! reduction) and one AES block (AES-NI); `H` and the AES key schedule are computed once a key.
+//!
+//! **GMAC forgives no repeated nonce under one key**: two tags under one nonce give away `H`,
+//! and with it anyone forges. This module cannot see nonces repeat; each user says in its own
+//! docs why its nonces never do.
+
+use aes::cipher::{BlockCipherEncrypt, KeyInit};
+use aes::Aes256Enc;
+use ghash::universal_hash::UniversalHash;
+use ghash::GHash;
+
+use crate::{Key, Tag, TAG_LEN};
+
+/// Bytes of a GCM nonce: 96 bits, the length GCM uses without hashing it first.
+pub(crate) const NONCE_LEN: usize = 12;
+
+/// A GCM nonce.
+pub(crate) type Nonce = [u8; NONCE_LEN];
+
+/// GCM's block: 16 bytes.
+type Block = ghash::Block;
+
+/// Bytes of a GCM block, the unit GHASH multiplies.
+const BLOCK_LEN: usize = 16;
+
+/// Bytes GHASH is fed at once where it can be: four blocks, which `polyval` multiplies with
+/// one reduction (its `ParBlocks`), where a block alone costs a reduction of its own.
+const STAGE: usize = 4 * BLOCK_LEN;
+
+/// A key ready to tag: its AES key schedule and GHASH keyed with its `H`. Its `Debug` shows
+/// nothing of either. `Clone`, for a [`Keyring`](crate::Keyring) that is: the nonces, which
+/// must not repeat, are kept by its users.
+#[derive(Clone)]
+pub(crate) struct Gmac {
+    aes: Aes256Enc,
+    /// GHASH keyed with `H`, before any block: cloned for each message.
+    ghash: GHash,
+}
+
+impl std::fmt::Debug for Gmac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gmac(..)")
+    }
+}
+
+impl Gmac {
+    /// `key`'s AES key schedule and `H`.
+    pub(crate) fn new(key: &Key) -> Gmac {
+        let aes = Aes256Enc::new(key.bytes().into());
+        let mut h = Block::default();
+        aes.encrypt_block(&mut h);
+        Gmac {
+            aes,
+            ghash: GHash::new(&h),
+        }
+    }
+
+    /// The tag of `parts`, concatenated, under `nonce` (the module doc's formula). The parts
+    /// may split the message anywhere: bytes that do not fill a `STAGE` are gathered first,
+    /// so the tag depends on the bytes alone.
+    ///
+    /// GHASH is fed whole stages, four blocks a reduction, straight from the parts; what is
+    /// left of the message (under four blocks), zero-padded, goes with the lengths block in
+    /// one last call. So a 100-byte datagram costs two four-block reductions, where feeding
+    /// each part's whole blocks, its padded tail and the lengths block in separate calls cost
+    /// one and four single-block ones.
+    pub(crate) fn tag(&self, nonce: &Nonce, parts: &[&[u8]]) -> Tag {
+        let mut ghash = self.ghash.clone();
+        // Bytes gathered but not yet hashed (`staged`, under `STAGE`), then room for their
+        // padding and the lengths block.
+        let mut stage = [0u8; STAGE + BLOCK_LEN];
+        let mut staged = 0;
+        let mut len = 0u64;
+        for &part in parts {
+            len += part.len() as u64;
+            let mut rest = part;
+            if staged > 0 {
+                let take = rest.len().min(STAGE - staged);
+                stage[staged..staged + take].copy_from_slice(&rest[..take]);
+                staged += take;
+                rest = &rest[take..];
+                if staged < STAGE {
+                    continue;
+                }
+                // Whole blocks: `update_padded` pads nothing, here and below.
+                ghash.update_padded(&stage[..STAGE]);
+            }
+            let direct = rest.len() - rest.len() % STAGE;
+            if direct > 0 {
+                ghash.update_padded(&rest[..direct]);
+            }
+            let tail = &rest[direct..];
+            stage[..tail.len()].copy_from_slice(tail);
+            staged = tail.len();
+        }
+        // The staged bytes zero-padded to whole blocks (the stage may hold older bytes past
+        // them), then the lengths block: the associated data's length in bits and the (empty)
+        // ciphertext's, each 64 bits big-endian.
+        let padded = staged.div_ceil(BLOCK_LEN) * BLOCK_LEN;
+        stage[staged..padded].fill(0);
+        stage[padded..padded + 8].copy_from_slice(&(len * 8).to_be_bytes());
+        stage[padded + 8..padded + BLOCK_LEN].fill(0);
+        ghash.update_padded(&stage[..padded + BLOCK_LEN]);
+        let mut mask = Block::default();
+        mask[..NONCE_LEN].copy_from_slice(nonce);
+        mask[BLOCK_LEN - 1] = 1;
+        self.aes.encrypt_block(&mut mask);
+        let s = ghash.finalize();
+        let mut tag = [0; TAG_LEN];
+        for (t, (a, b)) in tag.iter_mut().zip(s.iter().zip(mask.iter())) {
+            *t = a ^ b;
+        }
+        tag
+    }
+}
+
+/// AES-256-GCM's tag (`ring`'s) of an empty plaintext whose associated data is `msg`, under
+/// `key` and `nonce`: the reference the tests of every GMAC user compare with.
+#[cfg(test)]
+pub(crate) fn gcm_tag(key: &Key, nonce: &Nonce, msg: &[u8]) -> Tag {
+    use ring::aead::{Aad, LessSafeKey, Nonce as RingNonce, UnboundKey, AES_256_GCM};
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key.bytes()).expect("32 bytes"));
+    let tag = key
+        .seal_in_place_separate_tag(
+            RingNonce::assume_unique_for_key(*nonce),
+            Aad::from(msg),
+            &mut [],
+        )
+        .expect("an empty plaintext seals");
+    tag.as_ref().try_into().expect("GCM's tag is 16 bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Any message, cut into any three parts, under any nonce: GCM's tag exactly.
+        #[test]
+        fn the_tag_is_aes_256_gcm_of_an_empty_plaintext(
+            material in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40),
+            msg in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            cut in (0usize..300, 0usize..300),
+            nonce in proptest::prelude::any::<[u8; NONCE_LEN]>(),
+        ) {
+            let key = Key::from_material(&material);
+            let (a, b) = (cut.0.min(msg.len()), cut.1.min(msg.len()));
+            let (a, b) = (a.min(b), a.max(b));
+            let parts = [&msg[..a], &msg[a..b], &msg[b..]];
+            proptest::prop_assert_eq!(Gmac::new(&key).tag(&nonce, &parts), gcm_tag(&key, &nonce, &msg));
+        }
+    }
+
+    proptest::proptest! {
+        /// Many short parts, empty ones among them, so that blocks straddle several parts.
+        #[test]
+        fn short_parts_give_the_whole_messages_tag(
+            parts in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+                0..40,
+            ),
+            nonce in proptest::prelude::any::<[u8; NONCE_LEN]>(),
+        ) {
+            let key = Key::from_material(b"gmac key 0123456789");
+            let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            proptest::prop_assert_eq!(
+                Gmac::new(&key).tag(&nonce, &slices),
+                gcm_tag(&key, &nonce, &parts.concat())
+            );
+        }
+    }
+
+    /// Every length around the stage's and the blocks' edges, cut in two at every byte.
+    #[test]
+    fn every_short_length_and_cut_has_gcms_tag() {
+        let key = Key::from_material(b"gmac key 0123456789");
+        let gmac = Gmac::new(&key);
+        let msg: Vec<u8> = (0..3 * STAGE as u32 + 3)
+            .map(|i| (i * 13 + 5) as u8)
+            .collect();
+        for len in 0..msg.len() {
+            let nonce = [len as u8; NONCE_LEN];
+            let expected = gcm_tag(&key, &nonce, &msg[..len]);
+            for cut in 0..=len {
+                let parts = [&msg[..cut], &msg[cut..len]];
+                assert_eq!(
+                    gmac.tag(&nonce, &parts),
+                    expected,
+                    "{len} bytes cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_message_in_many_pieces_has_gcms_tag() {
+        let key = Key::from_material(b"gmac key 0123456789");
+        let msg: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut parts = Vec::new();
+        let mut at = 0;
+        for len in (1..).map(|i| (i * 37) % 1000) {
+            if at >= msg.len() {
+                break;
+            }
+            let end = (at + len).min(msg.len());
+            parts.push(&msg[at..end]);
+            at = end;
+        }
+        let nonce = [7; NONCE_LEN];
+        assert_eq!(
+            Gmac::new(&key).tag(&nonce, &parts),
+            gcm_tag(&key, &nonce, &msg)
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_key() {
+        let gmac = Gmac::new(&Key::from_material(b"gmac key 0123456789"));
+        assert_eq!(format!("{gmac:?}"), "Gmac(..)");
+    }
+}
