@@ -50,11 +50,9 @@ const LANE_WORDS_MAX: usize = (LANES_MAX / 8 + 3) / 3;
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if (LANES_MIN..=LANES_MAX).contains(&data.len())
-            && std::is_x86_feature_detected!("sse4.2")
-            && std::is_x86_feature_detected!("pclmulqdq")
-        {
-            // SAFETY: `lanes` needs SSE 4.2 and PCLMULQDQ, and both were detected just above.
+        if (LANES_MIN..=LANES_MAX).contains(&data.len()) && *x86::SUPPORTED {
+            // SAFETY: `lanes` needs SSE 4.2 and PCLMULQDQ, and `SUPPORTED` says both were
+            // detected.
             return unsafe { x86::lanes(crc, data) };
         }
     }
@@ -68,7 +66,16 @@ mod x86 {
         _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_xor_si128,
     };
 
+    use std::sync::LazyLock;
+
     use super::LANE_WORDS_MAX;
+
+    /// Whether this CPU has SSE 4.2 and PCLMULQDQ, which [`lanes`] needs: detected once, so a
+    /// frame's check is one load and a branch where two `is_x86_feature_detected!` tests were
+    /// about 14 instructions.
+    pub(super) static SUPPORTED: LazyLock<bool> = LazyLock::new(|| {
+        std::is_x86_feature_detected!("sse4.2") && std::is_x86_feature_detected!("pclmulqdq")
+    });
 
     /// The CRC32C polynomial without its `x^32` term, bit-reflected (bit 31 is `x^0`).
     const POLY_REFLECTED: u32 = 0x82F6_3B78;
