@@ -13,6 +13,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use zeroize::{Zeroize, Zeroizing};
+
 use crate::trailer::TrailerKeys;
 
 /// Fewest bytes of key material: 128 bits.
@@ -55,10 +57,18 @@ pub enum KeyError {
     },
 }
 
-/// A 256-bit key. Its `Debug` shows only its [fingerprint](Key::fingerprint).
+/// A 256-bit key. Its `Debug` shows only its [fingerprint](Key::fingerprint); its bytes are
+/// zeroed when it is dropped (and so are those of every key derived from it, and the AES key
+/// schedules and GHASH keys made from them: `aes`' and `ghash`'s `zeroize` features).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Key {
     bytes: [u8; 32],
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        self.bytes.zeroize();
+    }
 }
 
 impl Key {
@@ -113,11 +123,16 @@ fn stamp(m: &std::fs::Metadata) -> Stamp {
 
 /// Reads a private file (a key, a TLS private key) of at most `limit` bytes: refused
 /// (`Permissions`) when group or others may read or write it, as checked on the opened file.
-pub fn read_private(path: &Path, limit: usize) -> Result<Vec<u8>, KeyError> {
+/// The bytes are zeroed when the buffer is dropped; it is sized to the file first, so no
+/// smaller copy is left behind by a reallocation.
+pub fn read_private(path: &Path, limit: usize) -> Result<Zeroizing<Vec<u8>>, KeyError> {
     Ok(read_private_stamped(path, limit)?.0)
 }
 
-fn read_private_stamped(path: &Path, limit: usize) -> Result<(Vec<u8>, Stamp), KeyError> {
+fn read_private_stamped(
+    path: &Path,
+    limit: usize,
+) -> Result<(Zeroizing<Vec<u8>>, Stamp), KeyError> {
     let io = |source| KeyError::Io {
         path: path.to_path_buf(),
         source,
@@ -131,7 +146,8 @@ fn read_private_stamped(path: &Path, limit: usize) -> Result<(Vec<u8>, Stamp), K
             mode,
         });
     }
-    let mut bytes = Vec::new();
+    let len = usize::try_from(meta.len()).unwrap_or(usize::MAX).min(limit);
+    let mut bytes = Zeroizing::new(Vec::with_capacity(len));
     file.take(limit as u64)
         .read_to_end(&mut bytes)
         .map_err(io)?;
@@ -139,7 +155,7 @@ fn read_private_stamped(path: &Path, limit: usize) -> Result<(Vec<u8>, Stamp), K
 }
 
 /// The material in `path` and its file's stamp, checked.
-fn read_material(path: &Path) -> Result<(Vec<u8>, Stamp), KeyError> {
+fn read_material(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Stamp), KeyError> {
     let (mut material, stamp) = read_private_stamped(path, MAX_KEY_BYTES + 2)?;
     while material.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         material.pop();
