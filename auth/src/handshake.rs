@@ -20,6 +20,7 @@
 //! first, so an upstream that rotated its key verifies the replica's proof under either valid
 //! key and answers under the one that worked.
 
+use crate::mac::Derive;
 use crate::session::SessionMac;
 use crate::{Key, Keyring, Label, Tag};
 
@@ -125,8 +126,8 @@ impl Transcript {
     pub fn session(&self, key: &Key) -> SessionKeys {
         let t = self.bytes();
         SessionKeys {
-            from_upstream: SessionMac::new(key.derive(Label::FromUpstream, &[&t])),
-            from_replica: SessionMac::new(key.derive(Label::FromReplica, &[&t])),
+            from_upstream: SessionMac::new(key.derive(Derive::FromUpstream, &[&t])),
+            from_replica: SessionMac::new(key.derive(Derive::FromReplica, &[&t])),
         }
     }
 }

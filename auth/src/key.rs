@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::trailer::TrailerKeys;
+use crate::trailer::{TrailerKeys, TrailerScope};
 
 /// Fewest bytes of key material: 128 bits.
 pub const MIN_KEY_BYTES: usize = 16;
@@ -169,18 +169,18 @@ fn read_material(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Stamp), KeyError> {
     Ok((material, stamp))
 }
 
-/// A key and the trailer keys derived from it when it was read (an AES key schedule and a
-/// GHASH key each, which a datagram should not pay for).
+/// A key and, in a keyring scoped for trailers, the trailer keys derived from it when it was
+/// read (an AES key schedule and a GHASH key each, which a datagram should not pay for).
 #[derive(Debug, Clone)]
 struct Held {
     key: Key,
-    trailer: TrailerKeys,
+    trailer: Option<TrailerKeys>,
 }
 
 impl Held {
-    fn new(key: Key) -> Held {
+    fn new(key: Key, scope: Option<TrailerScope>) -> Held {
         Held {
-            trailer: TrailerKeys::derive(&key),
+            trailer: scope.map(|scope| TrailerKeys::derive(&key, scope)),
             key,
         }
     }
@@ -212,6 +212,8 @@ pub struct Keyring {
     current: Held,
     /// The key before the last rotation and the monotonic time (ns) until which it verifies.
     previous: Option<(Held, u64)>,
+    /// Whose trailers it seals and opens, once [`for_trailers`](Keyring::for_trailers) said.
+    scope: Option<TrailerScope>,
     overlap: Duration,
     stamp: Option<Stamp>,
     last_check_ns: Option<u64>,
@@ -224,8 +226,9 @@ impl Keyring {
         let (material, stamp) = read_material(path)?;
         Ok(Keyring {
             path: Some(path.to_path_buf()),
-            current: Held::new(Key::from_material(&material)),
+            current: Held::new(Key::from_material(&material), None),
             previous: None,
+            scope: None,
             overlap,
             stamp: Some(stamp),
             last_check_ns: None,
@@ -236,8 +239,9 @@ impl Keyring {
     pub fn fixed(key: Key) -> Keyring {
         Keyring {
             path: None,
-            current: Held::new(key),
+            current: Held::new(key, None),
             previous: None,
+            scope: None,
             overlap: Duration::ZERO,
             stamp: None,
             last_check_ns: None,
@@ -260,14 +264,28 @@ impl Keyring {
         self.held(now_ns).map(|h| &h.key)
     }
 
-    /// The trailer keys of the signing key.
-    pub(crate) fn trailer_signing(&self) -> &TrailerKeys {
-        &self.current.trailer
+    /// This keyring for the trailers of the datagrams and NAKs of `scope`, one source on one
+    /// stream: their GMAC keys are derived from each key it holds, now and at every rotation
+    /// (PROTOCOL.md, "Authenticated sources"). Each keyring that seals or opens trailers
+    /// ([`crate::trailer`]) is scoped so, once.
+    pub fn for_trailers(mut self, scope: TrailerScope) -> Keyring {
+        self.scope = Some(scope);
+        self.current.trailer = Some(TrailerKeys::derive(&self.current.key, scope));
+        if let Some((previous, _)) = &mut self.previous {
+            previous.trailer = Some(TrailerKeys::derive(&previous.key, scope));
+        }
+        self
     }
 
-    /// The trailer keys of [`verifying`](Self::verifying)'s keys, in its order.
+    /// The trailer keys of the signing key; `None` if the keyring was not scoped.
+    pub(crate) fn trailer_signing(&self) -> Option<&TrailerKeys> {
+        self.current.trailer.as_ref()
+    }
+
+    /// The trailer keys of [`verifying`](Self::verifying)'s keys, in its order; none if the
+    /// keyring was not scoped.
     pub(crate) fn trailer_verifying(&self, now_ns: u64) -> impl Iterator<Item = &TrailerKeys> {
-        self.held(now_ns).map(|h| &h.trailer)
+        self.held(now_ns).filter_map(|h| h.trailer.as_ref())
     }
 
     fn held(&self, now_ns: u64) -> impl Iterator<Item = &Held> {
@@ -318,7 +336,7 @@ impl Keyring {
         if key == self.current.key {
             return Ok(None);
         }
-        let previous = std::mem::replace(&mut self.current, Held::new(key));
+        let previous = std::mem::replace(&mut self.current, Held::new(key, self.scope));
         let rotation = Rotation {
             previous: previous.key.fingerprint(),
             current: self.current.key.fingerprint(),
@@ -334,7 +352,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use crate::trailer::{self, Kind, Sealer, TRAILER_LEN};
+    use crate::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
     use crate::Label;
 
     fn write_key(path: &Path, material: &[u8], mode: u32) {
@@ -398,7 +416,11 @@ mod tests {
         let p = d.path().join("k");
         write_key(&p, b"old key material 1234", 0o600);
         let overlap = Duration::from_secs(10);
-        let mut ring = Keyring::open(&p, overlap).unwrap();
+        let scope = TrailerScope {
+            stream_id: 1,
+            source_id: 7,
+        };
+        let mut ring = Keyring::open(&p, overlap).unwrap().for_trailers(scope);
         let old = ring.signing().clone();
         let sec = 1_000_000_000u64;
         assert_eq!(ring.poll(0).unwrap(), None);
@@ -413,22 +435,28 @@ mod tests {
         assert_eq!(r.previous, old.fingerprint());
         assert_eq!(r.current, new.fingerprint());
         assert_eq!(ring.signing(), &new);
-        let t_old = old.tag(Label::Datagram, &[b"m"]);
+        let t_old = old.tag(Label::ClientProof, &[b"m"]);
         assert!(ring
-            .verify(sec + 9 * sec, Label::Datagram, &[b"m"], &t_old)
+            .verify(sec + 9 * sec, Label::ClientProof, &[b"m"], &t_old)
             .is_some());
         assert!(ring
-            .verify(sec + 10 * sec, Label::Datagram, &[b"m"], &t_old)
+            .verify(sec + 10 * sec, Label::ClientProof, &[b"m"], &t_old)
             .is_none());
-        // The trailer keys rotate with the key.
+        // The trailer keys rotate with the key (the keyring was scoped before it rotated).
         let mut sealer = Sealer::new(0).unwrap();
         let mut d_old = [0u8; 1 + TRAILER_LEN];
-        sealer.seal(&Keyring::fixed(old), Kind::Datagram, &mut d_old, 1);
+        sealer.seal(
+            &Keyring::fixed(old).for_trailers(scope),
+            Kind::Datagram,
+            &mut d_old,
+            1,
+        );
         assert!(trailer::open(&ring, sec + 9 * sec, Kind::Datagram, &d_old).is_ok());
         assert!(trailer::open(&ring, sec + 10 * sec, Kind::Datagram, &d_old).is_err());
         let mut d_new = [0u8; 1 + TRAILER_LEN];
         sealer.seal(&ring, Kind::Datagram, &mut d_new, 1);
-        assert!(trailer::open(&Keyring::fixed(new.clone()), 0, Kind::Datagram, &d_new).is_ok());
+        let fixed_new = Keyring::fixed(new.clone()).for_trailers(scope);
+        assert!(trailer::open(&fixed_new, 0, Kind::Datagram, &d_new).is_ok());
         // A broken replacement is reported and changes nothing.
         write_key(&p, b"new key but world-readable", 0o644);
         assert!(matches!(

@@ -1,10 +1,11 @@
 //! The message authentication code of the handshake's proofs, and every key derivation:
-//! keyed BLAKE3 over a one-byte [`Label`] and the message's parts, truncated to its first
-//! [`TAG_LEN`] bytes, and compared in constant time.
+//! keyed BLAKE3 over a one-byte label and the message's parts; a tag is its first [`TAG_LEN`]
+//! bytes, compared in constant time, a derived key all 32.
 //!
-//! The label separates uses: a client's proof is not a valid server proof of the same bytes
-//! under the same key, and each key derived for a use (a session's direction, a trailer's
-//! kind) is its own. The hot paths' tags are GMAC under such derived keys (`crate::gmac`).
+//! The label byte separates uses. A tag's [`Label`] and a derivation's `Derive` are two types
+//! whose bytes never meet, so no tag the public API makes is a prefix of a derived key, and a
+//! client's proof is not a valid server proof of the same bytes under the same key. The hot
+//! paths' tags are GMAC under derived keys (the crate's `gmac` module).
 
 use std::mem::MaybeUninit;
 
@@ -12,30 +13,37 @@ use subtle::ConstantTimeEq;
 
 use crate::key::Key;
 
-/// Bytes of a tag: 128 bits of keyed BLAKE3's output.
+/// Bytes of a tag: 128 bits (of keyed BLAKE3's output for a [`Label`]'s tag, GMAC's whole tag
+/// for a session message or a trailer).
 pub const TAG_LEN: usize = 16;
 
 /// A message authentication code.
 pub type Tag = [u8; TAG_LEN];
 
-/// What a tag authenticates: hashed first, so one key's tags for one use never verify for
-/// another.
+/// What a keyed BLAKE3 tag authenticates: hashed first, so one key's tags for one use never
+/// verify for another. (Bytes 1 and 2 were the datagram's and the NAK's tags until their
+/// trailers became GMAC, datagram protocol version 3; they are not used again.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Label {
-    /// The key of inbound datagrams' trailers, iodaemon → sequencer (derived: the trailer's
-    /// MAC is GMAC, [`crate::trailer`]).
-    Datagram = 1,
-    /// The key of NAKs' trailers, sequencer → iodaemon (derived, as `Datagram`).
-    Nak = 2,
     /// The replica's handshake proof.
     ClientProof = 3,
     /// The upstream's handshake proof.
     ServerProof = 4,
+}
+
+/// What a key is derived for: hashed first, as a [`Label`] is, with bytes no label has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Derive {
     /// The session key of messages upstream → replica.
     FromUpstream = 5,
     /// The session key of messages replica → upstream.
     FromReplica = 6,
+    /// The GMAC key of one source's datagrams' trailers on one stream.
+    DatagramTrailer = 7,
+    /// The GMAC key of the NAKs' trailers to one source on one stream.
+    NakTrailer = 8,
 }
 
 /// Whether `tag` is `expected`, in constant time (a tag of another length never is). The
@@ -65,9 +73,9 @@ impl Key {
         tags_equal(&self.tag(label, parts), tag)
     }
 
-    /// A key derived from this one for `label` and `parts` (the full 256-bit output).
-    pub(crate) fn derive(&self, label: Label, parts: &[&[u8]]) -> Key {
-        Key::from_bytes(*self.hash(label, parts).as_bytes())
+    /// A key derived from this one for `what` and `parts` (the full 256-bit output).
+    pub(crate) fn derive(&self, what: Derive, parts: &[&[u8]]) -> Key {
+        Key::from_bytes(*keyed_hash(self.bytes(), &[what as u8], parts).as_bytes())
     }
 
     fn hash(&self, label: Label, parts: &[&[u8]]) -> blake3::Hash {
@@ -154,17 +162,17 @@ mod tests {
     fn a_tag_verifies_only_for_its_key_label_and_bytes() {
         let k = Key::from_material(b"0123456789abcdef0123");
         let other = Key::from_material(b"0123456789abcdef0124");
-        let t = k.tag(Label::Datagram, &[b"head", b"body"]);
+        let t = k.tag(Label::ClientProof, &[b"head", b"body"]);
         assert!(
-            k.verify(Label::Datagram, &[b"headbody"], &t),
+            k.verify(Label::ClientProof, &[b"headbody"], &t),
             "parts are concatenated"
         );
-        assert!(!k.verify(Label::Nak, &[b"headbody"], &t));
-        assert!(!other.verify(Label::Datagram, &[b"headbody"], &t));
-        assert!(!k.verify(Label::Datagram, &[b"headbodz"], &t));
-        assert!(!k.verify(Label::Datagram, &[b"headbody"], &t[..15]));
+        assert!(!k.verify(Label::ServerProof, &[b"headbody"], &t));
+        assert!(!other.verify(Label::ClientProof, &[b"headbody"], &t));
+        assert!(!k.verify(Label::ClientProof, &[b"headbodz"], &t));
+        assert!(!k.verify(Label::ClientProof, &[b"headbody"], &t[..15]));
         let mut bad = t;
         bad[7] ^= 1;
-        assert!(!k.verify(Label::Datagram, &[b"headbody"], &bad));
+        assert!(!k.verify(Label::ClientProof, &[b"headbody"], &bad));
     }
 }

@@ -5,28 +5,37 @@
 //!  ├─ counter: u64 LE ─┼─ sender: u32 LE ─┼─ tag: AES-256-GMAC, 16 bytes ────┤
 //! ```
 //!
-//! The tag is AES-256-GMAC (the crate's `gmac` module) of the SBE message under a key derived
-//! from the source's key for the message's [`Kind`] (so a datagram's tag is never a NAK's),
-//! with the trailer's first 12 bytes, counter then sender, as the 96-bit nonce. GMAC authenticates its
+//! The tag is AES-256-GMAC (the crate's `gmac` module) of the SBE message under a key of the
+//! message's [`Kind`], stream and source, derived from the source's key (so a datagram's tag
+//! is never a NAK's, nor another stream's or source's under a shared key file), with the
+//! trailer's first 12 bytes, counter then sender, as the 96-bit nonce. GMAC authenticates its
 //! nonce: a changed counter or sender fails the tag as a changed message byte does.
+//!
+//! The derived key is keyed BLAKE3, under the source's key, of one byte (7 for datagrams, 8 for
+//! NAKs), `trailer AES-256-GMAC`, the stream id and the source id (u32 little-endian each): all
+//! 32 bytes of its output. A [`Keyring`] derives them when it is scoped
+//! ([`Keyring::for_trailers`]) and at each rotation.
 //!
 //! The receiver's [`ReplayWindow`](crate::ReplayWindow) refuses a counter it has seen. A
 //! [`Sealer`] starts its counter at its realtime clock in ns when it opens and adds one per
 //! message sealed (so a restarted sender's counters lie above every one it used before, as
 //! WireGuard's TAI64N timestamps do).
 //!
-//! **No nonce repeats under a key.** The keys of one kind under one source key seal in every
-//! `Sealer` that holds that source key: the source's forwarder for datagrams, and each
-//! sequencer of its stream (both members of a group, and each of them again after a restart)
-//! for NAKs. One `Sealer` never repeats a counter, and it cannot be cloned. Two of them share a
-//! nonce only if they drew the same random 32-bit sender id when they opened (one chance in
-//! 2³²) *and* their counters overlap: a restart's do only if the realtime clock stepped back
-//! by more than the messages sent since, two members' only if they opened within as many ns as
-//! the messages one of them sealed. Both at once is what a repeated nonce needs, and GMAC
-//! forgives no repeated nonce (two tags under one give away the key's `H`).
+//! **No nonce repeats under a key.** A key seals the datagrams of one source on one stream, which
+//! one forwarder sends, or the NAKs to it, which the stream's leading sequencer sends (and, for
+//! the moments a deposed leader takes to stop, the one it deposed). One `Sealer` never repeats a
+//! counter, and it cannot be cloned. Two of them share a nonce only if they drew the same random
+//! 32-bit sender id when they opened (one chance in 2³² a pair) *and* their counters overlap: a
+//! restart's do only if the realtime clock stepped back by more than the messages sent since,
+//! a deposed and a new leader's only if they opened within as many ns as the NAKs one of them
+//! sealed. Both at once is what a repeated nonce needs, and GMAC forgives no repeated nonce (two
+//! tags under one give away the key's `H`). A process resumed from a memory snapshot (a
+//! restored VM or container) would seal again under nonces it used: restart the daemons of a
+//! restored host instead.
 
 use crate::gmac::{Gmac, Nonce, NONCE_LEN};
-use crate::{Key, Keyring, Label, TAG_LEN};
+use crate::mac::Derive;
+use crate::{Key, Keyring, TAG_LEN};
 
 /// Bytes of the trailer: counter, sender id, tag.
 pub const TRAILER_LEN: usize = NONCE_LEN + TAG_LEN;
@@ -60,11 +69,21 @@ pub struct Opened<'a> {
     pub counter: u64,
 }
 
-/// What derives a trailer key from a source's key, after the kind's [`Label`]: a key of its
-/// own for the GMAC, never the key that tags the handshake's proofs with keyed BLAKE3.
+/// One source on one stream: whose datagrams and NAKs a [`Keyring`] seals and opens, and so
+/// what its trailer keys are derived for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrailerScope {
+    /// The stream (`DatagramHeader.StreamId`, `Nak.StreamId`).
+    pub stream_id: u32,
+    /// The source (`DatagramHeader.SourceId`, `Nak.SourceId`).
+    pub source_id: u32,
+}
+
+/// What derives a trailer key from a source's key, after the [`Derive`] byte and before the
+/// scope: a key of its own for the GMAC, never one the handshake's proofs use.
 const KEY_CONTEXT: &[u8] = b"trailer AES-256-GMAC";
 
-/// The trailer keys of one source key, one a [`Kind`], derived when the key is read.
+/// The trailer keys of one source key in one [`TrailerScope`], one a [`Kind`].
 #[derive(Debug, Clone)]
 pub(crate) struct TrailerKeys {
     datagram: Gmac,
@@ -72,11 +91,12 @@ pub(crate) struct TrailerKeys {
 }
 
 impl TrailerKeys {
-    pub(crate) fn derive(key: &Key) -> TrailerKeys {
-        let gmac = |label| Gmac::new(&key.derive(label, &[KEY_CONTEXT]));
+    pub(crate) fn derive(key: &Key, scope: TrailerScope) -> TrailerKeys {
+        let (stream, source) = (scope.stream_id.to_le_bytes(), scope.source_id.to_le_bytes());
+        let gmac = |what| Gmac::new(&key.derive(what, &[KEY_CONTEXT, &stream, &source]));
         TrailerKeys {
-            datagram: gmac(Label::Datagram),
-            nak: gmac(Label::Nak),
+            datagram: gmac(Derive::DatagramTrailer),
+            nak: gmac(Derive::NakTrailer),
         }
     }
 
@@ -116,10 +136,22 @@ impl Sealer {
         self.counter
     }
 
+    /// Raises the next counter to `counter` if it is below (it never goes down). A sequencer
+    /// raises its NAKs' counter to its realtime clock before each: after a failover its NAKs
+    /// must pass the iodaemon's replay window, which holds the deposed leader's counters, and a
+    /// counter that rose by one a NAK from the new leader's start would stay below them for
+    /// as long as the old one ran.
+    pub fn raise_to(&mut self, counter: u64) {
+        self.counter = self.counter.max(counter);
+    }
+
     /// Writes the trailer of `buf[..body_len]`, a message of `kind`, under `keys`' signing key
     /// at `buf[body_len..body_len + TRAILER_LEN]`; returns the authenticated message's
-    /// length. The counter moves on. `buf` must have room (it panics otherwise: a caller's
-    /// sizing bug, never a peer's input).
+    /// length. The counter moves on.
+    ///
+    /// # Panics
+    /// If `keys` was not scoped for trailers ([`Keyring::for_trailers`]) or `buf` has no room:
+    /// a caller's bug, never a peer's input.
     pub fn seal(&mut self, keys: &Keyring, kind: Kind, buf: &mut [u8], body_len: usize) -> usize {
         let mut nonce = Nonce::default();
         nonce[..8].copy_from_slice(&self.counter.to_le_bytes());
@@ -128,6 +160,7 @@ impl Sealer {
         self.counter = self.counter.wrapping_add(1);
         let tag = keys
             .trailer_signing()
+            .expect("a keyring scoped for trailers (Keyring::for_trailers)")
             .of(kind)
             .tag(&nonce, &[&buf[..body_len]]);
         buf[body_len..body_len + NONCE_LEN].copy_from_slice(&nonce);
@@ -137,7 +170,8 @@ impl Sealer {
 }
 
 /// Checks the trailer of `msg`, a message of `kind`, against the keys `keys` holds at monotonic
-/// time `now_ns` (the previous key verifies during its overlap).
+/// time `now_ns` (the previous key verifies during its overlap), in the scope it was given
+/// ([`Keyring::for_trailers`]; an unscoped keyring verifies nothing).
 ///
 /// Errors: `Short` when `msg` cannot hold a trailer, `BadTag` when no valid key's tag matches.
 pub fn open<'a>(
@@ -177,9 +211,18 @@ mod tests {
         buf
     }
 
+    const SCOPE: TrailerScope = TrailerScope {
+        stream_id: 1,
+        source_id: 7,
+    };
+
+    fn keyring(material: &[u8], scope: TrailerScope) -> Keyring {
+        Keyring::fixed(Key::from_material(material)).for_trailers(scope)
+    }
+
     #[test]
     fn every_changed_byte_is_refused() {
-        let keys = Keyring::fixed(Key::from_material(b"0123456789abcdef"));
+        let keys = keyring(b"0123456789abcdef", SCOPE);
         let mut sealer = Sealer::new(77).unwrap();
         let buf = sealed(&mut sealer, &keys, Kind::Datagram);
         assert_eq!(sealer.counter(), 78);
@@ -204,10 +247,35 @@ mod tests {
                 "byte {i}"
             );
         }
-        let other = Keyring::fixed(Key::from_material(b"0123456789abcdeg"));
-        assert_eq!(
-            open(&other, 0, Kind::Datagram, &buf),
-            Err(TrailerError::BadTag)
+        let refused = |keys: &Keyring, why: &str| {
+            assert_eq!(
+                open(keys, 0, Kind::Datagram, &buf),
+                Err(TrailerError::BadTag),
+                "{why}"
+            );
+        };
+        refused(&keyring(b"0123456789abcdeg", SCOPE), "another key");
+        for (scope, why) in [
+            (
+                TrailerScope {
+                    stream_id: 2,
+                    ..SCOPE
+                },
+                "another stream",
+            ),
+            (
+                TrailerScope {
+                    source_id: 8,
+                    ..SCOPE
+                },
+                "another source",
+            ),
+        ] {
+            refused(&keyring(b"0123456789abcdef", scope), why);
+        }
+        refused(
+            &Keyring::fixed(Key::from_material(b"0123456789abcdef")),
+            "an unscoped keyring verifies nothing",
         );
         assert_eq!(
             open(&keys, 0, Kind::Datagram, &buf[..10]),
@@ -215,21 +283,23 @@ mod tests {
         );
     }
 
+    /// The tag is GCM's under the key PROTOCOL.md derives (computed here with `blake3`
+    /// directly) and the trailer's nonce.
     #[test]
-    fn the_tag_is_gcms_under_the_kinds_key_with_the_trailers_nonce() {
+    fn the_tag_is_gcms_under_the_scopes_derived_key_with_the_trailers_nonce() {
         let key = Key::from_material(b"0123456789abcdef");
-        let keys = Keyring::fixed(key.clone());
+        let keys = Keyring::fixed(key.clone()).for_trailers(TrailerScope {
+            stream_id: 0x0102_0304,
+            source_id: 0x0a0b_0c0d,
+        });
         let mut sealer = Sealer::new(1 << 60).unwrap();
-        for kind in [Kind::Datagram, Kind::Nak] {
+        for (kind, byte) in [(Kind::Datagram, 7u8), (Kind::Nak, 8)] {
             let buf = sealed(&mut sealer, &keys, kind);
             let (body, trailer) = buf.split_at(40);
-            let derived = key.derive(
-                match kind {
-                    Kind::Datagram => Label::Datagram,
-                    Kind::Nak => Label::Nak,
-                },
-                &[KEY_CONTEXT],
-            );
+            let mut input = vec![byte];
+            input.extend_from_slice(b"trailer AES-256-GMAC");
+            input.extend_from_slice(&[4, 3, 2, 1, 0x0d, 0x0c, 0x0b, 0x0a]);
+            let derived = Key::from_bytes(*blake3::keyed_hash(key.bytes(), &input).as_bytes());
             let nonce: Nonce = trailer[..NONCE_LEN].try_into().unwrap();
             assert_eq!(
                 &trailer[NONCE_LEN..],
@@ -242,6 +312,18 @@ mod tests {
                 "the sender id follows the counter"
             );
         }
+    }
+
+    #[test]
+    fn a_raised_counter_never_goes_down() {
+        let keys = keyring(b"0123456789abcdef", SCOPE);
+        let mut sealer = Sealer::new(100).unwrap();
+        sealer.raise_to(50);
+        assert_eq!(sealer.counter(), 100);
+        sealer.raise_to(1_000);
+        let buf = sealed(&mut sealer, &keys, Kind::Nak);
+        assert_eq!(open(&keys, 0, Kind::Nak, &buf).unwrap().counter, 1_000);
+        assert_eq!(sealer.counter(), 1_001);
     }
 
     #[test]

@@ -70,7 +70,7 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
-use seqstream_auth::trailer::{self, Kind, Sealer, TRAILER_LEN};
+use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, ReplayWindow};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
@@ -247,10 +247,14 @@ impl Link {
                     reader.stream_id()
                 ))
             })?;
+        let scope = TrailerScope {
+            stream_id: reader.stream_id(),
+            source_id: reader.source_id(),
+        };
         let auth = cfg
             .keys
             .get(&reader.source_id())
-            .map(|k| (k.clone(), ReplayWindow::default()));
+            .map(|k| (k.clone().for_trailers(scope), ReplayWindow::default()));
         if auth.is_none() && !cfg.keys.is_empty() {
             tracing::warn!(source_id = reader.source_id(), outbox = %path.display(), "this source has no key: its datagrams are not signed");
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_auth::trailer::{self, Kind, Sealer, TRAILER_LEN};
+use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::{Key, Keyring};
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
@@ -79,6 +79,14 @@ impl Relay {
     }
 }
 
+/// `key` as a keyring for the trailers of `SOURCE` on `STREAM`.
+fn scoped(key: &Key) -> Keyring {
+    Keyring::fixed(key.clone()).for_trailers(TrailerScope {
+        stream_id: STREAM,
+        source_id: SOURCE,
+    })
+}
+
 /// A datagram of `SOURCE` carrying one message at `source_seq`, signed under `key` with
 /// `counter` (by a sealer of its own) when a key is given.
 fn datagram(source_seq: u64, key: Option<&Key>, counter: u64) -> Vec<u8> {
@@ -98,7 +106,7 @@ fn datagram(source_seq: u64, key: Option<&Key>, counter: u64) -> Vec<u8> {
         .unwrap();
     let mut n = e.encoded_length();
     if let Some(key) = key {
-        let keys = Keyring::fixed(key.clone());
+        let keys = scoped(key);
         n = Sealer::new(counter)
             .unwrap()
             .seal(&keys, Kind::Datagram, &mut buf, n);
@@ -257,7 +265,7 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
         .authenticated());
     let (body, _) = d1.split_at(d1.len() - TRAILER_LEN);
     assert!(
-        trailer::open(&Keyring::fixed(key.clone()), 0, Kind::Datagram, &d1).is_ok(),
+        trailer::open(&scoped(&key), 0, Kind::Datagram, &d1).is_ok(),
         "the forwarder signs under the source's key"
     );
     site.sequence_until("messages sequenced", 1);
@@ -320,7 +328,7 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
         .take_from_sequencer(&mut site.sequencer)
         .expect("a NAK");
     assert_eq!(nak.len(), 32 + TRAILER_LEN, "a NAK and its trailer");
-    assert!(trailer::open(&Keyring::fixed(key.clone()), 0, Kind::Nak, &nak).is_ok());
+    assert!(trailer::open(&scoped(&key), 0, Kind::Nak, &nak).is_ok());
     // First an unsigned NAK and a NAK with a byte changed, from the sequencer's address as the
     // forwarder knows it: ignored.
     site.relay.to_forwarder(&unsigned_nak(3));
@@ -390,7 +398,7 @@ fn a_key_rotates_without_a_restart_and_the_old_one_lasts_the_overlap_only() {
     assert_eq!(site.io("key rotations"), 1);
     let d = site.offer_and_pass(b"order 3");
     assert!(trailer::open(
-        &Keyring::fixed(Key::from_material(new.as_bytes())),
+        &scoped(&Key::from_material(new.as_bytes())),
         0,
         Kind::Datagram,
         &d

@@ -37,7 +37,7 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate};
-use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TRAILER_LEN};
+use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
@@ -528,7 +528,11 @@ impl Sequencer {
                     "a key for source {id}, which is not a listed source"
                 )));
             };
-            s.auth = Some((keys.clone(), ReplayWindow::default()));
+            let scope = TrailerScope {
+                stream_id: cfg.store_config.stream_id,
+                source_id: *id,
+            };
+            s.auth = Some((keys.clone().for_trailers(scope), ReplayWindow::default()));
         }
         for (id, s) in sources.iter_mut() {
             s.next_source_seq = positions.next_source_seq(*id);
@@ -925,6 +929,8 @@ impl Sequencer {
                     .set_from_source_seq(from_seq);
                 let mut n = e.encoded_length();
                 if let Some((keys, _)) = &source.auth {
+                    // Above a deposed leader's NAKs in the source's replay window (`raise_to`).
+                    self.nak_sealer.raise_to(self.clock.realtime_ns());
                     n = self.nak_sealer.seal(keys, Kind::Nak, &mut self.nak, n);
                 }
                 // A NAK is advice: if it cannot be sent now, the source's timeout resends.

@@ -34,7 +34,7 @@ use anyhow::{ensure, Context, Result};
 use bench::paths::{forwarder_config, sequencer_config, source_key, SOURCE, STREAM};
 use clap::Parser;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_auth::trailer::{Kind, Sealer};
+use seqstream_auth::trailer::{Kind, Sealer, TrailerScope};
 use seqstream_auth::Keyring;
 use seqstream_iodaemon::forwarder::Forwarder;
 use seqstream_iodaemon::outbox::Outbox;
@@ -122,7 +122,10 @@ fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
     )?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     let mut buf = [0u8; 256];
-    let keys = Keyring::fixed(source_key());
+    let keys = Keyring::fixed(source_key()).for_trailers(TrailerScope {
+        stream_id: STREAM,
+        source_id: SOURCE,
+    });
     let mut sealer = Sealer::new(1)?;
     for seq in 1..=DATAGRAMS {
         let n = datagram(seq, keyed.then_some((&mut sealer, &keys)), &mut buf);
