@@ -22,7 +22,9 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
-//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs), and
+//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs; with nothing
+//! in flight it reads the NAK socket only once in [`NAK_POLL_IDLE_CYCLES`], so that an idle
+//! cycle makes no system call for it), and
 //! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
 //! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
 //! so a replication client on the same thread writes what it received in between: a pause
@@ -196,6 +198,12 @@ pub enum Error {
 pub const OUTBOX_CHECK_EVERY_NS: u64 = 100_000_000;
 /// How often (ns) a forwarder names, in a WARN line, the outboxes it still waits for.
 const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
+
+/// While nothing is in flight, the NAK socket is read once in this many duty cycles (every
+/// cycle otherwise): a NAK can only ask for unconfirmed messages, so an idle cycle skips the
+/// `recvfrom(2)` that would find nothing to act on, and a forged or stale NAK is still read,
+/// counted and logged within this many cycles.
+pub const NAK_POLL_IDLE_CYCLES: u32 = 64;
 
 /// Bytes of a datagram before its messages: SBE header, block, group header.
 const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
@@ -410,6 +418,8 @@ pub struct Forwarder {
     cycle_began_ns: u64,
     /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
+    /// Duty cycles since the NAK socket was last read ([`NAK_POLL_IDLE_CYCLES`]).
+    cycles_since_naks: u32,
     /// The outboxes of `cfg` not linked yet: they did not exist when last looked for, or were
     /// refused; in `cfg`'s order.
     missing: Vec<Awaited>,
@@ -539,6 +549,7 @@ impl Forwarder {
             })?,
             cycle_began_ns: clock.monotonic_ns(),
             copies_read: false,
+            cycles_since_naks: 0,
             missing,
             next_outbox_check_ns: now + OUTBOX_CHECK_EVERY_NS,
             next_missing_warn_ns: now + OUTBOX_WARN_EVERY_NS,
@@ -571,7 +582,8 @@ impl Forwarder {
     }
 
     /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
-    /// messages and handles NAKs (their resends go at once). Returns the work done. Until
+    /// messages and handles NAKs (their resends go at once; with nothing in flight, once in
+    /// [`NAK_POLL_IDLE_CYCLES`] cycles). Returns the work done. Until
     /// every route's local copy has been read to its end once, it reads them first, so that
     /// the first messages go to the leader a copy names, not to the route's first sequencer.
     pub fn send_work(&mut self) -> Result<usize, Error> {
@@ -587,7 +599,13 @@ impl Forwarder {
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
         }
-        work += self.naks()?;
+        let in_flight = self.links.iter().any(|l| l.sent > l.confirmed);
+        if in_flight || self.cycles_since_naks >= NAK_POLL_IDLE_CYCLES {
+            self.cycles_since_naks = 0;
+            work += self.naks()?;
+        } else {
+            self.cycles_since_naks += 1;
+        }
         if !self.cfg.keys.is_empty() {
             self.poll_keys(now);
         }

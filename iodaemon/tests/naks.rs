@@ -2,6 +2,8 @@
 //! address, another epoch, unknown source, messages never sent, undecodable) is counted and
 //! changes nothing; the real sequencer's NAK then makes the forwarder resend at once. In
 //! process, and with the `iodaemon` binary under a flood of forged NAKs (its log stays short).
+//! A forwarder with nothing in flight reads its NAK socket once in `NAK_POLL_IDLE_CYCLES`
+//! cycles, and still counts what arrived.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route, NAK_POLL_IDLE_CYCLES};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_testkit::KillOnDrop as Proc;
@@ -55,6 +57,34 @@ fn outbox_of_five(path: &Path) {
     }
 }
 
+/// A forwarder of `outbox` to `sequencer`, in `dir` (its route's local copy never exists, so
+/// nothing is ever confirmed), counting into `counters`. Only NAKs make it resend: its resend
+/// timeout never passes within a test.
+fn forwarder(
+    dir: &Path,
+    outbox: std::path::PathBuf,
+    sequencer: &UdpSocket,
+    counters: &Path,
+) -> Forwarder {
+    Forwarder::open(
+        ForwarderConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            resend_timeout: Duration::from_secs(3600),
+            epoch: EPOCH,
+            ..ForwarderConfig::new(
+                vec![outbox],
+                vec![Route::to_sequencer(
+                    STREAM,
+                    sequencer.local_addr().unwrap(),
+                    dir.join("no-store-yet"),
+                )],
+            )
+        },
+        &CountersWriter::create(counters, 64).unwrap(),
+    )
+    .unwrap()
+}
+
 /// Waits (bounded) until counter `label` of the file at `path` is `value`.
 fn wait_counter(path: &Path, label: &str, value: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -72,6 +102,38 @@ fn wait_counter(path: &Path, label: &str, value: u64) {
 }
 
 #[test]
+fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
+    let d = tempfile::tempdir().unwrap();
+    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let outbox = d.path().join("app.outbox");
+    // An outbox with nothing in it: nothing is ever in flight.
+    Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
+    let counters_path = d.path().join("io.counters");
+    let mut f = forwarder(d.path(), outbox, &sequencer, &counters_path);
+    let bad = || {
+        counters::read(&counters_path)
+            .unwrap()
+            .get("bad naks")
+            .unwrap()
+    };
+    // A NAK of messages never sent, there before the first cycle.
+    sequencer
+        .send_to(&nak(SOURCE, EPOCH, 1), f.local_addr())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    for cycle in 1..=NAK_POLL_IDLE_CYCLES {
+        f.do_work().unwrap();
+        assert_eq!(bad(), 0, "read at idle cycle {cycle}");
+    }
+    f.do_work().unwrap();
+    assert_eq!(
+        bad(),
+        1,
+        "read at the cycle after {NAK_POLL_IDLE_CYCLES} idle ones"
+    );
+}
+
+#[test]
 fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     let d = tempfile::tempdir().unwrap();
     // A sequencer that receives and never sequences: nothing is ever confirmed.
@@ -82,25 +144,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     let outbox = d.path().join("app.outbox");
     outbox_of_five(&outbox);
     let counters_path = d.path().join("io.counters");
-    let w = CountersWriter::create(&counters_path, 64).unwrap();
-    let mut f = Forwarder::open(
-        ForwarderConfig {
-            bind: "127.0.0.1:0".parse().unwrap(),
-            // Never within the test: only NAKs may trigger a resend.
-            resend_timeout: Duration::from_secs(3600),
-            epoch: EPOCH,
-            ..ForwarderConfig::new(
-                vec![outbox],
-                vec![Route::to_sequencer(
-                    STREAM,
-                    sequencer.local_addr().unwrap(),
-                    d.path().join("no-store-yet"),
-                )],
-            )
-        },
-        &w,
-    )
-    .unwrap();
+    let mut f = forwarder(d.path(), outbox, &sequencer, &counters_path);
     let get = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
     let pump = |f: &mut Forwarder, label: &str, value: u64| {
         let deadline = Instant::now() + Duration::from_secs(10);
