@@ -58,8 +58,9 @@ pub enum KeyError {
 }
 
 /// A 256-bit key. Its `Debug` shows only its [fingerprint](Key::fingerprint); its bytes are
-/// zeroed when it is dropped (and so are those of every key derived from it, and the AES key
-/// schedules and GHASH keys made from them: `aes`' and `ghash`'s `zeroize` features).
+/// zeroed when it is dropped, and so are those of every key derived from it (and the AES key
+/// schedules and GHASH keys made from them: `aes`' `zeroize` feature and the `gmac` module's
+/// `Drop`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Key {
     bytes: [u8; 32],

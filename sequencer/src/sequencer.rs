@@ -14,9 +14,9 @@
 //! A source with a key ([`SequencerConfig::keys`]) is known by its key, not its address: each
 //! of its datagrams must carry the `Authenticated` flag and end with an authentication trailer
 //! (`seqstream_auth::trailer`: a counter, a sender id and an AES-256-GMAC tag) that verifies
-//! under its key, and its `(epoch, counter)` must be new to the source's replay window. One that fails is
-//! dropped and counted by reason (`unsigned`, `bad tag`, `replayed`) before anything changes,
-//! and the NAKs sent to that source carry a trailer of their own. A source without a key is
+//! under its key, and its `(epoch, counter)` must be new to the source's replay window. One
+//! that fails is dropped and counted by reason (`unsigned`, `bad tag`, `replayed`) before
+//! anything changes, and the NAKs sent to that source carry a trailer of their own. A source without a key is
 //! trusted by its address alone, as the log says when the sequencer opens. Key files are
 //! looked at once a second while idle, so a key is rotated without a restart.
 //!

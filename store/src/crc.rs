@@ -198,19 +198,17 @@ mod x86 {
         /// it (and a zero state past one) equals feeding it `w` zero words.
         #[test]
         fn a_shift_is_a_run_of_zero_words() {
-            if !std::is_x86_feature_detected!("sse4.2")
-                || !std::is_x86_feature_detected!("pclmulqdq")
-            {
+            if !*SUPPORTED {
                 return;
             }
             for w in 1..=2 * LANE_WORDS_MAX {
                 for s in [1u64, 0x8000_0000, 0xDEAD_BEEF, 0xFFFF_FFFF] {
                     let mut fed = s;
                     for _ in 0..w {
-                        // SAFETY: SSE 4.2 was detected at the top of the test.
+                        // SAFETY: SSE 4.2 is here (`SUPPORTED`, checked above).
                         fed = unsafe { _mm_crc32_u64(fed, 0) };
                     }
-                    // SAFETY: both features were detected at the top of the test.
+                    // SAFETY: both features are here (`SUPPORTED`, checked above).
                     let shifted = unsafe { shifted_pair(s, w, 0, 1) };
                     assert_eq!(shifted, fed, "w = {w}, s = {s:#x}");
                 }
