@@ -39,7 +39,7 @@
 //! The resends make a failover cost latency, never data.
 //!
 //! An outbox that does not exist yet (its application has not started) does not stop the
-//! forwarder: it is looked for every [`OUTBOX_CHECK_EVERY_NS`] of the cycle's clock (the
+//! forwarder: it is looked for every [`MISSING_CHECK_EVERY_NS`] of the cycle's clock (the
 //! gauge `outboxes missing` counts them), and drained once it appears. Its route's local copy
 //! is then read again from its start, as at open, so that the new link learns what of its
 //! source the stream already holds; until that read reaches the end, the route's timeouts
@@ -47,6 +47,11 @@
 //! and counted in `outboxes refused`, and the others go on; it stays in `outboxes missing`,
 //! and is tried again once its file changes (another file at the path, or the same one
 //! grown: one written in place rather than renamed into it may be caught half written).
+//!
+//! A route's local copy that does not exist yet (its replication client has not created it)
+//! is looked for every [`MISSING_CHECK_EVERY_NS`] too, not in every cycle: a busy-spinning
+//! forwarder would otherwise make a failing `openat(2)` in each. Until it exists nothing is
+//! confirmed on that route; once it appears, its confirmations wait at most that long.
 //!
 //! A link's confirmations come from its source's frames in the copy, so they are trusted only
 //! below the outbox's next source seq: a frame of a seq the outbox never issued means its
@@ -193,9 +198,9 @@ pub enum Error {
     Config(String),
 }
 
-/// How often (ns of the cycle's clock) a forwarder looks for the outboxes that do not exist
-/// yet.
-pub const OUTBOX_CHECK_EVERY_NS: u64 = 100_000_000;
+/// How often (ns of the cycle's clock) a forwarder looks for the outboxes, and its routes'
+/// local copies, that do not exist yet.
+pub const MISSING_CHECK_EVERY_NS: u64 = 100_000_000;
 /// How often (ns) a forwarder names, in a WARN line, the outboxes it still waits for.
 const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
 
@@ -366,6 +371,9 @@ struct RouteState {
     /// The last read of the local copy reached its end (or found no copy yet): its
     /// confirmations are all known, and the route's timeouts may be judged.
     caught_up: bool,
+    /// When (monotonic ns) the local copy, not found when last looked for, is looked for
+    /// again ([`MISSING_CHECK_EVERY_NS`]; 0: at once).
+    look_for_copy_at_ns: u64,
 }
 
 impl RouteState {
@@ -436,7 +444,7 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Opens the outboxes that exist (the others are looked for every
-    /// [`OUTBOX_CHECK_EVERY_NS`], module docs) and binds the socket; intervals on the system's
+    /// [`MISSING_CHECK_EVERY_NS`], module docs) and binds the socket; intervals on the system's
     /// monotonic clock.
     ///
     /// Errors: `Outbox` for an outbox that exists but cannot be opened; `Config` for one
@@ -532,8 +540,20 @@ impl Forwarder {
                 term: 0,
                 new_term: false,
                 caught_up: false,
+                look_for_copy_at_ns: 0,
             })
             .collect();
+        let sealer = Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
+            op: "getrandom (the datagram trailer's sender id)",
+            source: e,
+        })?;
+        if !cfg.keys.is_empty() {
+            tracing::info!(
+                sender = format_args!("{:#010x}", sealer.sender()),
+                first_counter = sealer.counter(),
+                "sealing datagrams of authenticated sources"
+            );
+        }
         Ok(Forwarder {
             socket,
             links,
@@ -543,15 +563,12 @@ impl Forwarder {
             payloads: Vec::new(),
             out: vec![0; cfg.mtu],
             nak: vec![0; 256],
-            sealer: Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
-                op: "getrandom (the datagram trailer's sender id)",
-                source: e,
-            })?,
+            sealer,
             cycle_began_ns: clock.monotonic_ns(),
             copies_read: false,
             cycles_since_naks: 0,
             missing,
-            next_outbox_check_ns: now + OUTBOX_CHECK_EVERY_NS,
+            next_outbox_check_ns: now + MISSING_CHECK_EVERY_NS,
             next_missing_warn_ns: now + OUTBOX_WARN_EVERY_NS,
             clock,
             bad_nak_warn: LimitedWarn::new("ignored a NAK"),
@@ -699,7 +716,7 @@ impl Forwarder {
     /// tried again only once its file changes; the rest are named in a WARN line every
     /// [`OUTBOX_WARN_EVERY_NS`].
     fn open_missing(&mut self, now: u64) {
-        self.next_outbox_check_ns = now + OUTBOX_CHECK_EVERY_NS;
+        self.next_outbox_check_ns = now + MISSING_CHECK_EVERY_NS;
         let mut still = Vec::new();
         for mut a in std::mem::take(&mut self.missing) {
             let stamp = FileStamp::of(&a.path);
@@ -715,7 +732,9 @@ impl Forwarder {
                     tracing::info!(outbox = %a.path.display(), source_id = link.reader.source_id(), stream_id = link.reader.stream_id(), "the outbox exists now: draining it");
                     // Read the copy again from its start: what of this source it already
                     // holds confirms the new link, as at open.
-                    self.routes[link.route].tailer = None;
+                    let route = &mut self.routes[link.route];
+                    route.tailer = None;
+                    route.look_for_copy_at_ns = 0;
                     self.copies_read = false;
                     self.links.push(link);
                 }
@@ -776,10 +795,15 @@ impl Forwarder {
         for (ri, r) in self.routes.iter_mut().enumerate() {
             r.caught_up = false;
             if r.tailer.is_none() {
+                if now < r.look_for_copy_at_ns {
+                    r.caught_up = true;
+                    continue;
+                }
                 match Tailer::open_with(&r.route.local_store, TailerOptions::default()) {
                     Ok(t) => r.tailer = Some(t),
                     Err(StoreError::NoStore { .. }) => {
                         // No copy yet, so no confirmation to wait for.
+                        r.look_for_copy_at_ns = now + MISSING_CHECK_EVERY_NS;
                         r.caught_up = true;
                         continue;
                     }

@@ -1,6 +1,6 @@
 //! Outboxes the forwarder links, at start and after. One that does not exist when the
 //! forwarder starts (its application starts later): the forwarder starts anyway, counts it in
-//! `outboxes missing`, drains it once it appears (looked for every `OUTBOX_CHECK_EVERY_NS` of
+//! `outboxes missing`, drains it once it appears (looked for every `MISSING_CHECK_EVERY_NS` of
 //! the cycle's clock), and confirms it from what the local copy already holds of its source.
 //! One that appears for a stream no route names, or not an outbox, is refused and counted,
 //! and the others go on; it is tried again once its file changes. One whose numbering
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route, OUTBOX_CHECK_EVERY_NS};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route, MISSING_CHECK_EVERY_NS};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_store::{Appender, FrameFields, StoreConfig};
@@ -129,14 +129,14 @@ fn an_outbox_created_after_start_is_drained_from_the_next_look() {
     early.offer(STREAM, 0, b"a").unwrap();
     assert!(site.cycle().is_empty(), "not looked for again yet");
 
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes missing"), 1);
 
     let mut late = site.outbox("late.outbox", 2, STREAM);
     late.offer(STREAM, 0, b"b").unwrap();
     late.offer(STREAM, 0, b"c").unwrap();
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     assert_eq!(site.cycle(), vec![(2, 1), (2, 2)]);
     assert_eq!(site.counter("outboxes missing"), 0);
     assert_eq!(site.counter("messages sent"), 3);
@@ -154,7 +154,7 @@ fn an_outbox_that_appears_is_confirmed_by_what_the_copy_already_holds() {
     for m in [b"1", b"2", b"3"] {
         late.offer(STREAM, 0, m).unwrap();
     }
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     // All three go once, as after a restart (the sequencer drops the two it holds), ...
     assert_eq!(site.cycle(), vec![(2, 1), (2, 2), (2, 3)]);
     // ... but only the third stays in flight: past the timeout, only it is resent.
@@ -169,7 +169,7 @@ fn an_outbox_for_a_stream_without_a_route_is_refused_and_the_others_go_on() {
     let _stray = site.outbox("stray.outbox", 3, STREAM + 1);
     let mut good = site.outbox("good.outbox", 1, STREAM);
     good.offer(STREAM, 0, b"a").unwrap();
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes refused"), 1);
     assert_eq!(
@@ -208,10 +208,10 @@ fn a_refused_outbox_is_tried_again_once_its_file_changes() {
     // Caught half written (a copy into place, not a rename): refused.
     let path = site.dir.path().join("app.outbox");
     std::fs::write(&path, b"SEQOUTBX").unwrap();
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     assert!(site.cycle().is_empty());
     assert_eq!(site.counter("outboxes refused"), 1);
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     site.cycle();
     assert_eq!(
         site.counter("outboxes refused"),
@@ -223,7 +223,7 @@ fn a_refused_outbox_is_tried_again_once_its_file_changes() {
     std::fs::remove_file(&path).unwrap();
     let mut out = site.outbox("app.outbox", 1, STREAM);
     out.offer(STREAM, 0, b"a").unwrap();
-    site.clock.advance(OUTBOX_CHECK_EVERY_NS);
+    site.clock.advance(MISSING_CHECK_EVERY_NS);
     assert_eq!(site.cycle(), vec![(1, 1)]);
     assert_eq!(site.counter("outboxes missing"), 0);
 }

@@ -4,7 +4,8 @@
 //! with the confirmation unread resends nothing (nor with a backlog ahead of it in the copy),
 //! a cycle that began before the timeout does not resend, and a term-start frame in the
 //! local copy sends the datagrams, and everything unconfirmed, to the leader it names at
-//! once. Times on a manual clock.
+//! once. A local copy that does not exist yet is looked for every `MISSING_CHECK_EVERY_NS`,
+//! not in every cycle. Times on a manual clock.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use std::time::Duration;
 use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::{Agent, DutyCycle};
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route, MISSING_CHECK_EVERY_NS};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_store::{Appender, FrameFields, StoreConfig};
@@ -236,6 +237,38 @@ fn a_backlog_in_the_copy_holds_back_the_timeout_until_it_is_read() {
     assert_eq!(site.counter("messages confirmed"), 1);
     assert_eq!(site.counter("messages resent"), 0);
     assert_eq!(member.received(), Vec::<u64>::new());
+}
+
+/// The route's local copy is missing when the first cycle looks for it and appears right
+/// after, holding the confirmation: cycles within `MISSING_CHECK_EVERY_NS` of that look do
+/// not look again, and the first cycle after it confirms the message.
+#[test]
+fn a_missing_local_copy_is_looked_for_every_so_often_not_every_cycle() {
+    let member = Member::new();
+    let mut site = Site::new(&[&member], Vec::new());
+    site.offer();
+    assert_eq!(member.received(), vec![1]);
+    let mut copy = appender(&site.store);
+    sequence(&mut copy, 1..=1);
+    for cycle in 0..10 {
+        site.forwarder.do_work().unwrap();
+        assert_eq!(
+            site.counter("messages confirmed"),
+            0,
+            "looked for again at cycle {cycle}"
+        );
+    }
+    site.clock.advance(MISSING_CHECK_EVERY_NS - 1);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(
+        site.counter("messages confirmed"),
+        0,
+        "looked for too early"
+    );
+    site.clock.advance(1);
+    site.forwarder.do_work().unwrap();
+    assert_eq!(site.counter("messages confirmed"), 1);
+    assert_eq!(site.counter("messages resent"), 0);
 }
 
 /// Appends what a sequencer would: `SOURCE`'s messages `seqs`.
