@@ -131,6 +131,12 @@ impl Sealer {
         })
     }
 
+    /// Its sender id, the nonce's last 4 bytes: a daemon logs it at open, so that two sealers
+    /// under one key can be told apart in the logs if nonce reuse is ever suspected.
+    pub fn sender(&self) -> u32 {
+        self.sender
+    }
+
     /// The counter the next message gets.
     pub fn counter(&self) -> u64 {
         self.counter

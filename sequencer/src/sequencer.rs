@@ -591,6 +591,13 @@ impl Sequencer {
         }
         let mut clock = cfg.store_config.clock.clone();
         let role = format!("sequencer stream {}", appender.stream_id());
+        let nak_sealer = Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
+            op: "getrandom (the NAK trailer's sender id)",
+            source: e,
+        })?;
+        if sources.values().any(|s| s.auth.is_some()) {
+            tracing::info!(role = %role, sender = format_args!("{:#010x}", nak_sealer.sender()), first_counter = nak_sealer.counter(), "sealing NAKs to authenticated sources");
+        }
         Ok(Sequencer {
             cfg,
             socket: socket.into(),
@@ -602,10 +609,7 @@ impl Sequencer {
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
-            nak_sealer: Sealer::new(clock.realtime_ns()).map_err(|e| Error::Io {
-                op: "getrandom (the NAK trailer's sender id)",
-                source: e,
-            })?,
+            nak_sealer,
             batch_ns: clock.monotonic_ns(),
             batch_stamp_ns: 0,
             clock,
