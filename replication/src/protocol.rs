@@ -11,6 +11,10 @@
 //! first data of each new segment, and `Heartbeat` when idle. The replica sends `Ack` (its
 //! committed position and next seq) after writing data, and `Heartbeat` when idle. Either side
 //! closes the connection on any fault.
+//!
+//! The hello and the challenge carry [`PROTOCOL_VERSION`]; each side refuses another version
+//! at the first message, by name ([`ProtocolError::Version`]), rather than failing a proof
+//! or a session tag later. A hello or challenge without the field is version 1.
 
 use seqstream_auth::session::{SessionError, SessionMac};
 use seqstream_auth::TAG_LEN;
@@ -18,6 +22,17 @@ use seqstream_schemas::wire;
 use seqstream_store::SEGMENT_HEADER_PREFIX;
 
 use crate::framing::{put_sofh, sofh_length, MAX_MESSAGE, SBE_LE, SOFH_LEN};
+
+/// The replication protocol's version, in every hello and challenge (wire schema version 2
+/// on). Version 1 is the protocol as it was before the field existed, so a hello or
+/// challenge without it (a build of wire schema version 1) is read as version 1 and the two
+/// builds interoperate. Raised with every change a peer of the previous version cannot
+/// follow; from then on the two ends of a link are upgraded together.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The version of a hello or challenge that has no version field: builds before the field
+/// spoke the protocol that became version 1.
+const VERSION_BEFORE_THE_FIELD: u16 = 1;
 
 /// One decoded replication message, borrowing from the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,27 +116,51 @@ pub enum ProtocolError {
     /// rather than read as if the bit meant nothing.
     #[error("hello flags {0:#04x}: bits this build does not know")]
     UnknownFlags(u8),
+    /// A hello or challenge of another replication protocol version than
+    /// [`PROTOCOL_VERSION`]: the peer is of a build this one cannot follow (or that cannot
+    /// follow this one).
+    #[error("{message} of replication protocol version {peer}, this build speaks version {PROTOCOL_VERSION}: upgrade both ends of the link together")]
+    Version {
+        /// `"hello"` or `"challenge"`.
+        message: &'static str,
+        /// The version the peer sent.
+        peer: u16,
+    },
+}
+
+/// `Ok` when a hello's or challenge's version field `sent` (`None`: absent) is this build's.
+fn check_version(message: &'static str, sent: Option<u16>) -> Result<(), ProtocolError> {
+    match sent.unwrap_or(VERSION_BEFORE_THE_FIELD) {
+        PROTOCOL_VERSION => Ok(()),
+        peer => Err(ProtocolError::Version { message, peer }),
+    }
 }
 
 /// Decodes the SBE bytes of one message (SOFH already stripped).
 #[inline]
 pub fn decode(sbe: &[u8]) -> Result<Msg<'_>, ProtocolError> {
     Ok(match wire::decode(sbe)? {
-        wire::Message::ReplicationHello(m) => Msg::Hello {
-            stream_id: m.stream_id(),
-            resume_position: m.resume_position(),
-            resume_term: m.resume_term(),
-            standby: match m.flags() {
-                f if f.0 & !wire::ReplicaFlags::STANDBY != 0 => {
-                    return Err(ProtocolError::UnknownFlags(f.0))
-                }
-                f => f.standby(),
-            },
-            nonce: m.client_nonce()?,
-        },
-        wire::Message::ReplicationChallenge(m) => Msg::Challenge {
-            nonce: m.server_nonce()?,
-        },
+        wire::Message::ReplicationHello(m) => {
+            check_version("hello", m.protocol_version())?;
+            Msg::Hello {
+                stream_id: m.stream_id(),
+                resume_position: m.resume_position(),
+                resume_term: m.resume_term(),
+                standby: match m.flags() {
+                    f if f.0 & !wire::ReplicaFlags::STANDBY != 0 => {
+                        return Err(ProtocolError::UnknownFlags(f.0))
+                    }
+                    f => f.standby(),
+                },
+                nonce: m.client_nonce()?,
+            }
+        }
+        wire::Message::ReplicationChallenge(m) => {
+            check_version("challenge", m.protocol_version())?;
+            Msg::Challenge {
+                nonce: m.server_nonce()?,
+            }
+        }
         wire::Message::ReplicationProof(m) => Msg::Proof { proof: m.proof()? },
         wire::Message::ReplicationSegment(m) => {
             let h = m.header()?;
@@ -178,12 +217,14 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
             e.set_stream_id(*stream_id)
                 .set_resume_term(*resume_term)
                 .set_resume_position(*resume_position)
-                .set_flags(wire::ReplicaFlags::default().with_standby(*standby));
+                .set_flags(wire::ReplicaFlags::default().with_standby(*standby))
+                .set_protocol_version(PROTOCOL_VERSION);
             e.set_client_nonce(nonce).expect("a nonce <= 64 KiB");
             e.encoded_length()
         }
         Msg::Challenge { nonce } => {
             let mut e = wire::ReplicationChallengeEncoder::new(buf).expect("sized");
+            e.set_protocol_version(PROTOCOL_VERSION);
             e.set_server_nonce(nonce).expect("a nonce <= 64 KiB");
             e.encoded_length()
         }
@@ -441,7 +482,9 @@ mod tests {
         let hello = |flags: u8| {
             let mut buf = vec![0u8; 128];
             let mut e = wire::ReplicationHelloEncoder::new(&mut buf).unwrap();
-            e.set_stream_id(3).set_flags(wire::ReplicaFlags(flags));
+            e.set_stream_id(3)
+                .set_flags(wire::ReplicaFlags(flags))
+                .set_protocol_version(PROTOCOL_VERSION);
             e.set_client_nonce(&[1; 32]).unwrap();
             let n = e.encoded_length();
             buf.truncate(n);
@@ -460,6 +503,65 @@ mod tests {
                 matches!(decode(&hello(flags)), Err(ProtocolError::UnknownFlags(f)) if f == flags),
                 "{flags:#x}"
             );
+        }
+    }
+    /// The two messages that carry the protocol version.
+    const HELLO: Msg<'static> = Msg::Hello {
+        stream_id: 3,
+        resume_position: 4096,
+        resume_term: 2,
+        standby: true,
+        nonce: &[1; 32],
+    };
+    const CHALLENGE: Msg<'static> = Msg::Challenge { nonce: &[2; 32] };
+
+    /// The SBE bytes of `msg`, without its framing header.
+    fn sbe(msg: &Msg<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(msg, &mut out);
+        out.split_off(SOFH_LEN)
+    }
+
+    /// `sbe` (a hello or challenge whose last block field is the protocol version) as a build
+    /// of wire schema version 1 encodes it: no version field, a block two bytes shorter.
+    fn as_schema_version_1(mut sbe: Vec<u8>) -> Vec<u8> {
+        let block = u16::from_le_bytes([sbe[0], sbe[1]]) - 2;
+        sbe.drain(8 + block as usize..8 + block as usize + 2);
+        sbe[0..2].copy_from_slice(&block.to_le_bytes());
+        sbe[6..8].copy_from_slice(&1u16.to_le_bytes());
+        sbe
+    }
+
+    #[test]
+    fn a_hello_or_challenge_of_another_protocol_version_is_refused_by_name() {
+        for (msg, name) in [(HELLO, "hello"), (CHALLENGE, "challenge")] {
+            let ours = sbe(&msg);
+            assert_eq!(decode(&ours).unwrap(), msg);
+            // The version is the block's last two bytes.
+            let at = 8 + u16::from_le_bytes([ours[0], ours[1]]) as usize - 2;
+            assert_eq!(ours[at..at + 2], PROTOCOL_VERSION.to_le_bytes());
+            for other in [0, PROTOCOL_VERSION + 1, u16::MAX] {
+                let mut theirs = ours.clone();
+                theirs[at..at + 2].copy_from_slice(&other.to_le_bytes());
+                let e = decode(&theirs).unwrap_err();
+                assert!(
+                    matches!(e, ProtocolError::Version { message, peer } if message == name && peer == other),
+                    "{name} {other}: {e}"
+                );
+                assert!(e.to_string().contains("upgrade both ends"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_hello_or_challenge_of_a_build_before_the_version_field_is_read_as_version_1() {
+        for msg in [HELLO, CHALLENGE] {
+            let old = as_schema_version_1(sbe(&msg));
+            match decode(&old) {
+                Ok(got) if PROTOCOL_VERSION == 1 => assert_eq!(got, msg),
+                Err(ProtocolError::Version { peer: 1, .. }) if PROTOCOL_VERSION != 1 => {}
+                other => panic!("{other:?}: {old:?}"),
+            }
         }
     }
 }

@@ -13,12 +13,13 @@ use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_auth::{Key, Keyring};
 use seqstream_replication::follower::{AckTiming, Follower, FollowerConfig};
-use seqstream_replication::framing::{put_sofh, Inbox};
+use seqstream_replication::framing::{put_sofh, Inbox, SOFH_LEN};
 use seqstream_replication::peer::Peer;
 use seqstream_replication::protocol::{self, Msg};
 use seqstream_replication::release::Release;
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_replication::Error;
+use seqstream_schemas::wire;
 use seqstream_store::{pattern, Appender, StoreConfig, Tailer};
 use seqstream_testkit::store_files as live_files;
 
@@ -1094,6 +1095,26 @@ fn a_bad_hello_or_ack_changes_no_session_state_and_the_real_replica_is_served() 
     closed_by_upstream(raw_replica(addr, 3, 0));
     wait("refused handshake", 1);
     assert_eq!(counter(&sc, "consumer[0] connections"), 0);
+    assert_eq!(counter(&sc, "refused auth"), 0);
+
+    // A hello of another replication protocol version: refused by name, before any proof.
+    let mut hello = encoded(&[Msg::Hello {
+        stream_id: STREAM,
+        resume_position: 0,
+        resume_term: 0,
+        standby: false,
+        nonce: &[7; 32],
+    }]);
+    let version_at = SOFH_LEN + 8 + wire::ReplicationHelloDecoder::BLOCK_LENGTH as usize - 2;
+    hello[version_at..version_at + 2]
+        .copy_from_slice(&(protocol::PROTOCOL_VERSION + 1).to_le_bytes());
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&hello).unwrap();
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut answer).unwrap();
+    assert!(answer.is_empty(), "the upstream answered: {answer:?}");
+    wait("refused handshake", 2);
     assert_eq!(counter(&sc, "refused auth"), 0);
 
     // Acks that cannot be true: dropped, and nothing of the slot's state changed.
