@@ -22,9 +22,10 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
-//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs; with nothing
-//! in flight it reads the NAK socket only once in [`NAK_POLL_IDLE_CYCLES`], so that an idle
-//! cycle makes no system call for it), and
+//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs: it reads
+//! the NAK socket after [`NAK_POLL_IN_FLIGHT_CYCLES`] cycles without reading it while
+//! messages are in flight, [`NAK_POLL_IDLE_CYCLES`] otherwise, so that most cycles make no
+//! system call for it), and
 //! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
 //! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
 //! so a replication client on the same thread writes what it received in between: a pause
@@ -204,11 +205,22 @@ pub const MISSING_CHECK_EVERY_NS: u64 = 100_000_000;
 /// How often (ns) a forwarder names, in a WARN line, the outboxes it still waits for.
 const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
 
-/// While nothing is in flight, the NAK socket is read once in this many duty cycles (every
-/// cycle otherwise): a NAK can only ask for unconfirmed messages, so an idle cycle skips the
+/// While nothing is in flight, the NAK socket is read after this many duty cycles without
+/// reading it: a NAK can only ask for unconfirmed messages, so an idle cycle skips the
 /// `recvfrom(2)` that would find nothing to act on, and a forged or stale NAK is still read,
 /// counted and logged within this many cycles.
 pub const NAK_POLL_IDLE_CYCLES: u32 = 64;
+
+/// While messages are in flight, the NAK socket is read after this many duty cycles without
+/// reading it. A NAK comes only after a loss (or from a new leader), and its resend waits at
+/// most these cycles more (a few µs), while the cycles in between, in which a confirmation
+/// or the next message is picked up, each make one system call fewer (the common case: the
+/// read finds nothing). A read that fills its bound ([`NAKS_PER_READ`]) is followed by
+/// another in the next cycle.
+pub const NAK_POLL_IN_FLIGHT_CYCLES: u32 = 8;
+
+/// The most datagrams one read of the NAK socket takes.
+pub const NAKS_PER_READ: usize = 64;
 
 /// Bytes of a datagram before its messages: SBE header, block, group header.
 const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
@@ -426,7 +438,8 @@ pub struct Forwarder {
     cycle_began_ns: u64,
     /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
-    /// Duty cycles since the NAK socket was last read ([`NAK_POLL_IDLE_CYCLES`]).
+    /// Duty cycles since the NAK socket was last read ([`NAK_POLL_IDLE_CYCLES`],
+    /// [`NAK_POLL_IN_FLIGHT_CYCLES`]).
     cycles_since_naks: u32,
     /// The outboxes of `cfg` not linked yet: they did not exist when last looked for, or were
     /// refused; in `cfg`'s order.
@@ -599,8 +612,9 @@ impl Forwarder {
     }
 
     /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
-    /// messages and handles NAKs (their resends go at once; with nothing in flight, once in
-    /// [`NAK_POLL_IDLE_CYCLES`] cycles). Returns the work done. Until
+    /// messages and handles NAKs (their resends go at once; the socket is read after
+    /// [`NAK_POLL_IN_FLIGHT_CYCLES`] or, with nothing in flight, [`NAK_POLL_IDLE_CYCLES`]
+    /// cycles without reading it). Returns the work done. Until
     /// every route's local copy has been read to its end once, it reads them first, so that
     /// the first messages go to the leader a copy names, not to the route's first sequencer.
     pub fn send_work(&mut self) -> Result<usize, Error> {
@@ -613,13 +627,22 @@ impl Forwarder {
         if !self.copies_read {
             work += self.follow_copies(now)?;
         }
+        // In flight before this cycle's sends: a NAK cannot ask for what it sends yet, so the
+        // cycle that sends the first message after a pause does not read for it.
+        let in_flight = self.links.iter().any(|l| l.sent > l.confirmed);
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
         }
-        let in_flight = self.links.iter().any(|l| l.sent > l.confirmed);
-        if in_flight || self.cycles_since_naks >= NAK_POLL_IDLE_CYCLES {
-            self.cycles_since_naks = 0;
-            work += self.naks()?;
+        let due = if in_flight {
+            NAK_POLL_IN_FLIGHT_CYCLES
+        } else {
+            NAK_POLL_IDLE_CYCLES
+        };
+        if self.cycles_since_naks >= due {
+            let read = self.naks()?;
+            // A full read may have left more: the next cycle reads again.
+            self.cycles_since_naks = if read < NAKS_PER_READ { 0 } else { due };
+            work += read;
         } else {
             self.cycles_since_naks += 1;
         }
@@ -1027,7 +1050,7 @@ impl Forwarder {
     /// (rate-limited) and changes nothing.
     fn naks(&mut self) -> Result<usize, Error> {
         let mut work = 0;
-        for _ in 0..64 {
+        for _ in 0..NAKS_PER_READ {
             let (len, from) = match self.socket.recv_from(&mut self.nak) {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

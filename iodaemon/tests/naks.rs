@@ -2,8 +2,9 @@
 //! address, another epoch, unknown source, messages never sent, undecodable) is counted and
 //! changes nothing; the real sequencer's NAK then makes the forwarder resend at once. In
 //! process, and with the `iodaemon` binary under a flood of forged NAKs (its log stays short).
-//! A forwarder with nothing in flight reads its NAK socket once in `NAK_POLL_IDLE_CYCLES`
-//! cycles, and still counts what arrived.
+//! A forwarder reads its NAK socket after `NAK_POLL_IDLE_CYCLES` cycles without reading it
+//! when nothing is in flight, after `NAK_POLL_IN_FLIGHT_CYCLES` otherwise, and still counts
+//! and answers what arrived.
 
 use std::net::UdpSocket;
 use std::path::Path;
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route, NAK_POLL_IDLE_CYCLES};
+use seqstream_iodaemon::forwarder::{
+    Forwarder, ForwarderConfig, Route, NAK_POLL_IDLE_CYCLES, NAK_POLL_IN_FLIGHT_CYCLES,
+};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
 use seqstream_testkit::KillOnDrop as Proc;
@@ -85,6 +88,48 @@ fn forwarder(
     .unwrap()
 }
 
+/// A sequencer that receives and never sequences (nothing is ever confirmed): a socket whose
+/// reads give up after 10 s.
+fn fake_sequencer() -> UdpSocket {
+    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sequencer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sequencer
+}
+
+/// A [`forwarder`] to `sequencer` of an outbox of five messages, all in `dir`; the path of
+/// its counters.
+fn forwarding_five(dir: &Path, sequencer: &UdpSocket) -> (Forwarder, std::path::PathBuf) {
+    let outbox = dir.join("app.outbox");
+    outbox_of_five(&outbox);
+    let counters_path = dir.join("io.counters");
+    let f = forwarder(dir, outbox, sequencer, &counters_path);
+    (f, counters_path)
+}
+
+/// Lets a NAK just sent to `f` arrive, then runs `cycles` duty cycles in which `count` stays
+/// `before` (the NAK is not read) and one in which it rises by one.
+fn read_only_after(
+    f: &mut Forwarder,
+    count: impl Fn() -> u64,
+    before: u64,
+    cycles: u32,
+    what: &str,
+) {
+    std::thread::sleep(Duration::from_millis(50));
+    for cycle in 1..=cycles {
+        f.do_work().unwrap();
+        assert_eq!(count(), before, "read at {what} cycle {cycle}");
+    }
+    f.do_work().unwrap();
+    assert_eq!(
+        count(),
+        before + 1,
+        "read at the cycle after {cycles} {what} ones"
+    );
+}
+
 /// Waits (bounded) until counter `label` of the file at `path` is `value`.
 fn wait_counter(path: &Path, label: &str, value: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -120,31 +165,47 @@ fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
     sequencer
         .send_to(&nak(SOURCE, EPOCH, 1), f.local_addr())
         .unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    for cycle in 1..=NAK_POLL_IDLE_CYCLES {
-        f.do_work().unwrap();
-        assert_eq!(bad(), 0, "read at idle cycle {cycle}");
-    }
+    read_only_after(&mut f, bad, 0, NAK_POLL_IDLE_CYCLES, "idle");
+}
+
+#[test]
+fn with_messages_in_flight_naks_are_read_every_so_many_cycles_not_every_cycle() {
+    let d = tempfile::tempdir().unwrap();
+    let sequencer = fake_sequencer();
+    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer);
+    let naks = || {
+        counters::read(&counters_path)
+            .unwrap()
+            .get("naks received")
+            .unwrap()
+    };
     f.do_work().unwrap();
-    assert_eq!(
-        bad(),
-        1,
-        "read at the cycle after {NAK_POLL_IDLE_CYCLES} idle ones"
-    );
+    assert_eq!(next_datagram(&sequencer), (1, 5), "all five in flight");
+    let to = f.local_addr();
+    // The first NAK is read within a poll's spacing, whatever the cycle count stood at.
+    sequencer.send_to(&nak(SOURCE, EPOCH, 3), to).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut cycles = 0;
+    while naks() == 0 {
+        cycles += 1;
+        assert!(
+            cycles <= NAK_POLL_IN_FLIGHT_CYCLES + 1,
+            "not read in {cycles} cycles in flight"
+        );
+        f.do_work().unwrap();
+    }
+    assert_eq!(next_datagram(&sequencer), (3, 3), "resent at once");
+    // It was just read: the next one waits out the spacing, then is read and answered.
+    sequencer.send_to(&nak(SOURCE, EPOCH, 4), to).unwrap();
+    read_only_after(&mut f, naks, 1, NAK_POLL_IN_FLIGHT_CYCLES, "in-flight");
+    assert_eq!(next_datagram(&sequencer), (4, 2));
 }
 
 #[test]
 fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     let d = tempfile::tempdir().unwrap();
-    // A sequencer that receives and never sequences: nothing is ever confirmed.
-    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sequencer
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let outbox = d.path().join("app.outbox");
-    outbox_of_five(&outbox);
-    let counters_path = d.path().join("io.counters");
-    let mut f = forwarder(d.path(), outbox, &sequencer, &counters_path);
+    let sequencer = fake_sequencer();
+    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer);
     let get = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
     let pump = |f: &mut Forwarder, label: &str, value: u64| {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -177,10 +238,7 @@ fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
 #[test]
 fn the_iodaemon_under_a_flood_of_forged_naks_resends_nothing_and_logs_little() {
     let d = tempfile::tempdir().unwrap();
-    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sequencer
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let sequencer = fake_sequencer();
     let outbox = d.path().join("app.outbox");
     outbox_of_five(&outbox);
     let counters_path = d.path().join("io.counters");
