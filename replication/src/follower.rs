@@ -800,7 +800,7 @@ impl Follower {
                 .lied
                 .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
         } else if matches!(e, Error::Closed) {
-            self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit — its log says why)"));
+            self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit, protocol version — its log says why)"));
         } else {
             self.warns
                 .failed

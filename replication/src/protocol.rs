@@ -24,10 +24,11 @@ use seqstream_store::SEGMENT_HEADER_PREFIX;
 use crate::framing::{put_sofh, sofh_length, MAX_MESSAGE, SBE_LE, SOFH_LEN};
 
 /// The replication protocol's version, in every hello and challenge (wire schema version 2
-/// on). Version 1 is the protocol as it was before the field existed, so a hello or
-/// challenge without it (a build of wire schema version 1) is read as version 1 and the two
-/// builds interoperate. Raised with every change a peer of the previous version cannot
-/// follow; from then on the two ends of a link are upgraded together.
+/// on). Version 1 is the protocol as it was when the field joined, so a hello or challenge
+/// without it (a build of wire schema version 1) is read as version 1: builds since the
+/// AES-256-GMAC session tag interoperate with this one, older ones fail later, at a proof
+/// or a session tag (`PROTOCOL.md`). Raised with every change a peer of the previous
+/// version cannot follow; from then on the two ends of a link are upgraded together.
 pub const PROTOCOL_VERSION: u16 = 1;
 
 /// The version of a hello or challenge that has no version field: builds before the field
@@ -313,9 +314,12 @@ pub const DATA_PREFIX_LEN: usize = SOFH_LEN + 20;
 /// The position and data length of the sealed `Data` message whose first [`DATA_PREFIX_LEN`]
 /// bytes (framing header included) start `bytes`: what a replica needs to receive the data
 /// straight into its store, before the rest of the message has arrived. `None` for anything
-/// else (another message, another schema version, a framing length that is not exactly the
-/// prefix, the data and a tag, or is above [`MAX_MESSAGE`]), which is received whole (or
-/// refused for its length) and decoded as usual, so nothing is refused here.
+/// else (another message or block length, a framing length that is not exactly the prefix,
+/// the data and a tag, or is above [`MAX_MESSAGE`]), which is received whole (or refused for
+/// its length) and decoded as usual, so nothing is refused here. The SBE header's schema
+/// version is not compared: `Data` is laid out alike in every version (its block length
+/// pins that), and the handshake's protocol version is what says both ends agree, so an
+/// upstream of an older schema version still sends straight into the replica.
 pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
     let p: &[u8; DATA_PREFIX_LEN] = bytes.get(..DATA_PREFIX_LEN)?.try_into().ok()?;
     let u16_at = |at: usize| u16::from_le_bytes([p[at], p[at + 1]]);
@@ -325,7 +329,6 @@ pub fn data_prefix(bytes: &[u8]) -> Option<(u64, usize)> {
         && u16_at(6) == wire::ReplicationDataDecoder::BLOCK_LENGTH
         && u16_at(8) == wire::ReplicationDataDecoder::TEMPLATE_ID
         && u16_at(10) == wire::SCHEMA_ID
-        && u16_at(12) == wire::SCHEMA_VERSION
         && framed <= MAX_MESSAGE
         && framed.checked_sub(DATA_PREFIX_LEN + TAG_LEN) == Some(len);
     is_data.then(|| {
@@ -443,13 +446,18 @@ mod tests {
         encode_data_prefix(0, MAX_MESSAGE, &mut huge);
         assert_eq!(data_prefix(&huge), None, "longer than any message may be");
         assert_eq!(data_prefix(&out[..DATA_PREFIX_LEN - 1]), None);
-        // Every single changed byte of the framing and SBE headers, and of the length, makes
-        // it something else; the position is free.
-        for at in (0..14).chain(22..DATA_PREFIX_LEN) {
+        // Every single changed byte of the framing header, the SBE header's block length,
+        // template and schema id, and the length, makes it something else; the position is
+        // free, and so is the schema version (an upstream of schema version 1 sends `Data`
+        // laid out alike).
+        for at in (0..12).chain(22..DATA_PREFIX_LEN) {
             let mut changed = out.clone();
             changed[at] ^= 0x40;
             assert_eq!(data_prefix(&changed), None, "byte {at}");
         }
+        let mut version_1 = out.clone();
+        version_1[12..14].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(data_prefix(&version_1), Some((4096, 1000)));
         let mut other = Vec::new();
         encode(
             &Msg::Heartbeat {

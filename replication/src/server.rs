@@ -38,7 +38,8 @@
 //!   (`seqstream_auth::handshake`, `PROTOCOL.md`); a message whose tag fails ends the session;
 //! - `handshake_timeout`: a connection whose hello has not arrived by then is closed; it and
 //!   every other failed handshake but credentials and stream (a malformed or unexpected
-//!   message, a resume position that is no frame start) count as `refused handshake`;
+//!   message, another replication protocol version, a resume position that is no frame
+//!   start) count as `refused handshake`;
 //! - `send_buffer`: the socket's `SO_SNDBUF`; beyond it the sender keeps at most one batch
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
