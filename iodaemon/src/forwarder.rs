@@ -22,9 +22,10 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
-//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs: it reads
-//! the NAK socket after [`NAK_POLL_IN_FLIGHT_CYCLES`] cycles without reading it while
-//! messages are in flight, [`NAK_POLL_IDLE_CYCLES`] otherwise, so that most cycles make no
+//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs: while
+//! messages are in flight it reads the NAK socket once [`NAK_POLL_IN_FLIGHT_NS`] have passed
+//! since it last did or since the flight began, otherwise after [`NAK_POLL_IDLE_CYCLES`]
+//! cycles without reading it, so that most cycles of a busy or spinning thread make no
 //! system call for it), and
 //! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
 //! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
@@ -211,13 +212,15 @@ const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
 /// counted and logged within this many cycles.
 pub const NAK_POLL_IDLE_CYCLES: u32 = 64;
 
-/// While messages are in flight, the NAK socket is read after this many duty cycles without
-/// reading it. A NAK comes only after a loss (or from a new leader), and its resend waits at
-/// most these cycles more (a few µs), while the cycles in between, in which a confirmation
-/// or the next message is picked up, each make one system call fewer (the common case: the
-/// read finds nothing). A read that fills its bound ([`NAKS_PER_READ`]) is followed by
-/// another in the next cycle.
-pub const NAK_POLL_IN_FLIGHT_CYCLES: u32 = 8;
+/// While messages are in flight, the NAK socket is read in the first duty cycle that begins
+/// this long (ns of the cycle's clock) after the last read, or after the cycle that sent the
+/// flight's first message. A NAK comes only after a loss (or from a new leader), and its
+/// resend waits at most this much more plus one cycle, while the cycles in between, in which
+/// a confirmation or the next message is picked up, make no system call for it (the common
+/// case: the read would find nothing). Timed rather than counted, so a thread whose idle
+/// strategy parks it between cycles reads in every cycle that follows a park this long.
+/// A read that fills its bound ([`NAKS_PER_READ`]) is followed by another in the next cycle.
+pub const NAK_POLL_IN_FLIGHT_NS: u64 = 5_000;
 
 /// The most datagrams one read of the NAK socket takes.
 pub const NAKS_PER_READ: usize = 64;
@@ -438,9 +441,13 @@ pub struct Forwarder {
     cycle_began_ns: u64,
     /// Every route's local copy has been read to its end once (or found missing).
     copies_read: bool,
-    /// Duty cycles since the NAK socket was last read ([`NAK_POLL_IDLE_CYCLES`],
-    /// [`NAK_POLL_IN_FLIGHT_CYCLES`]).
+    /// Duty cycles since the NAK socket was last read ([`NAK_POLL_IDLE_CYCLES`]).
     cycles_since_naks: u32,
+    /// When (the cycle's clock) the NAK socket was last read, or nothing was in flight
+    /// ([`NAK_POLL_IN_FLIGHT_NS`]).
+    naks_read_at_ns: u64,
+    /// The last read of the NAK socket filled its bound: the next cycle reads again.
+    naks_left: bool,
     /// The outboxes of `cfg` not linked yet: they did not exist when last looked for, or were
     /// refused; in `cfg`'s order.
     missing: Vec<Awaited>,
@@ -580,6 +587,8 @@ impl Forwarder {
             cycle_began_ns: clock.monotonic_ns(),
             copies_read: false,
             cycles_since_naks: 0,
+            naks_read_at_ns: now,
+            naks_left: false,
             missing,
             next_outbox_check_ns: now + MISSING_CHECK_EVERY_NS,
             next_missing_warn_ns: now + OUTBOX_WARN_EVERY_NS,
@@ -612,9 +621,9 @@ impl Forwarder {
     }
 
     /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
-    /// messages and handles NAKs (their resends go at once; the socket is read after
-    /// [`NAK_POLL_IN_FLIGHT_CYCLES`] or, with nothing in flight, [`NAK_POLL_IDLE_CYCLES`]
-    /// cycles without reading it). Returns the work done. Until
+    /// messages and handles NAKs (their resends go at once; the socket is read every
+    /// [`NAK_POLL_IN_FLIGHT_NS`] while messages are in flight, after [`NAK_POLL_IDLE_CYCLES`]
+    /// cycles without reading it otherwise). Returns the work done. Until
     /// every route's local copy has been read to its end once, it reads them first, so that
     /// the first messages go to the leader a copy names, not to the route's first sequencer.
     pub fn send_work(&mut self) -> Result<usize, Error> {
@@ -627,21 +636,23 @@ impl Forwarder {
         if !self.copies_read {
             work += self.follow_copies(now)?;
         }
-        // In flight before this cycle's sends: a NAK cannot ask for what it sends yet, so the
-        // cycle that sends the first message after a pause does not read for it.
+        // In flight before this cycle's sends: a NAK cannot ask for what it sends yet, so a
+        // flight's spacing starts at the cycle that sends its first message.
         let in_flight = self.links.iter().any(|l| l.sent > l.confirmed);
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
         }
         let due = if in_flight {
-            NAK_POLL_IN_FLIGHT_CYCLES
+            now.saturating_sub(self.naks_read_at_ns) >= NAK_POLL_IN_FLIGHT_NS
         } else {
-            NAK_POLL_IDLE_CYCLES
+            self.naks_read_at_ns = now;
+            self.cycles_since_naks >= NAK_POLL_IDLE_CYCLES
         };
-        if self.cycles_since_naks >= due {
+        if due || self.naks_left {
             let read = self.naks()?;
-            // A full read may have left more: the next cycle reads again.
-            self.cycles_since_naks = if read < NAKS_PER_READ { 0 } else { due };
+            self.naks_left = read == NAKS_PER_READ;
+            self.naks_read_at_ns = now;
+            self.cycles_since_naks = 0;
             work += read;
         } else {
             self.cycles_since_naks += 1;

@@ -3,18 +3,19 @@
 //! changes nothing; the real sequencer's NAK then makes the forwarder resend at once. In
 //! process, and with the `iodaemon` binary under a flood of forged NAKs (its log stays short).
 //! A forwarder reads its NAK socket after `NAK_POLL_IDLE_CYCLES` cycles without reading it
-//! when nothing is in flight, after `NAK_POLL_IN_FLIGHT_CYCLES` otherwise, and still counts
-//! and answers what arrived.
+//! when nothing is in flight, every `NAK_POLL_IN_FLIGHT_NS` of its clock otherwise, and still
+//! counts and answers what arrived.
 
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use seqstream_agent::clock::{Clock, ManualClock};
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_iodaemon::forwarder::{
-    Forwarder, ForwarderConfig, Route, NAK_POLL_IDLE_CYCLES, NAK_POLL_IN_FLIGHT_CYCLES,
+    Forwarder, ForwarderConfig, Route, NAKS_PER_READ, NAK_POLL_IDLE_CYCLES, NAK_POLL_IN_FLIGHT_NS,
 };
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
@@ -61,15 +62,16 @@ fn outbox_of_five(path: &Path) {
 }
 
 /// A forwarder of `outbox` to `sequencer`, in `dir` (its route's local copy never exists, so
-/// nothing is ever confirmed), counting into `counters`. Only NAKs make it resend: its resend
-/// timeout never passes within a test.
+/// nothing is ever confirmed), counting into `counters`, timing on `clock`. Only NAKs make it
+/// resend: its resend timeout never passes within a test.
 fn forwarder(
     dir: &Path,
     outbox: std::path::PathBuf,
     sequencer: &UdpSocket,
     counters: &Path,
+    clock: Clock,
 ) -> Forwarder {
-    Forwarder::open(
+    Forwarder::open_with_clock(
         ForwarderConfig {
             bind: "127.0.0.1:0".parse().unwrap(),
             resend_timeout: Duration::from_secs(3600),
@@ -84,6 +86,7 @@ fn forwarder(
             )
         },
         &CountersWriter::create(counters, 64).unwrap(),
+        clock,
     )
     .unwrap()
 }
@@ -98,36 +101,18 @@ fn fake_sequencer() -> UdpSocket {
     sequencer
 }
 
-/// A [`forwarder`] to `sequencer` of an outbox of five messages, all in `dir`; the path of
-/// its counters.
-fn forwarding_five(dir: &Path, sequencer: &UdpSocket) -> (Forwarder, std::path::PathBuf) {
+/// A [`forwarder`] to `sequencer` of an outbox of five messages, all in `dir`, timing on
+/// `clock`; the path of its counters.
+fn forwarding_five(
+    dir: &Path,
+    sequencer: &UdpSocket,
+    clock: Clock,
+) -> (Forwarder, std::path::PathBuf) {
     let outbox = dir.join("app.outbox");
     outbox_of_five(&outbox);
     let counters_path = dir.join("io.counters");
-    let f = forwarder(dir, outbox, sequencer, &counters_path);
+    let f = forwarder(dir, outbox, sequencer, &counters_path, clock);
     (f, counters_path)
-}
-
-/// Lets a NAK just sent to `f` arrive, then runs `cycles` duty cycles in which `count` stays
-/// `before` (the NAK is not read) and one in which it rises by one.
-fn read_only_after(
-    f: &mut Forwarder,
-    count: impl Fn() -> u64,
-    before: u64,
-    cycles: u32,
-    what: &str,
-) {
-    std::thread::sleep(Duration::from_millis(50));
-    for cycle in 1..=cycles {
-        f.do_work().unwrap();
-        assert_eq!(count(), before, "read at {what} cycle {cycle}");
-    }
-    f.do_work().unwrap();
-    assert_eq!(
-        count(),
-        before + 1,
-        "read at the cycle after {cycles} {what} ones"
-    );
 }
 
 /// Waits (bounded) until counter `label` of the file at `path` is `value`.
@@ -154,7 +139,13 @@ fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
     // An outbox with nothing in it: nothing is ever in flight.
     Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
     let counters_path = d.path().join("io.counters");
-    let mut f = forwarder(d.path(), outbox, &sequencer, &counters_path);
+    let mut f = forwarder(
+        d.path(),
+        outbox,
+        &sequencer,
+        &counters_path,
+        Clock::system(),
+    );
     let bad = || {
         counters::read(&counters_path)
             .unwrap()
@@ -165,47 +156,62 @@ fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
     sequencer
         .send_to(&nak(SOURCE, EPOCH, 1), f.local_addr())
         .unwrap();
-    read_only_after(&mut f, bad, 0, NAK_POLL_IDLE_CYCLES, "idle");
+    std::thread::sleep(Duration::from_millis(50));
+    for cycle in 1..=NAK_POLL_IDLE_CYCLES {
+        f.do_work().unwrap();
+        assert_eq!(bad(), 0, "read at idle cycle {cycle}");
+    }
+    f.do_work().unwrap();
+    assert_eq!(
+        bad(),
+        1,
+        "read at the cycle after {NAK_POLL_IDLE_CYCLES} idle ones"
+    );
 }
 
 #[test]
-fn with_messages_in_flight_naks_are_read_every_so_many_cycles_not_every_cycle() {
+fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     let d = tempfile::tempdir().unwrap();
     let sequencer = fake_sequencer();
-    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer);
-    let naks = || {
-        counters::read(&counters_path)
-            .unwrap()
-            .get("naks received")
-            .unwrap()
-    };
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer, clock.clock());
+    let get = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
     f.do_work().unwrap();
     assert_eq!(next_datagram(&sequencer), (1, 5), "all five in flight");
     let to = f.local_addr();
-    // The first NAK is read within a poll's spacing, whatever the cycle count stood at.
+    // The flight's spacing starts at the cycle that sent it: however many cycles run, the
+    // NAK is read only once that much of the clock has passed.
     sequencer.send_to(&nak(SOURCE, EPOCH, 3), to).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let mut cycles = 0;
-    while naks() == 0 {
-        cycles += 1;
-        assert!(
-            cycles <= NAK_POLL_IN_FLIGHT_CYCLES + 1,
-            "not read in {cycles} cycles in flight"
-        );
+    for cycle in 1..=100 {
         f.do_work().unwrap();
+        assert_eq!(get("naks received"), 0, "read at cycle {cycle}");
     }
+    clock.advance(NAK_POLL_IN_FLIGHT_NS - 1);
+    f.do_work().unwrap();
+    assert_eq!(get("naks received"), 0, "read before the spacing passed");
+    clock.advance(1);
+    f.do_work().unwrap();
+    assert_eq!(get("naks received"), 1, "not read once the spacing passed");
     assert_eq!(next_datagram(&sequencer), (3, 3), "resent at once");
-    // It was just read: the next one waits out the spacing, then is read and answered.
-    sequencer.send_to(&nak(SOURCE, EPOCH, 4), to).unwrap();
-    read_only_after(&mut f, naks, 1, NAK_POLL_IN_FLIGHT_CYCLES, "in-flight");
-    assert_eq!(next_datagram(&sequencer), (4, 2));
+    // A read that fills its bound is followed by another in the next cycle, the clock
+    // standing still (NAKs of another epoch: counted as bad).
+    for _ in 0..=NAKS_PER_READ {
+        sequencer.send_to(&nak(SOURCE, EPOCH + 1, 1), to).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    clock.advance(NAK_POLL_IN_FLIGHT_NS);
+    f.do_work().unwrap();
+    assert_eq!(get("bad naks"), NAKS_PER_READ as u64);
+    f.do_work().unwrap();
+    assert_eq!(get("bad naks"), NAKS_PER_READ as u64 + 1);
 }
 
 #[test]
 fn a_nak_its_sequencer_could_not_send_changes_nothing_and_a_real_one_resends() {
     let d = tempfile::tempdir().unwrap();
     let sequencer = fake_sequencer();
-    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer);
+    let (mut f, counters_path) = forwarding_five(d.path(), &sequencer, Clock::system());
     let get = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
     let pump = |f: &mut Forwarder, label: &str, value: u64| {
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -8,7 +8,10 @@
 //!   datagram: `--toggle-collect` on `do_work`).
 //! - `forwarder [--keyed]`: `MESSAGES` 64-byte messages are offered, one per forwarder duty
 //!   cycle, and each goes out as one datagram (count `Forwarder::do_work` per message). None
-//!   is confirmed (no sequencer runs), so they stay below the outbox's 4,096 in flight.
+//!   is confirmed (no sequencer runs), so they stay below the outbox's 4,096 in flight. The
+//!   forwarder's clock is synthetic, [`FORWARDER_CYCLE_NS`] a cycle, so that how often it
+//!   reads its NAK socket (`NAK_POLL_IN_FLIGHT_NS`) does not depend on how slowly callgrind
+//!   runs it.
 //!
 //! - `append`: `APPENDS` appends of a 256-byte payload to a store (count `append_all`).
 //! - `replication [--delayed-ack]`: `FRAMES` 64-byte frames, each appended and replicated
@@ -33,6 +36,7 @@ use std::net::UdpSocket;
 use anyhow::{ensure, Context, Result};
 use bench::paths::{forwarder_config, sequencer_config, source_key, SOURCE, STREAM};
 use clap::Parser;
+use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_auth::trailer::{Kind, Sealer, TrailerScope};
 use seqstream_auth::Keyring;
@@ -141,6 +145,10 @@ fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
     Ok(())
 }
 
+/// The `forwarder` workload's synthetic time a duty cycle (ns): a message a µs, a busy
+/// publisher's pace.
+const FORWARDER_CYCLE_NS: u64 = 1_000;
+
 fn forwarder(dir: &std::path::Path, keyed: bool) -> Result<()> {
     let outbox = dir.join("app.outbox");
     let mut out = Outbox::open_or_create(&outbox, SOURCE, STREAM, 16 << 20, 4096)?;
@@ -153,13 +161,16 @@ fn forwarder(dir: &std::path::Path, keyed: bool) -> Result<()> {
         StoreConfig::new(STREAM).segment_size(1 << 20),
     )?);
     let counters = CountersWriter::create(&dir.join("io.counters"), 64)?;
-    let mut f = Forwarder::open(
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut f = Forwarder::open_with_clock(
         forwarder_config(outbox, sink.local_addr()?, dir.join("store"), keyed)?,
         &counters,
+        clock.clock(),
     )?;
     for _ in 0..MESSAGES {
         out.offer(STREAM, 0, &[7u8; 64])?;
         f.do_work()?;
+        clock.advance(FORWARDER_CYCLE_NS);
     }
     let sent = counters::read(&dir.join("io.counters"))?
         .get("datagrams sent")
