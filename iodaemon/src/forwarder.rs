@@ -22,11 +22,11 @@
 //!   its route saw no confirmation and no change of member for as long, the datagrams go to
 //!   the next member in turn.
 //!
-//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs: while
-//! messages are in flight it reads the NAK socket once [`NAK_POLL_IN_FLIGHT_NS`] have passed
-//! since it last did or since the flight began, otherwise after [`NAK_POLL_IDLE_CYCLES`]
-//! cycles without reading it, so that most cycles of a busy or spinning thread make no
-//! system call for it), and
+//! A duty cycle has two halves: [`Forwarder::send_work`] sends (and answers NAKs: it reads
+//! the NAK socket after [`NAK_POLL_IDLE_CYCLES`] cycles without reading it and, while
+//! messages are in flight, once [`NAK_POLL_IN_FLIGHT_NS`] have passed since it last did or
+//! since the flight began, so that most cycles of a busy or spinning thread make no system
+//! call for it), and
 //! [`Forwarder::confirm_work`] reads the confirmations and judges the timeouts as of the
 //! moment the cycle began. On the runtime they are the cycle's `do_work` and `do_late_work`,
 //! so a replication client on the same thread writes what it received in between: a pause
@@ -206,10 +206,11 @@ pub const MISSING_CHECK_EVERY_NS: u64 = 100_000_000;
 /// How often (ns) a forwarder names, in a WARN line, the outboxes it still waits for.
 const OUTBOX_WARN_EVERY_NS: u64 = 10_000_000_000;
 
-/// While nothing is in flight, the NAK socket is read after this many duty cycles without
-/// reading it: a NAK can only ask for unconfirmed messages, so an idle cycle skips the
-/// `recvfrom(2)` that would find nothing to act on, and a forged or stale NAK is still read,
-/// counted and logged within this many cycles.
+/// The NAK socket is read after this many duty cycles without reading it, whatever the clock
+/// says. While nothing is in flight this is the only rule: a NAK can only ask for
+/// unconfirmed messages, so an idle cycle skips the `recvfrom(2)` that would find nothing
+/// to act on, and a forged or stale NAK is still read, counted and logged within this many
+/// cycles.
 pub const NAK_POLL_IDLE_CYCLES: u32 = 64;
 
 /// While messages are in flight, the NAK socket is read in the first duty cycle that begins
@@ -218,8 +219,10 @@ pub const NAK_POLL_IDLE_CYCLES: u32 = 64;
 /// resend waits at most this much more plus one cycle, while the cycles in between, in which
 /// a confirmation or the next message is picked up, make no system call for it (the common
 /// case: the read would find nothing). Timed rather than counted, so a thread whose idle
-/// strategy parks it between cycles reads in every cycle that follows a park this long.
-/// A read that fills its bound ([`NAKS_PER_READ`]) is followed by another in the next cycle.
+/// strategy parks it between cycles reads in every cycle that follows a park this long
+/// ([`NAK_POLL_IDLE_CYCLES`] still bounds the cycles between reads, for a clock that stands
+/// still). A read that fills its bound ([`NAKS_PER_READ`]) is followed by another in the
+/// next cycle.
 pub const NAK_POLL_IN_FLIGHT_NS: u64 = 5_000;
 
 /// The most datagrams one read of the NAK socket takes.
@@ -622,8 +625,8 @@ impl Forwarder {
 
     /// The first half of a duty cycle: reads the clock (the cycle's start), sends new
     /// messages and handles NAKs (their resends go at once; the socket is read every
-    /// [`NAK_POLL_IN_FLIGHT_NS`] while messages are in flight, after [`NAK_POLL_IDLE_CYCLES`]
-    /// cycles without reading it otherwise). Returns the work done. Until
+    /// [`NAK_POLL_IN_FLIGHT_NS`] while messages are in flight, and after
+    /// [`NAK_POLL_IDLE_CYCLES`] cycles without reading it). Returns the work done. Until
     /// every route's local copy has been read to its end once, it reads them first, so that
     /// the first messages go to the leader a copy names, not to the route's first sequencer.
     pub fn send_work(&mut self) -> Result<usize, Error> {
@@ -642,12 +645,11 @@ impl Forwarder {
         for i in 0..self.links.len() {
             work += self.send_new(i)?;
         }
-        let due = if in_flight {
-            now.saturating_sub(self.naks_read_at_ns) >= NAK_POLL_IN_FLIGHT_NS
-        } else {
+        if !in_flight {
             self.naks_read_at_ns = now;
-            self.cycles_since_naks >= NAK_POLL_IDLE_CYCLES
-        };
+        }
+        let due = self.cycles_since_naks >= NAK_POLL_IDLE_CYCLES
+            || (in_flight && now.saturating_sub(self.naks_read_at_ns) >= NAK_POLL_IN_FLIGHT_NS);
         if due || self.naks_left {
             let read = self.naks()?;
             self.naks_left = read == NAKS_PER_READ;

@@ -179,11 +179,11 @@ fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     f.do_work().unwrap();
     assert_eq!(next_datagram(&sequencer), (1, 5), "all five in flight");
     let to = f.local_addr();
-    // The flight's spacing starts at the cycle that sent it: however many cycles run, the
-    // NAK is read only once that much of the clock has passed.
+    // The flight's spacing starts at the cycle that sent it: with fewer cycles than the
+    // idle rule's, the NAK is read only once that much of the clock has passed.
     sequencer.send_to(&nak(SOURCE, EPOCH, 3), to).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    for cycle in 1..=100 {
+    for cycle in 1..=NAK_POLL_IDLE_CYCLES / 2 {
         f.do_work().unwrap();
         assert_eq!(get("naks received"), 0, "read at cycle {cycle}");
     }
@@ -194,6 +194,20 @@ fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     f.do_work().unwrap();
     assert_eq!(get("naks received"), 1, "not read once the spacing passed");
     assert_eq!(next_datagram(&sequencer), (3, 3), "resent at once");
+    // With the clock standing still, the idle rule's cycles still bound the wait.
+    sequencer.send_to(&nak(SOURCE, EPOCH, 4), to).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    for cycle in 1..=NAK_POLL_IDLE_CYCLES {
+        f.do_work().unwrap();
+        assert_eq!(get("naks received"), 1, "read at still cycle {cycle}");
+    }
+    f.do_work().unwrap();
+    assert_eq!(
+        get("naks received"),
+        2,
+        "not read after the idle rule's cycles"
+    );
+    assert_eq!(next_datagram(&sequencer), (4, 2), "resent at once");
     // A read that fills its bound is followed by another in the next cycle, the clock
     // standing still (NAKs of another epoch: counted as bad).
     for _ in 0..=NAKS_PER_READ {
