@@ -3,7 +3,7 @@
 //! changes nothing; the real sequencer's NAK then makes the forwarder resend at once. In
 //! process, and with the `iodaemon` binary under a flood of forged NAKs (its log stays short).
 //! A forwarder reads its NAK socket after `NAK_POLL_IDLE_CYCLES` cycles without reading it
-//! when nothing is in flight, every `NAK_POLL_IN_FLIGHT_NS` of its clock otherwise, and still
+//! and, while messages are in flight, every `NAK_POLL_IN_FLIGHT_NS` of its clock, and still
 //! counts and answers what arrived.
 
 use std::net::UdpSocket;

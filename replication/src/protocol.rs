@@ -513,6 +513,7 @@ mod tests {
             );
         }
     }
+
     /// The two messages that carry the protocol version.
     const HELLO: Msg<'static> = Msg::Hello {
         stream_id: 3,
