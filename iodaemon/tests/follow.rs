@@ -8,13 +8,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seqstream_agent::counters::{self, CountersWriter};
+use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_store::digest::digest;
 use seqstream_store::{pattern, Appender, StoreConfig};
-use seqstream_testkit::KillOnDrop as Proc;
+use seqstream_testkit::{wait_counter, KillOnDrop as Proc};
 
 const STREAM: u32 = 5;
 
@@ -87,9 +87,14 @@ fn follow_keeps_an_identical_replica_live_and_stops_cleanly() {
     wait_identical(&primary, &replica);
     append(&mut app, 1_000); // several segment rolls, followed live
     wait_identical(&primary, &replica);
-    let snap = counters::read(&d.path().join("io.counters")).unwrap();
-    let position = snap.get(&format!("stream {STREAM} replica position"));
-    assert_eq!(position, Some(app.position()));
+    // The follower sets the counter after it publishes the store: the next cycle.
+    let end = app.position();
+    wait_counter(
+        &d.path().join("io.counters"),
+        &format!("stream {STREAM} replica position"),
+        Duration::from_secs(30),
+        |p| p == end,
+    );
 
     // SAFETY: kill(2) on our own unreaped child.
     unsafe { libc::kill(io.0.id() as libc::pid_t, libc::SIGTERM) };

@@ -15,6 +15,7 @@ use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::{AgentRunner, RunnerConfig};
 use seqstream_replication::follower::{Follower, FollowerConfig};
+use seqstream_testkit::wait_counter;
 
 /// Waits (bounded, real time) for the next connection.
 fn accept_within(l: &TcpListener, within: Duration) -> Option<std::net::TcpStream> {
@@ -77,6 +78,13 @@ fn a_group_member_that_refuses_is_followed_at_once_by_the_next_and_only_a_round_
     drop(
         accept_within(&members[1], Duration::from_secs(20))
             .expect("the next member must be tried at once, without a backoff"),
+    );
+    // Both refusals counted: the backoff started on the clock as it stands, before it moves.
+    wait_counter(
+        &d.path().join("f.counters"),
+        "session errors",
+        Duration::from_secs(20),
+        |v| v >= 2,
     );
     assert!(
         accept_within(&members[0], Duration::from_millis(300)).is_none(),

@@ -594,7 +594,8 @@ fn a_stalled_replica_is_dropped_after_the_peer_timeout_and_others_keep_up() {
     let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
     append_pattern(&mut a, 100);
     let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |c| {
-        c.peer_timeout = Duration::from_millis(300);
+        // Long enough that a loaded machine does not stall the good replica past it.
+        c.peer_timeout = Duration::from_secs(2);
     });
     // A replica that does its handshake and then never reads nor acknowledges.
     let _stalled = stuck_replica(addr);
@@ -613,6 +614,11 @@ fn a_stalled_replica_is_dropped_after_the_peer_timeout_and_others_keep_up() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(counter(&d.path("s.counters"), "consumers"), 1);
+    assert_eq!(
+        counter(&d.path("f.counters"), "connects"),
+        1,
+        "the good replica was dropped too"
+    );
     drop((_good, _server));
     drop(a);
     assert_identical(&d.path("primary"), &d.path("replica"));

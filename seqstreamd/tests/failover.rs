@@ -307,6 +307,8 @@ fn sigkill_the_leader_at_random_instants(n: u32) {
             .arg("--config")
             .arg(g.path(&format!("member-{leader}.toml")))
             .arg("--switchover")
+            // The default 5 s is an operator's; a loaded test machine gets longer.
+            .args(["--timeout-ms", "30000"])
             .output()
             .unwrap();
         let line = String::from_utf8_lossy(&out.stdout).to_string();

@@ -3,6 +3,7 @@
 mod common;
 
 use proptest::prelude::*;
+use seqstream_agent::clock::ManualClock;
 use seqstream_agent::Idle;
 use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, StoreError, Tailer};
 
@@ -237,21 +238,26 @@ fn flush_policies_msync_as_configured() {
     assert_eq!(a.stats().flushes, 10);
     drop(a);
 
+    // The interval on a manual clock: a slow machine's pauses pass no time.
     let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1, 0);
     let mut a = Appender::open_or_create(
         dir.path(),
-        small(1).flush(FlushPolicy::Interval(Duration::from_millis(20))),
+        small(1)
+            .flush(FlushPolicy::Interval(Duration::from_millis(20)))
+            .clock(clock.clock()),
     )
     .unwrap();
     a.append(b"one").unwrap();
     let before = a.stats().flushes;
-    std::thread::sleep(Duration::from_millis(25));
+    assert!(!a.flush_if_due().unwrap(), "the interval has not passed");
+    clock.advance(20_000_000);
     // The interval has passed with an unflushed frame: the idle-time check flushes it, once.
     assert!(a.flush_if_due().unwrap());
     assert!(!a.flush_if_due().unwrap());
     assert_eq!(a.stats().flushes, before + 1);
     // An append after the interval flushes within the append.
-    std::thread::sleep(Duration::from_millis(25));
+    clock.advance(20_000_000);
     a.append(b"two").unwrap();
     assert_eq!(a.stats().flushes, before + 2);
 }

@@ -542,7 +542,8 @@ mod tests {
         );
         let err = output_within(
             Command::new("sh").args(["-c", &script]),
-            Duration::from_secs(1),
+            // Long enough for a loaded machine to start `sh` and its child.
+            Duration::from_secs(3),
         )
         .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
