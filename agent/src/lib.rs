@@ -17,6 +17,7 @@
 //! | [`invoker`] | [`AgentInvoker`]: duty cycles on the caller's thread |
 //! | [`idle`] | idle strategies (busy-spin, yield, backoff, sleep) |
 //! | [`affinity`] | core pinning |
+//! | [`spinners`] | the process's busy-spinning threads; a WARN when they outnumber their cores |
 //! | [`clock`] | realtime and monotonic time as an input; a manual clock for tests |
 //! | [`counters`] | the shared-memory counters file every daemon publishes (`seqstat` reads it) |
 //! | [`gate`] | [`LeaderGate`]: whether a sequencer group's node may act as leader now |
@@ -35,6 +36,7 @@ pub mod idle;
 pub mod invoker;
 pub mod ratelimit;
 pub mod runner;
+pub mod spinners;
 
 pub use agent::{run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
 pub use gate::LeaderGate;

@@ -26,6 +26,7 @@ use crate::agent::{run_cycle, Agent, AgentError, DutyCycle};
 use crate::clock::Clock;
 use crate::counters::{Counter, CountersError, CountersWriter};
 use crate::idle::{Idle, IdleStrategy};
+use crate::spinners::Spinner;
 
 /// What a runner does when its agent returns an error (always counted and logged first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +209,8 @@ impl AgentRunner {
             None => None,
         };
         let thread_stop = stop.clone();
+        // Read the process's cores here, before any runner thread pins itself.
+        crate::spinners::cores();
         // Linux thread names hold 15 bytes.
         let mut thread_name: String = role.chars().take(15).collect();
         while thread_name.len() > 15 {
@@ -274,6 +277,7 @@ fn run<A: Agent>(
     })?;
     let mut idle = cfg.idle.build();
     tracing::info!(role, core = ?cfg.core, idle = %cfg.idle, "agent starting");
+    let _spinner = (cfg.idle == Idle::BusySpin).then(|| Spinner::register(&role, cfg.core));
     loop {
         let failure = match agent.on_start() {
             Ok(()) => {
@@ -389,6 +393,28 @@ mod tests {
             assert!(Instant::now() < deadline, "never: {what}");
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    #[test]
+    fn a_busy_spinning_runner_is_listed_as_a_spinner_while_it_runs() {
+        // Core 0 pinned: no other test of this crate busy-spins there.
+        let on_core_0 = || {
+            crate::spinners::spinners()
+                .iter()
+                .filter(|&&c| c == Some(0))
+                .count()
+        };
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = RunnerConfig {
+            core: Some(0),
+            idle: Idle::BusySpin,
+            ..RunnerConfig::default()
+        };
+        let r = AgentRunner::start(Scripted::new("spin", &log), cfg, stop).unwrap();
+        eventually("the spinner listed", || on_core_0() == 1);
+        r.close().unwrap();
+        assert_eq!(on_core_0(), 0, "still listed after its thread ended");
     }
 
     #[test]
