@@ -31,6 +31,18 @@ use crate::framing::{put_sofh, sofh_length, MAX_MESSAGE, SBE_LE, SOFH_LEN};
 /// version cannot follow; from then on the two ends of a link are upgraded together.
 pub const PROTOCOL_VERSION: u16 = 1;
 
+/// The wire schema version a `Data` message's SBE header declares: 1, where every other
+/// message declares this build's ([`wire::SCHEMA_VERSION`]). `Data` is laid out alike in both
+/// versions (no field of it is `sinceVersion="2"`; its block length pins that), and a replica
+/// of a schema-version-1 build receives `Data` straight into its store only when the header
+/// says 1: with it, such a replica behind an upgraded upstream keeps that path. A decoder of
+/// either version reads the message alike.
+pub const DATA_SCHEMA_VERSION: u16 = 1;
+
+/// Offset of the schema version in an SBE message header (block length, template id, schema
+/// id, version: four `u16`).
+const SBE_HEADER_VERSION_AT: usize = 6;
+
 /// The version of a hello or challenge that has no version field: builds before the field
 /// spoke the protocol that became version 1.
 const VERSION_BEFORE_THE_FIELD: u16 = 1;
@@ -244,7 +256,10 @@ pub fn encode(msg: &Msg<'_>, out: &mut Vec<u8>) {
             let mut e = wire::ReplicationDataEncoder::new(buf).expect("sized");
             e.set_position(*position);
             e.set_bytes(bytes).expect("data <= 16 MiB");
-            e.encoded_length()
+            let len = e.encoded_length();
+            buf[SBE_HEADER_VERSION_AT..SBE_HEADER_VERSION_AT + 2]
+                .copy_from_slice(&DATA_SCHEMA_VERSION.to_le_bytes());
+            len
         }
         Msg::Heartbeat {
             committed_position,
@@ -455,9 +470,9 @@ mod tests {
             changed[at] ^= 0x40;
             assert_eq!(data_prefix(&changed), None, "byte {at}");
         }
-        let mut version_1 = out.clone();
-        version_1[12..14].copy_from_slice(&1u16.to_le_bytes());
-        assert_eq!(data_prefix(&version_1), Some((4096, 1000)));
+        let mut version_2 = out.clone();
+        version_2[12..14].copy_from_slice(&2u16.to_le_bytes());
+        assert_eq!(data_prefix(&version_2), Some((4096, 1000)));
         let mut other = Vec::new();
         encode(
             &Msg::Heartbeat {
@@ -468,6 +483,43 @@ mod tests {
         );
         other.resize(DATA_PREFIX_LEN, 0);
         assert_eq!(data_prefix(&other), None);
+    }
+
+    /// A replica of a schema-version-1 build receives `Data` straight into its store only if
+    /// its header says version 1 (and its block length is version 1's: the position alone);
+    /// both ways of encoding `Data` say so, and the message decodes as before.
+    #[test]
+    fn data_declares_schema_version_1_for_replicas_of_version_1_builds() {
+        assert_eq!(wire::ReplicationDataDecoder::BLOCK_LENGTH, 8);
+        let mut prefix = Vec::new();
+        encode_data_prefix(4096, 3, &mut prefix);
+        let mut whole = Vec::new();
+        let msg = Msg::Data {
+            position: 4096,
+            bytes: b"abc",
+        };
+        encode(&msg, &mut whole);
+        for bytes in [&prefix, &whole] {
+            let at = SOFH_LEN + SBE_HEADER_VERSION_AT;
+            assert_eq!(u16::from_le_bytes([bytes[at], bytes[at + 1]]), 1);
+        }
+        // (The framing lengths differ: the prefix's counts a session tag.)
+        assert_eq!(whole[SOFH_LEN..DATA_PREFIX_LEN], prefix[SOFH_LEN..]);
+        assert_eq!(decode(&whole[SOFH_LEN..]).unwrap(), msg);
+        let mut heartbeat = Vec::new();
+        encode(
+            &Msg::Heartbeat {
+                committed_position: 1,
+                timestamp_ns: 2,
+            },
+            &mut heartbeat,
+        );
+        let at = SOFH_LEN + SBE_HEADER_VERSION_AT;
+        assert_eq!(
+            u16::from_le_bytes([heartbeat[at], heartbeat[at + 1]]),
+            wire::SCHEMA_VERSION,
+            "other messages declare this build's version"
+        );
     }
 
     #[test]
