@@ -70,6 +70,8 @@ fn cfg(stream: u32, segment: u64) -> StoreConfig {
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    // The appender, the compositor and the tailer.
+    crate::oneway::warn_if_spinners_outnumber_cores("composite", &args.idle, 3);
     let (samples, frames, segment) = if args.quick {
         (2_000, 20_000, crate::QUICK_SEGMENT)
     } else {

@@ -265,6 +265,8 @@ fn offer_latency_invoker(
 }
 
 pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
+    // The application, the forwarder, the sequencer and the store reader.
+    crate::oneway::warn_if_spinners_outnumber_cores("inbound", &args.idle, 4);
     let (samples, messages, segment) = if args.quick {
         (1_000, 20_000, crate::QUICK_SEGMENT)
     } else {

@@ -14,6 +14,19 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use seqstream_agent::Idle;
 
+/// Says on stderr, before a bench starts, when `idle` is busy-spin and the bench's busiest
+/// case has more spinning `threads` than this machine has cores: its figures would then
+/// show the scheduler's time slices (milliseconds), not the code. The bench runs anyway.
+pub(crate) fn warn_if_spinners_outnumber_cores(bench: &str, idle: &Idle, threads: usize) {
+    if *idle != Idle::BusySpin {
+        return;
+    }
+    let cores = seqstream_agent::spinners::cores();
+    if let Some(o) = seqstream_agent::spinners::oversubscription(&vec![None; threads], cores) {
+        eprintln!("bench {bench}: --idle busy-spin: {o} (here, the default --idle yield)");
+    }
+}
+
 /// Cores for the writer and reader threads (None: unpinned), and how they wait.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Pinning {

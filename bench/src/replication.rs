@@ -234,6 +234,9 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     } else {
         (args.followers.clone(), args.samples, args.bytes, SEGMENT)
     };
+    // The appender, the replica's tailer, and a sender and a follower per follower.
+    let most = followers.iter().max().copied().unwrap_or(1);
+    crate::oneway::warn_if_spinners_outnumber_cores("replication", &args.idle, 2 + 2 * most);
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = tempfile::Builder::new()
         .prefix("seqstream-bench-repl-")
