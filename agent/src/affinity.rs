@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 /// The calling process's affinity mask before the first pin, recorded by
-/// [`pin_current_thread`].
+/// [`pin_current_thread`] or [`process_cores`], whichever a thread calls first.
 static ORIGINAL: OnceLock<Vec<usize>> = OnceLock::new();
 
 /// Why a thread could not be pinned.
@@ -62,6 +62,14 @@ pub fn available_cores() -> Vec<usize> {
         .and_then(|l| parse_cpu_list(&l))
         .filter(|c| !c.is_empty())
         .unwrap_or_else(current_mask)
+}
+
+/// The cores of the process's affinity mask before any thread pinned itself: where its
+/// unpinned threads run. Read from the calling thread the first time (and by the first
+/// [`pin_current_thread`] before it pins), so call it first from a thread that is not
+/// pinned, as `AgentRunner::start` does.
+pub fn process_cores() -> Vec<usize> {
+    ORIGINAL.get_or_init(current_mask).clone()
 }
 
 /// Pins the calling thread to `core`; `None` leaves it where the scheduler puts it.
