@@ -35,8 +35,9 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// message declares this build's ([`wire::SCHEMA_VERSION`]). `Data` is laid out alike in both
 /// versions (no field of it is `sinceVersion="2"`; its block length pins that), and a replica
 /// of a schema-version-1 build receives `Data` straight into its store only when the header
-/// says 1: with it, such a replica behind an upgraded upstream keeps that path. A decoder of
-/// either version reads the message alike.
+/// says 1: with it, such a replica behind an upgraded upstream keeps that path. (Replicas
+/// built from f1c03bd until 427f75c want 2 instead, and take the buffered path behind this
+/// build until upgraded; `PROTOCOL.md`.) A decoder of either version reads the message alike.
 pub const DATA_SCHEMA_VERSION: u16 = 1;
 
 /// Offset of the schema version in an SBE message header (block length, template id, schema
@@ -463,8 +464,8 @@ mod tests {
         assert_eq!(data_prefix(&out[..DATA_PREFIX_LEN - 1]), None);
         // Every single changed byte of the framing header, the SBE header's block length,
         // template and schema id, and the length, makes it something else; the position is
-        // free, and so is the schema version (an upstream of schema version 1 sends `Data`
-        // laid out alike).
+        // free, and so is the schema version (upstreams built from f1c03bd until
+        // DATA_SCHEMA_VERSION was added declare 2 for `Data` laid out alike).
         for at in (0..12).chain(22..DATA_PREFIX_LEN) {
             let mut changed = out.clone();
             changed[at] ^= 0x40;
