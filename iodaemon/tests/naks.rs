@@ -6,7 +6,7 @@
 //! and, while messages are in flight, every `NAK_POLL_IN_FLIGHT_NS` of its clock, and still
 //! counts and answers what arrived.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use seqstream_iodaemon::forwarder::{
 };
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
-use seqstream_testkit::KillOnDrop as Proc;
+use seqstream_testkit::{wait_udp_rx_queue, KillOnDrop as Proc};
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
@@ -116,6 +116,15 @@ fn forwarding_five(
 }
 
 /// Waits (bounded) until counter `label` of the file at `path` is `value`.
+/// Waits until the forwarder's NAK socket at `to` has what was just sent to it queued
+/// (loopback delivers it at once unless the kernel defers the work); returns the bytes queued.
+fn wait_naks_queued(to: SocketAddr, ok: impl Fn(u64) -> bool) -> u64 {
+    let SocketAddr::V4(addr) = to else {
+        panic!("the forwarder's NAK socket is IPv4: {to}")
+    };
+    wait_udp_rx_queue(addr, Duration::from_secs(30), ok)
+}
+
 fn wait_counter(path: &Path, label: &str, value: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -156,7 +165,7 @@ fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
     sequencer
         .send_to(&nak(SOURCE, EPOCH, 1), f.local_addr())
         .unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    wait_naks_queued(f.local_addr(), |q| q > 0);
     for cycle in 1..=NAK_POLL_IDLE_CYCLES {
         f.do_work().unwrap();
         assert_eq!(bad(), 0, "read at idle cycle {cycle}");
@@ -182,7 +191,7 @@ fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     // The flight's spacing starts at the cycle that sent it: with fewer cycles than the
     // idle rule's, the NAK is read only once that much of the clock has passed.
     sequencer.send_to(&nak(SOURCE, EPOCH, 3), to).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    let one = wait_naks_queued(to, |q| q > 0);
     for cycle in 1..=NAK_POLL_IDLE_CYCLES / 2 {
         f.do_work().unwrap();
         assert_eq!(get("naks received"), 0, "read at cycle {cycle}");
@@ -196,7 +205,7 @@ fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     assert_eq!(next_datagram(&sequencer), (3, 3), "resent at once");
     // With the clock standing still, the idle rule's cycles still bound the wait.
     sequencer.send_to(&nak(SOURCE, EPOCH, 4), to).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    wait_naks_queued(to, |q| q > 0);
     for cycle in 1..=NAK_POLL_IDLE_CYCLES {
         f.do_work().unwrap();
         assert_eq!(get("naks received"), 1, "read at still cycle {cycle}");
@@ -213,7 +222,8 @@ fn with_messages_in_flight_naks_are_read_every_so_often_not_every_cycle() {
     for _ in 0..=NAKS_PER_READ {
         sequencer.send_to(&nak(SOURCE, EPOCH + 1, 1), to).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(50));
+    // NAKs of one size take as much of the queue each.
+    wait_naks_queued(to, |q| q >= (NAKS_PER_READ as u64 + 1) * one);
     clock.advance(NAK_POLL_IN_FLIGHT_NS);
     f.do_work().unwrap();
     assert_eq!(get("bad naks"), NAKS_PER_READ as u64);

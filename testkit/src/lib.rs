@@ -317,6 +317,46 @@ fn free_port(free: impl Fn(u16) -> bool) -> u16 {
         .expect("a free port below the ephemeral range")
 }
 
+/// Bytes queued to be read on the IPv4 UDP socket bound to `addr` in this network namespace
+/// (the `rx_queue` column of `/proc/net/udp`: each datagram's buffer, its overhead included);
+/// `None` when no such socket is listed. A test that sends to a socket it does not own waits
+/// on this, instead of a sleep, until its datagrams are there to be read.
+pub fn udp_rx_queue(addr: std::net::SocketAddrV4) -> Option<u64> {
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(addr.ip().octets()),
+        addr.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let mut fields = line.split_whitespace();
+        (fields.nth(1)? == local).then_some(())?;
+        let queues = fields.nth(2)?;
+        u64::from_str_radix(queues.split_once(':')?.1, 16).ok()
+    })
+}
+
+/// Waits (at most `timeout`) until [`udp_rx_queue`] of `addr` satisfies `ok`; returns it, or
+/// panics with its last value.
+pub fn wait_udp_rx_queue(
+    addr: std::net::SocketAddrV4,
+    timeout: std::time::Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let q = udp_rx_queue(addr);
+        if let Some(q) = q.filter(|q| ok(*q)) {
+            return q;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "udp socket {addr}: rx_queue {q:?} after {timeout:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The value of counter `label` in the counters file at `path`, once it is there.
 pub fn counter(path: &std::path::Path, label: &str) -> Option<u64> {
     seqstream_agent::counters::read(path)
@@ -449,7 +489,7 @@ mod tests {
     use std::process::Command;
     use std::time::{Duration, Instant};
 
-    use super::output_within;
+    use super::{output_within, udp_rx_queue, wait_udp_rx_queue};
 
     #[test]
     fn output_within_returns_what_the_program_printed_and_its_status() {
@@ -530,6 +570,27 @@ mod tests {
         test.0.kill().unwrap();
         test.0.wait().unwrap();
         expect_dead(program, "the program of a killed test");
+    }
+
+    #[test]
+    fn the_rx_queue_of_a_udp_socket_counts_what_waits_to_be_read() {
+        use std::net::{SocketAddr, UdpSocket};
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(addr) = socket.local_addr().unwrap() else {
+            unreachable!("bound to an IPv4 address")
+        };
+        assert_eq!(udp_rx_queue(addr), Some(0));
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(&[7; 100], addr).unwrap();
+        let one = wait_udp_rx_queue(addr, Duration::from_secs(10), |q| q > 0);
+        sender.send_to(&[7; 100], addr).unwrap();
+        wait_udp_rx_queue(addr, Duration::from_secs(10), |q| q >= 2 * one);
+        let mut buf = [0u8; 200];
+        assert_eq!(socket.recv(&mut buf).unwrap(), 100);
+        assert_eq!(socket.recv(&mut buf).unwrap(), 100);
+        assert_eq!(udp_rx_queue(addr), Some(0));
+        drop(socket);
+        assert_eq!(udp_rx_queue(addr), None);
     }
 
     #[test]
