@@ -63,7 +63,8 @@ impl std::fmt::Display for Oversubscribed {
 }
 
 /// Whether threads busy-spinning on `pins` (each its core, `None` for unpinned) oversubscribe
-/// their cores, `mask` being the cores unpinned threads may run on: first the lowest core
+/// their cores, `mask` being the cores unpinned threads may run on (the process's:
+/// [`crate::affinity::process_cores`]): first the lowest core
 /// with two or more pinned spinners, else more unpinned spinners than the cores of `mask`
 /// that no pinned spinner holds; `None` when each can have a core to itself.
 pub fn oversubscription(pins: &[Option<usize>], mask: &[usize]) -> Option<Oversubscribed> {
@@ -84,12 +85,6 @@ pub fn oversubscription(pins: &[Option<usize>], mask: &[usize]) -> Option<Oversu
         spinners: unpinned,
         cores: free,
     })
-}
-
-/// The cores unpinned threads of this process run on: its affinity mask before any thread
-/// pinned itself ([`crate::affinity::process_cores`]).
-pub fn process_mask() -> Vec<usize> {
-    crate::affinity::process_cores()
 }
 
 /// The busy-spinning runner threads alive, and the rate limit of the WARN.
@@ -123,7 +118,7 @@ impl Spinner {
         let id = list.last_id;
         list.live.push((id, core));
         let pins: Vec<Option<usize>> = list.live.iter().map(|s| s.1).collect();
-        if let Some(o) = oversubscription(&pins, &process_mask()) {
+        if let Some(o) = oversubscription(&pins, &crate::affinity::process_cores()) {
             let decision = list.warns.occur(ratelimit::monotonic_ns());
             if let Some(n) = decision.summary {
                 tracing::warn!(

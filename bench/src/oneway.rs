@@ -21,7 +21,7 @@ pub(crate) fn warn_if_spinners_outnumber_cores(bench: &str, idle: &Idle, threads
     if *idle != Idle::BusySpin {
         return;
     }
-    let mask = seqstream_agent::spinners::process_mask();
+    let mask = seqstream_agent::affinity::process_cores();
     if let Some(o) = seqstream_agent::spinners::oversubscription(&vec![None; threads], &mask) {
         eprintln!("bench {bench}: --idle busy-spin: {o} (here, the default --idle yield)");
     }

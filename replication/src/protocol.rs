@@ -500,8 +500,8 @@ mod tests {
             bytes: b"abc",
         };
         encode(&msg, &mut whole);
+        let at = SOFH_LEN + SBE_HEADER_VERSION_AT;
         for bytes in [&prefix, &whole] {
-            let at = SOFH_LEN + SBE_HEADER_VERSION_AT;
             assert_eq!(u16::from_le_bytes([bytes[at], bytes[at + 1]]), 1);
         }
         // (The framing lengths differ: the prefix's counts a session tag.)
@@ -515,7 +515,6 @@ mod tests {
             },
             &mut heartbeat,
         );
-        let at = SOFH_LEN + SBE_HEADER_VERSION_AT;
         assert_eq!(
             u16::from_le_bytes([heartbeat[at], heartbeat[at + 1]]),
             wire::SCHEMA_VERSION,

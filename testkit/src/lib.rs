@@ -343,17 +343,32 @@ pub fn wait_udp_rx_queue(
     timeout: std::time::Duration,
     ok: impl Fn(u64) -> bool,
 ) -> u64 {
+    poll_until(
+        timeout,
+        std::time::Duration::from_millis(1),
+        || udp_rx_queue(addr),
+        ok,
+        |q| format!("udp socket {addr}: rx_queue {q:?} after {timeout:?}"),
+    )
+}
+
+/// Reads `read` every `every` until it gives a value that satisfies `ok`, and returns that;
+/// past `timeout`, panics with `failed` of the last reading.
+fn poll_until(
+    timeout: std::time::Duration,
+    every: std::time::Duration,
+    read: impl Fn() -> Option<u64>,
+    ok: impl Fn(u64) -> bool,
+    failed: impl Fn(Option<u64>) -> String,
+) -> u64 {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let q = udp_rx_queue(addr);
-        if let Some(q) = q.filter(|q| ok(*q)) {
-            return q;
+        let v = read();
+        if let Some(v) = v.filter(|v| ok(*v)) {
+            return v;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "udp socket {addr}: rx_queue {q:?} after {timeout:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        assert!(std::time::Instant::now() < deadline, "{}", failed(v));
+        std::thread::sleep(every);
     }
 }
 
@@ -372,19 +387,18 @@ pub fn wait_counter(
     timeout: std::time::Duration,
     ok: impl Fn(u64) -> bool,
 ) -> u64 {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let v = counter(path, label);
-        if let Some(v) = v.filter(|v| ok(*v)) {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "counter {label:?} of {} is {v:?} after {timeout:?}",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    poll_until(
+        timeout,
+        std::time::Duration::from_millis(5),
+        || counter(path, label),
+        ok,
+        |v| {
+            format!(
+                "counter {label:?} of {} is {v:?} after {timeout:?}",
+                path.display()
+            )
+        },
+    )
 }
 
 /// The names of the threads of process `pid` (from `/proc/<pid>/task/*/comm`), sorted.
