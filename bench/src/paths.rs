@@ -403,6 +403,16 @@ impl Merge {
         Ok(())
     }
 
+    /// One duty cycle of the compositor that must find nothing new (fails if it merged a
+    /// frame).
+    pub fn idle_cycle(&mut self) -> Result<()> {
+        ensure!(
+            self.compositor.do_work()? == 0,
+            "an idle cycle merged a frame"
+        );
+        Ok(())
+    }
+
     /// The next frame on each component, cycled until merged as far as the policy allows.
     pub fn frame(&mut self) -> Result<()> {
         let i = self.next;

@@ -25,6 +25,12 @@
 //! - `compositor [--timestamp]`: `FRAMES` frames on each of two components, each merged
 //!   before the next, by arrival (or by timestamp), on [`bench::paths::Merge`] (count
 //!   `Compositor::do_work` per merged frame: the count is per component frame, two a step).
+//! - `compositor-idle`: one frame on each component merged, then `IDLE_CYCLES` duty cycles
+//!   with nothing new (count `Compositor::do_work` per cycle: what a busy-spinning
+//!   compositor spends between frames, half of it on average before it sees one).
+//! - `tailer-idle`: a tailer at the end of a store with one frame (a heartbeat), polled `IDLE_CYCLES`
+//!   times with nothing new (count `idle_polls` per poll: the loop of every busy-spinning
+//!   reader).
 //! - `mdp3`: `DECODES` decodes of [`bench::mdp3::MDP3_BOOK`], a real CME MDP3 book refresh
 //!   with four entries, every field read (count `decode_books` per decode).
 //!
@@ -45,7 +51,7 @@ use seqstream_iodaemon::outbox::Outbox;
 use seqstream_replication::follower::AckTiming;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_sequencer::sequencer::Sequencer;
-use seqstream_store::{Appender, StoreConfig};
+use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
 
 /// Datagrams of the sequencer's workload.
 const DATAGRAMS: u64 = 10_000;
@@ -57,6 +63,8 @@ const APPENDS: u64 = 100_000;
 const FRAMES: u64 = 4_000;
 /// Frames of the catch-up workload.
 const CATCH_UP_FRAMES: u64 = 50_000;
+/// Duty cycles or polls of the idle workloads.
+const IDLE_CYCLES: u64 = 100_000;
 /// Decodes of the MDP3 workload.
 const DECODES: u64 = 100_000;
 
@@ -91,6 +99,10 @@ enum Cli {
         #[arg(long)]
         timestamp: bool,
     },
+    /// The compositor's duty cycle with nothing new on its components.
+    CompositorIdle,
+    /// A tailer's poll with nothing new committed.
+    TailerIdle,
     /// Decodes of a real MDP3 book refresh.
     Mdp3,
 }
@@ -238,6 +250,43 @@ fn compositor(dir: &std::path::Path, timestamp: bool) -> Result<()> {
     Ok(())
 }
 
+fn compositor_idle(dir: &std::path::Path) -> Result<()> {
+    use seqstream_sequencer::compositor::MergePolicy;
+    let mut merge = bench::paths::Merge::new(dir, MergePolicy::Arrival)?;
+    merge.frame()?;
+    for _ in 0..IDLE_CYCLES {
+        merge.idle_cycle()?;
+    }
+    println!("compositor-idle: {IDLE_CYCLES} duty cycles with nothing new");
+    Ok(())
+}
+
+/// The counted loop of the `tailer-idle` workload: polls that find nothing.
+#[inline(never)]
+fn idle_polls(tailer: &mut Tailer) -> Result<()> {
+    for _ in 0..IDLE_CYCLES {
+        ensure!(
+            std::hint::black_box(&mut *tailer).poll()?.is_none(),
+            "a frame appeared"
+        );
+    }
+    Ok(())
+}
+
+fn tailer_idle(dir: &std::path::Path) -> Result<()> {
+    let store = dir.join("store");
+    let mut appender =
+        Appender::open_or_create(&store, StoreConfig::new(STREAM).segment_size(1 << 20))?;
+    // A heartbeat, not `append`: a second call site of `append` in this crate would change
+    // how the compiler inlines it into `append_all`, and so the `append` workload's count.
+    appender.append_heartbeat(None)?;
+    let mut tailer = Tailer::open_with(&store, TailerOptions::default())?;
+    ensure!(tailer.poll()?.is_some(), "the frame appended is not there");
+    idle_polls(&mut tailer)?;
+    println!("tailer-idle: {IDLE_CYCLES} polls with nothing new");
+    Ok(())
+}
+
 /// The counted loop of the `mdp3` workload: the XOR of every decode's fold.
 #[inline(never)]
 fn decode_books(bytes: &[u8]) -> Result<u64> {
@@ -267,6 +316,8 @@ fn main() -> Result<()> {
         Cli::Replication { delayed_ack } => replication(dir.path(), delayed_ack),
         Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
+        Cli::CompositorIdle => compositor_idle(dir.path()),
+        Cli::TailerIdle => tailer_idle(dir.path()),
         Cli::Mdp3 => mdp3(),
     }
 }
