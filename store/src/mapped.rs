@@ -112,10 +112,17 @@ impl MappedFile {
     /// not have reached the file. Permanent for this mapping: reopen the file.
     #[inline(always)]
     pub fn check_intact(&self) -> Result<()> {
-        if !self.guard.faulted() {
+        if self.is_intact() {
             return Ok(());
         }
         self.shrunk()
+    }
+
+    /// `true` while [`check_intact`](Self::check_intact) is `Ok`: one load, for a fast path
+    /// that leaves building the error to a slower one.
+    #[inline(always)]
+    pub fn is_intact(&self) -> bool {
+        !self.guard.faulted()
     }
 
     /// The error of [`check_intact`](Self::check_intact), out of line so that the check

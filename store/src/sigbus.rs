@@ -28,6 +28,7 @@ pub const MAX_MAPPINGS: usize = 4096;
 
 /// One registered range. `start == 0` means the slot holds no range (a mapping never starts at
 /// address 0).
+#[derive(Debug)]
 struct Slot {
     claimed: AtomicBool,
     start: AtomicUsize,
@@ -67,7 +68,9 @@ pub fn absorbed_faults() -> u64 {
 /// unregisters the range; drop it before the range is unmapped.
 #[derive(Debug)]
 pub struct Guard {
-    slot: usize,
+    /// The slot of [`REGISTRY`] this guard claimed: a reference, not an index, so that
+    /// [`faulted`](Self::faulted) is one load with no bounds check.
+    slot: &'static Slot,
 }
 
 /// Why a range could not be registered.
@@ -86,7 +89,7 @@ impl Guard {
     /// how the zero page that replaces a vanished page is mapped.
     pub fn register(start: *const u8, len: usize, writable: bool) -> Result<Guard, GuardError> {
         install()?;
-        for (i, slot) in REGISTRY.iter().enumerate() {
+        for slot in &REGISTRY {
             if slot
                 .claimed
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -97,7 +100,7 @@ impl Guard {
                 slot.len.store(len, Ordering::Relaxed);
                 // Release: the handler that sees `start` sees the fields above.
                 slot.start.store(start as usize, Ordering::Release);
-                return Ok(Guard { slot: i });
+                return Ok(Guard { slot });
             }
         }
         Err(GuardError::Full)
@@ -108,13 +111,13 @@ impl Guard {
     /// held. Stays `true` for the life of the guard.
     #[inline]
     pub fn faulted(&self) -> bool {
-        REGISTRY[self.slot].faulted.load(Ordering::Acquire)
+        self.slot.faulted.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let slot = &REGISTRY[self.slot];
+        let slot = self.slot;
         slot.start.store(0, Ordering::Release);
         slot.len.store(0, Ordering::Relaxed);
         slot.claimed.store(false, Ordering::Release);

@@ -292,9 +292,17 @@ impl Tailer {
     /// a signal), and the next call reports `Shrunk`.
     #[inline]
     pub fn poll(&mut self) -> Result<Option<Frame<'_>>> {
-        let Some(committed) = self.ready()? else {
-            return Ok(None);
-        };
+        match self.ready()? {
+            Some(committed) => self.read_frame(committed),
+            None => Ok(None),
+        }
+    }
+
+    /// The frame at the tailer's position, checked, once [`ready`](Self::ready) saw
+    /// `committed` past it; moves past it. Out of line, so that an idle [`poll`](Self::poll)
+    /// inlines into its caller's loop as a few loads and compares.
+    #[inline(never)]
+    fn read_frame(&mut self, committed: u64) -> Result<Option<Frame<'_>>> {
         let off = file_offset(&self.info, self.position);
         let avail = self
             .segment
@@ -336,8 +344,35 @@ impl Tailer {
     /// The committed position when a committed frame is waiting at the tailer's position,
     /// `None` when there is none; follows a roll when the tailer is at the end of a sealed
     /// segment. A committed position beyond the segment's frame area is a `CorruptHeader`.
+    ///
+    /// Inlined, it answers the two common cases with three loads: a frame waits (the
+    /// committed position is past the tailer's, within the segment), or nothing new in an
+    /// active, intact segment before the periodic [`check_end`](Self::check_end) is due (a
+    /// busy-spinning reader's loop). Everything else, with the same reads in the same order,
+    /// is [`ready_slow`](Self::ready_slow)'s.
     #[inline]
     fn ready(&mut self) -> Result<Option<u64>> {
+        let committed = self.segment.committed();
+        if self.position < committed && committed <= self.info.limit_position() {
+            return Ok(Some(committed));
+        }
+        // Sealed is read after committed, as `ready_slow` reads it (acquire: a sealed
+        // segment's final committed position is visible to the load that follows it).
+        if committed == self.position
+            && self.empty_polls + 1 < REPLACED_CHECK_EVERY
+            && self.segment.state() != Some(SegmentState::Sealed)
+            && self.segment.mapped().is_intact()
+        {
+            self.empty_polls += 1;
+            return Ok(None);
+        }
+        self.ready_slow()
+    }
+
+    /// [`ready`](Self::ready) in full: rolls, faults, a committed position that went back
+    /// or beyond the segment, and the periodic end check.
+    #[inline(never)]
+    fn ready_slow(&mut self) -> Result<Option<u64>> {
         loop {
             let committed = self.checked_committed()?;
             if self.position < committed {
