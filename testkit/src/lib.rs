@@ -277,19 +277,31 @@ fn ended(pid: u32) -> std::io::Result<bool> {
     Ok(unsafe { info.si_pid() } != 0)
 }
 
-/// A UDP port on 127.0.0.1 that was free a moment ago (bound, read, released), below the
-/// kernel's ephemeral range (see [`free_tcp_port`]).
+/// A UDP port that was free a moment ago on every local IPv4 address (see
+/// [`free_tcp_port`]), below the kernel's ephemeral range.
 pub fn free_udp_port() -> u16 {
-    free_port(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok())
+    free_port(udp_port_free)
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released), below the
-/// kernel's ephemeral range (`ip_local_port_range`), so that no socket the kernel gives a port
-/// to later (a client connecting while the server is down, a socket bound to port 0) takes
-/// it: a client connecting to a port in that range with no listener can even connect to
-/// itself.
+/// A TCP port that was free a moment ago on every local IPv4 address, below the kernel's
+/// ephemeral range (`ip_local_port_range`), so that no socket the kernel gives a port to
+/// later (a client connecting while the server is down, a socket bound to port 0) takes it:
+/// a client connecting to a port in that range with no listener can even connect to itself.
+/// Tests give their hosts loopback addresses of their own (127.0.0.2, 127.0.0.3, …), so a
+/// port is judged by binding it on 0.0.0.0, which fails while any address holds it (as
+/// another test's host on 127.0.0.3 may), and released at once.
 pub fn free_tcp_port() -> u16 {
-    free_port(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+    free_port(tcp_port_free)
+}
+
+/// Whether UDP port `p` is bound on no local IPv4 address (a bind on 0.0.0.0 succeeds).
+fn udp_port_free(p: u16) -> bool {
+    std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, p)).is_ok()
+}
+
+/// Whether TCP port `p` is bound on no local IPv4 address (a bind on 0.0.0.0 succeeds).
+fn tcp_port_free(p: u16) -> bool {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, p)).is_ok()
 }
 
 /// A port in `[10000, start of the ephemeral range)` that `free` says is free, tried from a
@@ -503,7 +515,7 @@ mod tests {
     use std::process::Command;
     use std::time::{Duration, Instant};
 
-    use super::{output_within, udp_rx_queue, wait_udp_rx_queue};
+    use super::{output_within, tcp_port_free, udp_port_free, udp_rx_queue, wait_udp_rx_queue};
 
     #[test]
     fn output_within_returns_what_the_program_printed_and_its_status() {
@@ -605,6 +617,21 @@ mod tests {
         assert_eq!(udp_rx_queue(addr), Some(0));
         drop(socket);
         assert_eq!(udp_rx_queue(addr), None);
+    }
+
+    #[test]
+    fn a_port_held_on_another_loopback_address_is_not_free() {
+        use std::net::{TcpListener, UdpSocket};
+        let tcp = TcpListener::bind("127.0.0.3:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        assert!(!tcp_port_free(port), "tcp {port} is held on 127.0.0.3");
+        drop(tcp);
+        assert!(tcp_port_free(port), "tcp {port} was released");
+        let udp = UdpSocket::bind("127.0.0.3:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        assert!(!udp_port_free(port), "udp {port} is held on 127.0.0.3");
+        drop(udp);
+        assert!(udp_port_free(port), "udp {port} was released");
     }
 
     #[test]
