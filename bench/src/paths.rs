@@ -287,6 +287,13 @@ impl Replication {
         next_message(&mut self.tailer)
     }
 
+    /// One duty cycle of the server, its senders and the client that must replicate nothing
+    /// (fails if a frame arrived).
+    pub fn idle_cycle(&mut self) -> Result<()> {
+        ensure!(self.cycle()?.is_none(), "an idle cycle replicated a frame");
+        Ok(())
+    }
+
     /// One duty cycle of the server, its senders and the client.
     fn run_agents(&mut self) -> Result<()> {
         let c = DutyCycle {

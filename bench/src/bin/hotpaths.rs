@@ -25,6 +25,8 @@
 //! - `compositor [--timestamp]`: `FRAMES` frames on each of two components, each merged
 //!   before the next, by arrival (or by timestamp), on [`bench::paths::Merge`] (count
 //!   `Compositor::do_work` per merged frame: the count is per component frame, two a step).
+//! - `replication-idle`: one frame replicated, then `IDLE_CYCLES` duty cycles of the server,
+//!   its sender and the client with nothing new (count the sender's `do_work` per cycle).
 //! - `compositor-idle`: one frame on each component merged, then `IDLE_CYCLES` duty cycles
 //!   with nothing new (count `Compositor::do_work` per cycle: what a busy-spinning
 //!   compositor spends between frames, half of it on average before it sees one).
@@ -99,6 +101,8 @@ enum Cli {
         #[arg(long)]
         timestamp: bool,
     },
+    /// The replication sender's duty cycle with nothing new to send.
+    ReplicationIdle,
     /// The compositor's duty cycle with nothing new on its components.
     CompositorIdle,
     /// A tailer's poll with nothing new committed.
@@ -250,6 +254,15 @@ fn compositor(dir: &std::path::Path, timestamp: bool) -> Result<()> {
     Ok(())
 }
 
+fn replication_idle(dir: &std::path::Path) -> Result<()> {
+    let mut path = bench::paths::Replication::new(dir, AckTiming::Immediate)?;
+    for _ in 0..IDLE_CYCLES {
+        path.idle_cycle()?;
+    }
+    println!("replication-idle: {IDLE_CYCLES} duty cycles with nothing new");
+    Ok(())
+}
+
 fn compositor_idle(dir: &std::path::Path) -> Result<()> {
     use seqstream_sequencer::compositor::MergePolicy;
     let mut merge = bench::paths::Merge::new(dir, MergePolicy::Arrival)?;
@@ -316,6 +329,7 @@ fn main() -> Result<()> {
         Cli::Replication { delayed_ack } => replication(dir.path(), delayed_ack),
         Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
+        Cli::ReplicationIdle => replication_idle(dir.path()),
         Cli::CompositorIdle => compositor_idle(dir.path()),
         Cli::TailerIdle => tailer_idle(dir.path()),
         Cli::Mdp3 => mdp3(),
