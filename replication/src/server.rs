@@ -43,6 +43,9 @@
 //! - `send_buffer`: the socket's `SO_SNDBUF`; beyond it the sender keeps at most one batch
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
+//!   A sender reads its replica's socket every duty cycle while anything it sent awaits its
+//!   ack, and otherwise once in [`IDLE_READ_EVERY`] cycles (an idle busy-spinning sender makes
+//!   no system call a cycle), and always before it judges the replica silent.
 //!
 //! A stopped server drains: each sender sends what its store holds until its replica has
 //! acknowledged all of it and the store has stopped growing (its writers, stopped with the
@@ -744,6 +747,13 @@ impl Agent for Server {
     }
 }
 
+/// Duty cycles of a sender with nothing awaiting its replica's ack between two reads of the
+/// replica's socket. Idle, a replica sends only heartbeats (every 100 ms by default), and a
+/// read that finds nothing is a system call that a busy-spinning sender would otherwise make
+/// every cycle, between a frame's commit and its noticing it; while anything sent awaits its
+/// ack (the release of `standby-ack` waits on a standby's) it reads every cycle.
+pub const IDLE_READ_EVERY: u32 = 64;
+
 /// Largest handshake message accepted (a hello or a proof: tens of bytes when well formed).
 const MAX_HELLO: usize = 1024;
 /// Largest message a replica sends (ack, heartbeat).
@@ -1027,6 +1037,10 @@ struct Session {
     /// The server's handshake proof: the session's first message.
     proof: Tag,
     gate: Gate,
+    /// Duty cycles since the replica's socket was last read.
+    unread_cycles: u32,
+    /// [`ServerConfig::peer_timeout`] in ns.
+    peer_timeout_ns: u64,
 }
 
 impl Session {
@@ -1041,6 +1055,7 @@ impl Session {
         let resume = admitted.resume;
         let mut clock = cfg.clock.clone();
         let start_ns = clock.monotonic_ns();
+        let peer_timeout_ns = u64::try_from(cfg.peer_timeout.as_nanos()).unwrap_or(u64::MAX);
         Session {
             cfg,
             stream,
@@ -1060,6 +1075,8 @@ impl Session {
             macs: admitted.macs,
             proof: admitted.proof,
             gate,
+            unread_cycles: 0,
+            peer_timeout_ns,
         }
     }
 
@@ -1162,14 +1179,30 @@ impl Session {
     /// that a read that would block is never on a new frame's path). Returns the work done (0
     /// = idle, including while back-pressured: the idle strategy then backs off instead of
     /// spinning on a full socket).
+    ///
+    /// The replica's socket is read every cycle while anything sent awaits its ack, and
+    /// otherwise once in [`IDLE_READ_EVERY`] cycles, when sending failed, and before the
+    /// replica is judged silent past the peer timeout (so a heartbeat left unread never
+    /// counts as silence).
     fn do_work(&mut self) -> Result<usize> {
         let now = self.clock.monotonic_ns();
         // Read even when sending failed: a replica that stopped sent its last ack before it
         // closed, and a reset connection still delivers what arrived before the reset.
         let sent = self.send(now);
-        let received = self.receive();
+        let silent = |s: &Self| now.saturating_sub(s.last_recv_ns) > s.peer_timeout_ns;
+        self.unread_cycles += 1;
+        let received = if sent.is_err()
+            || self.sent_position != self.acked_position
+            || self.unread_cycles >= IDLE_READ_EVERY
+            || silent(self)
+        {
+            self.unread_cycles = 0;
+            self.receive()
+        } else {
+            Ok(0)
+        };
         let work = sent? + received?;
-        if now.saturating_sub(self.last_recv_ns) > self.cfg.peer_timeout.as_nanos() as u64 {
+        if silent(self) {
             return Err(Error::Protocol(
                 "replica silent past the peer timeout".into(),
             ));

@@ -334,18 +334,7 @@ fn free_port(free: impl Fn(u16) -> bool) -> u16 {
 /// `None` when no such socket is listed. A test that sends to a socket it does not own waits
 /// on this, instead of a sleep, until its datagrams are there to be read.
 pub fn udp_rx_queue(addr: std::net::SocketAddrV4) -> Option<u64> {
-    let local = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(addr.ip().octets()),
-        addr.port()
-    );
-    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
-    table.lines().skip(1).find_map(|line| {
-        let mut fields = line.split_whitespace();
-        (fields.nth(1)? == local).then_some(())?;
-        let queues = fields.nth(2)?;
-        u64::from_str_radix(queues.split_once(':')?.1, 16).ok()
-    })
+    proc_net_rx_queue("/proc/net/udp", addr, None)
 }
 
 /// Waits (at most `timeout`) until [`udp_rx_queue`] of `addr` satisfies `ok`; returns it, or
@@ -355,13 +344,68 @@ pub fn wait_udp_rx_queue(
     timeout: std::time::Duration,
     ok: impl Fn(u64) -> bool,
 ) -> u64 {
+    wait_rx_queue("udp socket", udp_rx_queue, addr, timeout, ok)
+}
+
+/// Bytes received and not yet read on the first established IPv4 TCP connection whose local
+/// end is `local` in this network namespace (the `rx_queue` column of `/proc/net/tcp`), such
+/// as the one connection a test's server accepted on `local`; `None` when none is listed.
+/// A test that wants to know whether a process it drives read its socket reads this.
+pub fn tcp_rx_queue(local: std::net::SocketAddrV4) -> Option<u64> {
+    // State 01: TCP_ESTABLISHED (include/net/tcp_states.h); the listener is 0A.
+    proc_net_rx_queue("/proc/net/tcp", local, Some("01"))
+}
+
+/// Waits (at most `timeout`) until [`tcp_rx_queue`] of `local` satisfies `ok`; returns it,
+/// or panics with its last value.
+pub fn wait_tcp_rx_queue(
+    local: std::net::SocketAddrV4,
+    timeout: std::time::Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
+    wait_rx_queue("tcp connection at", tcp_rx_queue, local, timeout, ok)
+}
+
+/// Waits (at most `timeout`) until `queue` of `local` (the `what` named in the panic)
+/// satisfies `ok`.
+fn wait_rx_queue(
+    what: &str,
+    queue: fn(std::net::SocketAddrV4) -> Option<u64>,
+    local: std::net::SocketAddrV4,
+    timeout: std::time::Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
     poll_until(
         timeout,
         std::time::Duration::from_millis(1),
-        || udp_rx_queue(addr),
+        || queue(local),
         ok,
-        |q| format!("udp socket {addr}: rx_queue {q:?} after {timeout:?}"),
+        |q| format!("{what} {local}: rx_queue {q:?} after {timeout:?}"),
     )
+}
+
+/// The `rx_queue` of the first socket of `table` (`/proc/net/udp` or `/proc/net/tcp`, whose
+/// lines read `sl local_address rem_address st tx_queue:rx_queue ...`, addresses and queues
+/// in hex) bound locally to `local`, in state `state` when given.
+fn proc_net_rx_queue(
+    table: &str,
+    local: std::net::SocketAddrV4,
+    state: Option<&str>,
+) -> Option<u64> {
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(local.ip().octets()),
+        local.port()
+    );
+    let table = std::fs::read_to_string(table).ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let mut fields = line.split_whitespace();
+        (fields.nth(1)? == local).then_some(())?;
+        let st = fields.nth(1)?;
+        state.is_none_or(|want| want == st).then_some(())?;
+        let queues = fields.next()?;
+        u64::from_str_radix(queues.split_once(':')?.1, 16).ok()
+    })
 }
 
 /// Reads `read` every `every` until it gives a value that satisfies `ok`, and returns that;
@@ -515,7 +559,10 @@ mod tests {
     use std::process::Command;
     use std::time::{Duration, Instant};
 
-    use super::{output_within, tcp_port_free, udp_port_free, udp_rx_queue, wait_udp_rx_queue};
+    use super::{
+        output_within, tcp_port_free, tcp_rx_queue, udp_port_free, udp_rx_queue, wait_tcp_rx_queue,
+        wait_udp_rx_queue,
+    };
 
     #[test]
     fn output_within_returns_what_the_program_printed_and_its_status() {
@@ -632,6 +679,28 @@ mod tests {
         assert!(!udp_port_free(port), "udp {port} is held on 127.0.0.3");
         drop(udp);
         assert!(udp_port_free(port), "udp {port} was released");
+    }
+
+    #[test]
+    fn the_rx_queue_of_a_tcp_connection_counts_the_bytes_unread() {
+        use std::io::{Read, Write};
+        use std::net::{SocketAddr, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(local) = listener.local_addr().unwrap() else {
+            unreachable!("bound to an IPv4 address")
+        };
+        assert_eq!(tcp_rx_queue(local), None, "a listener is no connection");
+        let mut client = TcpStream::connect(local).unwrap();
+        let (mut accepted, _) = listener.accept().unwrap();
+        assert_eq!(tcp_rx_queue(local), Some(0));
+        client.write_all(&[7; 100]).unwrap();
+        assert_eq!(
+            wait_tcp_rx_queue(local, Duration::from_secs(10), |q| q > 0),
+            100
+        );
+        let mut buf = [0u8; 100];
+        accepted.read_exact(&mut buf).unwrap();
+        assert_eq!(tcp_rx_queue(local), Some(0));
     }
 
     #[test]
