@@ -199,11 +199,12 @@ impl Inbound {
 /// Append on a primary → replication server and its sender → TCP → replication client →
 /// replica → a tailer of the replica. The senders run in a composite on this thread.
 ///
-/// The client's time is synthetic (its store's clock, by which it times everything, and the
-/// duty cycles' reading): it moves [`REPLICATION_FRAME_NS`] for each frame appended,
-/// whatever the machine's clock says and however many cycles a frame takes to arrive, so a
-/// delayed acknowledgement ([`AckTiming::Delayed`]) goes out after the same frames every
-/// run.
+/// The client's and the sender's time is synthetic (the client's store's clock, by which it
+/// times everything, the server's clock, and the duty cycles' reading): it moves
+/// [`REPLICATION_FRAME_NS`] for each frame appended, whatever the machine's clock says and
+/// however many cycles a frame takes to arrive, so a delayed acknowledgement
+/// ([`AckTiming::Delayed`]) goes out after the same frames every run, and an idle sender
+/// reads its replica's socket after the same cycles.
 pub struct Replication {
     /// The primary's and the replica's stores.
     pub stores: [PathBuf; 2],
@@ -241,9 +242,12 @@ impl Replication {
         scfg.poll_interval = Duration::ZERO;
         scfg.heartbeat = NEVER;
         scfg.peer_timeout = NEVER;
+        // The sender on the path's synthetic clock too: how often it reads its idle replica's
+        // socket (`IDLE_READ_INTERVAL`) must not depend on how slowly callgrind runs it.
+        let clock = ManualClock::new(1 << 40, (1 << 40) + REPLICATION_FRAME_NS);
+        scfg.clock = clock.clock();
         let mut server = Server::bind(scfg, &counters.scoped("serve "))?;
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, server.local_addr(), keys);
-        let clock = ManualClock::new(1 << 40, (1 << 40) + REPLICATION_FRAME_NS);
         fcfg.store_config = cfg.clock(clock.clock());
         fcfg.heartbeat = NEVER;
         fcfg.peer_timeout = NEVER;

@@ -44,8 +44,9 @@
 //!   (`max_batch`) of unsent bytes and reads nothing new from the store until they drain;
 //! - `peer_timeout`: a replica silent for that long (no ack, no heartbeat) is disconnected.
 //!   A sender reads its replica's socket every duty cycle while anything it sent awaits its
-//!   ack, and otherwise once in [`IDLE_READ_EVERY`] cycles (an idle busy-spinning sender makes
-//!   no system call a cycle), and always before it judges the replica silent.
+//!   ack, and otherwise once in [`IDLE_READ_EVERY`] cycles or [`IDLE_READ_INTERVAL`],
+//!   whichever comes first (an idle busy-spinning sender makes no system call a cycle), and
+//!   always before it judges the replica silent.
 //!
 //! A stopped server drains: each sender sends what its store holds until its replica has
 //! acknowledged all of it and the store has stopped growing (its writers, stopped with the
@@ -748,11 +749,17 @@ impl Agent for Server {
 }
 
 /// Duty cycles of a sender with nothing awaiting its replica's ack between two reads of the
-/// replica's socket. Idle, a replica sends only heartbeats (every 100 ms by default), and a
-/// read that finds nothing is a system call that a busy-spinning sender would otherwise make
-/// every cycle, between a frame's commit and its noticing it; while anything sent awaits its
-/// ack (the release of `standby-ack` waits on a standby's) it reads every cycle.
+/// replica's socket, at most (see [`IDLE_READ_INTERVAL`]). Idle, a replica sends only
+/// heartbeats (every 100 ms by default), and a read that finds nothing is a system call that a
+/// busy-spinning sender would otherwise make every cycle, between a frame's commit and its
+/// noticing it; while anything sent awaits its ack (the release of `standby-ack` waits on a
+/// standby's) it reads every cycle.
 pub const IDLE_READ_EVERY: u32 = 64;
+
+/// The longest a sender with nothing awaiting an ack goes without reading its replica's
+/// socket (by its clock), however slowly its idle strategy runs its cycles: a replica that
+/// closed its connection is noticed within it, and its slot and standby standing freed.
+pub const IDLE_READ_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Largest handshake message accepted (a hello or a proof: tens of bytes when well formed).
 const MAX_HELLO: usize = 1024;
@@ -1037,8 +1044,9 @@ struct Session {
     /// The server's handshake proof: the session's first message.
     proof: Tag,
     gate: Gate,
-    /// Duty cycles since the replica's socket was last read.
+    /// Duty cycles since the replica's socket was last read, and when (monotonic ns) it was.
     unread_cycles: u32,
+    last_read_ns: u64,
     /// [`ServerConfig::peer_timeout`] in ns.
     peer_timeout_ns: u64,
 }
@@ -1076,6 +1084,7 @@ impl Session {
             proof: admitted.proof,
             gate,
             unread_cycles: 0,
+            last_read_ns: start_ns,
             peer_timeout_ns,
         }
     }
@@ -1180,23 +1189,25 @@ impl Session {
     /// = idle, including while back-pressured: the idle strategy then backs off instead of
     /// spinning on a full socket).
     ///
-    /// The replica's socket is read every cycle while anything sent awaits its ack, and
-    /// otherwise once in [`IDLE_READ_EVERY`] cycles, when sending failed, and before the
-    /// replica is judged silent past the peer timeout (so a heartbeat left unread never
-    /// counts as silence).
+    /// The replica's socket is read every cycle while anything sent awaits its ack; otherwise
+    /// once in [`IDLE_READ_EVERY`] cycles or [`IDLE_READ_INTERVAL`], whichever comes first,
+    /// and before the replica is judged silent past the peer timeout (so a heartbeat left
+    /// unread never counts as silence).
     fn do_work(&mut self) -> Result<usize> {
         let now = self.clock.monotonic_ns();
         // Read even when sending failed: a replica that stopped sent its last ack before it
-        // closed, and a reset connection still delivers what arrived before the reset.
+        // closed, and a reset connection still delivers what arrived before the reset (an ack
+        // is awaited then, so the read below happens).
         let sent = self.send(now);
         let silent = |s: &Self| now.saturating_sub(s.last_recv_ns) > s.peer_timeout_ns;
         self.unread_cycles += 1;
-        let received = if sent.is_err()
-            || self.sent_position != self.acked_position
+        let received = if self.sent_position != self.acked_position
             || self.unread_cycles >= IDLE_READ_EVERY
+            || now.saturating_sub(self.last_read_ns) >= IDLE_READ_INTERVAL.as_nanos() as u64
             || silent(self)
         {
             self.unread_cycles = 0;
+            self.last_read_ns = now;
             self.receive()
         } else {
             Ok(0)

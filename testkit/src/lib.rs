@@ -283,13 +283,14 @@ pub fn free_udp_port() -> u16 {
     free_port(udp_port_free)
 }
 
-/// A TCP port that was free a moment ago on every local IPv4 address, below the kernel's
-/// ephemeral range (`ip_local_port_range`), so that no socket the kernel gives a port to
-/// later (a client connecting while the server is down, a socket bound to port 0) takes it:
-/// a client connecting to a port in that range with no listener can even connect to itself.
-/// Tests give their hosts loopback addresses of their own (127.0.0.2, 127.0.0.3, …), so a
-/// port is judged by binding it on 0.0.0.0, which fails while any address holds it (as
-/// another test's host on 127.0.0.3 may), and released at once.
+/// A TCP port that no listener held a moment ago on any local IPv4 address, below the
+/// kernel's ephemeral range (`ip_local_port_range`), so that no socket the kernel gives a port
+/// to later (a client connecting while the server is down, a socket bound to port 0) takes
+/// it: a client connecting to a port in that range with no listener can even connect to
+/// itself. Tests give their hosts loopback addresses of their own (127.0.0.2, 127.0.0.3, …),
+/// so a port is judged by binding it on 0.0.0.0, which fails while a listener on any address
+/// holds it (as another test's host on 127.0.0.3 may), and released at once. IPv6-only
+/// sockets are not looked at.
 pub fn free_tcp_port() -> u16 {
     free_port(tcp_port_free)
 }
@@ -669,13 +670,15 @@ mod tests {
     #[test]
     fn a_port_held_on_another_loopback_address_is_not_free() {
         use std::net::{TcpListener, UdpSocket};
-        let tcp = TcpListener::bind("127.0.0.3:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
+        // Ports below the ephemeral range, which no bind to port 0 elsewhere can take
+        // between the drop and the check.
+        let port = super::free_tcp_port();
+        let tcp = TcpListener::bind(("127.0.0.3", port)).unwrap();
         assert!(!tcp_port_free(port), "tcp {port} is held on 127.0.0.3");
         drop(tcp);
         assert!(tcp_port_free(port), "tcp {port} was released");
-        let udp = UdpSocket::bind("127.0.0.3:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
+        let port = super::free_udp_port();
+        let udp = UdpSocket::bind(("127.0.0.3", port)).unwrap();
         assert!(!udp_port_free(port), "udp {port} is held on 127.0.0.3");
         drop(udp);
         assert!(udp_port_free(port), "udp {port} was released");
