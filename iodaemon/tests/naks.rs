@@ -19,7 +19,10 @@ use seqstream_iodaemon::forwarder::{
 };
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
-use seqstream_testkit::{wait_udp_rx_queue, KillOnDrop as Proc};
+use seqstream_testkit::{wait_counter, wait_udp_rx_queue, KillOnDrop as Proc};
+
+/// How long a counter is waited for.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
@@ -123,21 +126,6 @@ fn wait_naks_queued(to: SocketAddr, ok: impl Fn(u64) -> bool) -> u64 {
         panic!("the forwarder's NAK socket is IPv4: {to}")
     };
     wait_udp_rx_queue(addr, Duration::from_secs(30), ok)
-}
-
-fn wait_counter(path: &Path, label: &str, value: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = counters::read(path).ok().and_then(|s| s.get(label));
-        if now == Some(value) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{label} is {now:?}, expected {value}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 #[test]
@@ -305,22 +293,22 @@ fn the_iodaemon_under_a_flood_of_forged_naks_resends_nothing_and_logs_little() {
             elsewhere.send_to(&nak(SOURCE, EPOCH, 1), iodaemon).unwrap();
             forged += 1;
         }
-        wait_counter(&counters_path, "bad naks", forged);
+        wait_counter(&counters_path, "bad naks", PATIENCE, |v| v == forged);
     }
     sequencer
         .send_to(&nak(SOURCE, EPOCH + 1, 1), iodaemon)
         .unwrap();
     sequencer.send_to(&nak(SOURCE, EPOCH, 6), iodaemon).unwrap();
     forged += 2;
-    wait_counter(&counters_path, "bad naks", forged);
+    wait_counter(&counters_path, "bad naks", PATIENCE, |v| v == forged);
     let now = |label: &str| counters::read(&counters_path).unwrap().get(label).unwrap();
     assert_eq!((now("messages resent"), now("naks received")), (0, 0));
 
     // The real sequencer's NAK: a resend from its seq, at once.
     sequencer.send_to(&nak(SOURCE, EPOCH, 3), iodaemon).unwrap();
     assert_eq!(next_datagram(&sequencer), (3, 3));
-    wait_counter(&counters_path, "messages resent", 3);
-    wait_counter(&counters_path, "naks received", 1);
+    wait_counter(&counters_path, "messages resent", PATIENCE, |v| v == 3);
+    wait_counter(&counters_path, "naks received", PATIENCE, |v| v == 1);
 
     drop(p);
     let text = std::fs::read_to_string(&log).unwrap();

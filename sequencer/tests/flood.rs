@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters;
 use seqstream_agent::ratelimit::DEFAULT_MAX_LINES;
 use seqstream_schemas::wire;
-use seqstream_testkit::KillOnDrop as Proc;
+use seqstream_testkit::{wait_counter, KillOnDrop as Proc};
+
+/// How long a counter is waited for.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 const STREAM: u32 = 6;
 const GARBAGE: u64 = 10_000;
@@ -40,22 +43,6 @@ fn datagram(epoch: u32, first: u64, n: u64) -> Vec<u8> {
     let len = e.encoded_length();
     buf.truncate(len);
     buf
-}
-
-/// Waits (bounded) until counter `label` reaches `value`.
-fn wait_counter(path: &Path, label: &str, value: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = counters::read(path).ok().and_then(|s| s.get(label));
-        if now == Some(value) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{label} is {now:?}, expected {value}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Starts the sequencer of stream [`STREAM`] for source 1 on a free port with `extra`
@@ -84,7 +71,12 @@ fn start_sequencer(dir: &Path, extra: &[&str]) -> (Proc, String) {
             .spawn()
             .unwrap(),
     );
-    wait_counter(&dir.join("seq.counters"), "datagrams received", 0);
+    wait_counter(
+        &dir.join("seq.counters"),
+        "datagrams received",
+        PATIENCE,
+        |v| v == 0,
+    );
     (p, format!("127.0.0.1:{port}"))
 }
 
@@ -125,15 +117,25 @@ fn a_flood_of_garbage_is_counted_exactly_and_logged_in_a_few_lines() {
             client.send_to(&vec![0xAB; len], &to).unwrap();
             sent += 1;
         }
-        wait_counter(&counters_path, "bad datagrams: undecodable", sent);
+        wait_counter(
+            &counters_path,
+            "bad datagrams: undecodable",
+            PATIENCE,
+            |v| v == sent,
+        );
     }
     // A valid header in a higher epoch whose messages do not decode, then the real source.
     let mut bad = datagram(2, 1, 2);
     bad.truncate(bad.len() - 1);
     client.send_to(&bad, &to).unwrap();
-    wait_counter(&counters_path, "bad datagrams: undecodable", GARBAGE + 1);
+    wait_counter(
+        &counters_path,
+        "bad datagrams: undecodable",
+        PATIENCE,
+        |v| v == GARBAGE + 1,
+    );
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
-    wait_counter(&counters_path, "messages sequenced", 3);
+    wait_counter(&counters_path, "messages sequenced", PATIENCE, |v| v == 3);
 
     // SIGTERM, then a bounded wait for a clean exit.
     // SAFETY: kill(2) on our own child's pid.
@@ -160,7 +162,7 @@ fn a_store_cut_under_the_sequencer_stops_it_with_a_counted_logged_error() {
     let (mut p, to) = start_sequencer(d.path(), &[]);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
-    wait_counter(&counters_path, "messages sequenced", 3);
+    wait_counter(&counters_path, "messages sequenced", PATIENCE, |v| v == 3);
     cut_active_segment(d.path());
     client.send_to(&datagram(1, 4, 1), &to).unwrap();
     let status = exit_status(&mut p);
@@ -181,7 +183,7 @@ fn an_active_segment_deleted_under_the_sequencer_stops_it() {
     let (mut p, to) = start_sequencer(d.path(), &[]);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
-    wait_counter(&counters_path, "messages sequenced", 3);
+    wait_counter(&counters_path, "messages sequenced", PATIENCE, |v| v == 3);
     std::fs::remove_file(d.path().join("store").join("000000000000.seg")).unwrap();
     // Its next idle file check finds it: no seq is handed out into a file no one will read.
     let status = exit_status(&mut p);
@@ -203,7 +205,7 @@ fn under_restart_a_failing_sequencer_is_restarted_and_counted_until_stopped() {
     let (mut p, to) = start_sequencer(d.path(), &["--on-error", "restart:20ms"]);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(&datagram(1, 1, 3), &to).unwrap();
-    wait_counter(&counters_path, "messages sequenced", 3);
+    wait_counter(&counters_path, "messages sequenced", PATIENCE, |v| v == 3);
     cut_active_segment(d.path());
     // Every append after the cut fails on the shrunk store: each time the role is restarted
     // (the source resends, as an iodaemon would), counted, and the daemon stays up.
