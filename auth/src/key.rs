@@ -312,8 +312,11 @@ impl Keyring {
     /// Looks at the key file if [`RELOAD_CHECK_EVERY`] has passed since the last look, and
     /// rotates to the key it holds now if that changed. `Ok(Some(_))` on a rotation; an error
     /// (the keys in force are kept) when the file changed and cannot be used.
+    ///
+    /// Called every idle duty cycle of the daemon that holds the keyring: a poll before the
+    /// next look is due, and a look that finds the file unchanged, allocate nothing.
     pub fn poll(&mut self, now_ns: u64) -> Result<Option<Rotation>, KeyError> {
-        let Some(path) = self.path.clone() else {
+        let Some(path) = self.path.as_deref() else {
             return Ok(None);
         };
         let every = RELOAD_CHECK_EVERY.as_nanos() as u64;
@@ -324,14 +327,14 @@ impl Keyring {
             return Ok(None);
         }
         self.last_check_ns = Some(now_ns);
-        let meta = std::fs::metadata(&path).map_err(|source| KeyError::Io {
-            path: path.clone(),
+        let meta = std::fs::metadata(path).map_err(|source| KeyError::Io {
+            path: path.to_path_buf(),
             source,
         })?;
         if self.stamp == Some(stamp(&meta)) {
             return Ok(None);
         }
-        let (material, stamp) = read_material(&path)?;
+        let (material, stamp) = read_material(path)?;
         self.stamp = Some(stamp);
         let key = Key::from_material(&material);
         if key == self.current.key {
