@@ -1049,7 +1049,7 @@ impl Agent for Member {
                     *refusals_seen = follower.refused_connects();
                     self.next_steer_ns = 0;
                 }
-                work + self.positions.read(POSITIONS_PER_CYCLE)?
+                work + self.positions.read(POSITIONS_PER_CYCLE, cycle.now_ns)?
             }
             // Handing over, or handed over: nothing more is sequenced.
             State::Leading(..) if self.handover.is_some() || self.resigned_at_ns.is_some() => 0,

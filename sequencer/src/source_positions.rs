@@ -18,12 +18,20 @@ use std::path::{Path, PathBuf};
 
 use seqstream_store::{StoreError, Tailer, TailerOptions};
 
+/// How often (ns of the caller's clock) [`SourcePositions::read`] looks for a store that did
+/// not exist when it last looked: a standby whose replica has not begun (its leader refuses
+/// it, or is unreachable) calls it every duty cycle, and a look is a failed `open(2)` and an
+/// allocated error.
+pub const LOOK_FOR_STORE_EVERY_NS: u64 = 100_000_000;
+
 /// The next `source_seq` expected of each source whose messages a store holds, up to
 /// [`position`](Self::position).
 pub struct SourcePositions {
     dir: PathBuf,
     /// `None` until the store exists, and after [`restart`](Self::restart).
     tailer: Option<Tailer>,
+    /// While there is no tailer: when (the caller's ns) [`read`](Self::read) looks next.
+    next_look_ns: u64,
     /// Source id → one above the highest `source_seq` of its frames read so far.
     next: HashMap<u32, u64>,
 }
@@ -34,6 +42,7 @@ impl SourcePositions {
         SourcePositions {
             dir: dir.into(),
             tailer: None,
+            next_look_ns: 0,
             next: HashMap::new(),
         }
     }
@@ -44,11 +53,24 @@ impl SourcePositions {
     }
 
     /// Reads up to `max_frames` frames not read yet; returns how many it read (0 at the
-    /// store's committed end, or while there is no store).
+    /// store's committed end, or while there is no store). `now_ns` is the caller's clock: a
+    /// store that did not exist is looked for again [`LOOK_FOR_STORE_EVERY_NS`] later, not
+    /// before.
     ///
     /// Errors: those of [`Tailer::open_with`] and [`Tailer::poll`] (a corrupt frame, say);
     /// what was read before stays.
-    pub fn read(&mut self, max_frames: usize) -> Result<usize, StoreError> {
+    pub fn read(&mut self, max_frames: usize, now_ns: u64) -> Result<usize, StoreError> {
+        if self.tailer.is_none() {
+            if now_ns < self.next_look_ns {
+                return Ok(0);
+            }
+            self.next_look_ns = now_ns.saturating_add(LOOK_FOR_STORE_EVERY_NS);
+        }
+        self.read_frames(max_frames)
+    }
+
+    /// [`read`](Self::read), looking for the store whenever there is no tailer.
+    fn read_frames(&mut self, max_frames: usize) -> Result<usize, StoreError> {
         let tailer = match &mut self.tailer {
             Some(t) => t,
             None => match Tailer::open_with(&self.dir, TailerOptions::default()) {
@@ -75,7 +97,7 @@ impl SourcePositions {
     pub fn read_to_end(&mut self) -> Result<usize, StoreError> {
         let mut frames = 0;
         loop {
-            match self.read(usize::MAX)? {
+            match self.read_frames(usize::MAX)? {
                 0 => return Ok(frames),
                 n => frames += n,
             }
@@ -86,6 +108,7 @@ impl SourcePositions {
     /// when the store's tail was cut (frames read may be gone).
     pub fn restart(&mut self) {
         self.tailer = None;
+        self.next_look_ns = 0;
         self.next.clear();
     }
 
@@ -120,7 +143,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("s");
         let mut p = SourcePositions::new(&store);
-        assert_eq!(p.read(10).unwrap(), 0, "no store yet");
+        assert_eq!(p.read(10, 0).unwrap(), 0, "no store yet");
         assert_eq!((p.position(), p.next_source_seq(7)), (0, 1));
 
         let mut a = Appender::open_or_create(&store, StoreConfig::new(1)).unwrap();
@@ -129,16 +152,31 @@ mod tests {
         }
         append(&mut a, 9, 40);
         a.append_heartbeat(None).unwrap();
-        assert_eq!(p.read(4).unwrap(), 4);
+        assert_eq!(
+            p.read(4, LOOK_FOR_STORE_EVERY_NS - 1).unwrap(),
+            0,
+            "the store is looked for again a look's interval after the last look"
+        );
+        assert_eq!(p.read(4, LOOK_FOR_STORE_EVERY_NS).unwrap(), 4);
         assert_eq!((p.next_source_seq(7), p.next_source_seq(9)), (5, 1));
         assert_eq!(p.read_to_end().unwrap(), 3);
         assert_eq!((p.next_source_seq(7), p.next_source_seq(9)), (6, 41));
         assert_eq!(p.position(), a.position());
 
         append(&mut a, 7, 6);
-        assert_eq!(p.read(usize::MAX).unwrap(), 1);
+        assert_eq!(
+            p.read(usize::MAX, 0).unwrap(),
+            1,
+            "an open store is read at once"
+        );
         assert_eq!(p.next_source_seq(7), 7);
 
+        p.restart();
+        assert_eq!(
+            p.read(1, 0).unwrap(),
+            1,
+            "after a restart the store is opened at once"
+        );
         p.restart();
         assert_eq!((p.position(), p.next_source_seq(7)), (0, 1));
         assert_eq!(p.read_to_end().unwrap(), 8);
