@@ -27,6 +27,7 @@ use seqstream_replication::server::{Server, ServerConfig};
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::segment::segment_file_name;
+use seqstream_store::tailer::END_CHECK_INTERVAL;
 use seqstream_store::{Appender, FrameFields, StoreConfig, Tailer, TailerOptions};
 
 /// The stream of every path (the compositor's components are 1 and 2, its output 3).
@@ -122,7 +123,8 @@ fn next_message(tailer: &mut Tailer) -> Result<Option<u64>> {
 }
 
 /// Waits until the appender of each store has prepared its next segment (a background thread
-/// does, ahead of need).
+/// does, ahead of need), then [`END_CHECK_INTERVAL`] more: every tailer's next periodic end
+/// check, which maps the successor it finds, is then due.
 pub fn wait_for_successors(stores: &[&Path]) -> Result<()> {
     let deadline = Instant::now() + PATIENCE;
     for store in stores {
@@ -136,6 +138,7 @@ pub fn wait_for_successors(stores: &[&Path]) -> Result<()> {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    std::thread::sleep(END_CHECK_INTERVAL);
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 //! to roll within the test, and is not pretouched.
 //!
 //! The forwarder's tailer checks the end of the stream every [`REPLACED_CHECK_EVERY`] empty
-//! polls; the first check that finds the next segment (prepared ahead by the sequencer's
+//! polls (at most once an [`END_CHECK_INTERVAL`]); the first check that finds the next segment (prepared ahead by the sequencer's
 //! appender) maps it, an allocation once a segment and never per message. So the forwarder
 //! runs exactly two duty cycles per round (one sends, one confirms; one empty poll each), and
 //! two runs of the same number of cycles, the second with twice the messages, must allocate
@@ -19,7 +19,7 @@ use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::tailer::REPLACED_CHECK_EVERY;
+use seqstream_store::tailer::{END_CHECK_INTERVAL, REPLACED_CHECK_EVERY};
 use seqstream_store::{pattern, StoreConfig};
 use seqstream_testkit::{counted, CountingAllocator};
 
@@ -106,7 +106,8 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
     let mut warm_up = run(&mut seq, &mut fwd, 16);
     // The next segment is prepared on a background thread, which on a loaded machine may
     // finish after the warm-up's end-of-stream check: the forwarder's tailer would then map
-    // it in a measured run. Wait for it, and warm up once more, so its check has found it.
+    // it in a measured run. Wait for it, and for a check to be due again
+    // (END_CHECK_INTERVAL), and warm up once more, so its check has found it.
     let deadline = Instant::now() + Duration::from_secs(30);
     while seq.appender().roll_would_wait() {
         assert!(
@@ -115,6 +116,7 @@ fn offer_forwarder_and_sequencer_allocate_nothing_per_message_in_steady_state() 
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+    std::thread::sleep(END_CHECK_INTERVAL);
     let again = run(&mut seq, &mut fwd, 16);
     warm_up.forwarder += again.forwarder;
     let single = run(&mut seq, &mut fwd, 8);

@@ -143,10 +143,18 @@ impl Default for TailerOptions {
     }
 }
 
-/// Empty polls between two checks that the segment file was neither shortened nor replaced
-/// (an `fstat` and a `stat` each) and that no successor holds frames (an `open` of the next
-/// segment's name).
+/// Empty polls between two looks at whether the periodic end check is due: that the segment
+/// file was neither shortened nor replaced (an `fstat` and a `stat` each) and that no
+/// successor holds frames (an `open` of the next segment's name). The first look of a tailer
+/// runs the check; a later one runs it once [`END_CHECK_INTERVAL`] has passed since the last
+/// check.
 pub const REPLACED_CHECK_EVERY: u32 = 1024;
+
+/// The least time between two periodic end checks of one tailer. A busy-spinning reader
+/// polls an idle store every few ns: counted in polls alone, its three or four system calls
+/// would run about 10⁴ times a second, each a stall of microseconds between a frame's commit
+/// and its reader seeing it. Time is read once per [`REPLACED_CHECK_EVERY`] empty polls.
+pub const END_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A reader of one store. See the module docs.
 pub struct Tailer {
@@ -165,6 +173,8 @@ pub struct Tailer {
     position: u64,
     next_seq: u64,
     empty_polls: u32,
+    /// When the periodic end check last ran (`None`: not yet).
+    last_end_check: Option<std::time::Instant>,
     /// The checksum of the last frame length checked ([`format::LengthChecksum`]).
     lengths: format::LengthChecksum,
     /// Position and length of the frame the last [`poll`](Tailer::poll) returned.
@@ -248,6 +258,7 @@ impl Tailer {
             segment,
             info,
             empty_polls: 0,
+            last_end_check: None,
             lengths: format::LengthChecksum::default(),
             last: None,
         })
@@ -393,7 +404,14 @@ impl Tailer {
                 self.empty_polls += 1;
                 if self.empty_polls >= REPLACED_CHECK_EVERY {
                     self.empty_polls = 0;
-                    self.check_end()?;
+                    let now = std::time::Instant::now();
+                    if self
+                        .last_end_check
+                        .is_none_or(|last| now.duration_since(last) >= END_CHECK_INTERVAL)
+                    {
+                        self.last_end_check = Some(now);
+                        self.check_end()?;
+                    }
                 }
                 return Ok(None);
             }
@@ -407,7 +425,8 @@ impl Tailer {
 
     /// Checks that what the tailer has reached is the end of the stream so far, for a reader
     /// that is about to conclude so from a poll that returned `None` (`storetool dump`,
-    /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls): the
+    /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls, at
+    /// most once an [`END_CHECK_INTERVAL`]): the
     /// segment file is intact and still the store's, and, when the segment is not sealed, no
     /// successor holds frames. The appender seals a segment before it commits a frame in the
     /// next one, so an unsealed segment whose successor holds frames has a damaged state

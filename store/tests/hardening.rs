@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{snapshot, storetool, KillOnDrop};
 use seqstream_agent::clock::ManualClock;
 use seqstream_store::format::{self, SEGMENT_HEADER_LEN};
-use seqstream_store::tailer::REPLACED_CHECK_EVERY;
+use seqstream_store::tailer::{END_CHECK_INTERVAL, REPLACED_CHECK_EVERY};
 use seqstream_store::{pattern, Appender, FlushPolicy, StoreConfig, StoreError, Tailer};
 
 fn small(stream: u32) -> StoreConfig {
@@ -482,11 +482,19 @@ fn a_tailer_notices_its_store_was_rebuilt() {
     };
     assert_eq!(empty, REPLACED_CHECK_EVERY, "reported late: {e}");
     assert!(matches!(e, StoreError::Replaced { .. }), "{e}");
-    // Deleted and not recreated: the same.
+    // Deleted and not recreated, after the tailer's first check found its file in place: a
+    // later check, once END_CHECK_INTERVAL has passed, finds it gone.
     let mut t = Tailer::open(&dir).unwrap();
     while t.poll().unwrap().is_some() {}
+    for _ in 1..REPLACED_CHECK_EVERY {
+        assert!(
+            t.poll().unwrap().is_none(),
+            "the first check found the file in place"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
-    let e = (0..=REPLACED_CHECK_EVERY)
+    std::thread::sleep(END_CHECK_INTERVAL);
+    let e = (0..REPLACED_CHECK_EVERY)
         .find_map(|_| t.poll().err())
         .expect("the deletion was not noticed");
     assert!(e.to_string().contains("deleted"), "{e}");
