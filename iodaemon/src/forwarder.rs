@@ -1102,8 +1102,8 @@ impl Forwarder {
         len: usize,
         from: SocketAddr,
         now: u64,
-    ) -> Result<Option<(usize, u64)>, String> {
-        let nak = wire::NakDecoder::decode(&self.nak[..len]).map_err(|e| e.to_string())?;
+    ) -> Result<Option<(usize, u64)>, NakRefusal> {
+        let nak = wire::NakDecoder::decode(&self.nak[..len]).map_err(NakRefusal::Undecodable)?;
         let (stream, source, epoch, from_seq) = (
             nak.stream_id(),
             nak.source_id(),
@@ -1116,39 +1116,38 @@ impl Forwarder {
             .position(|l| {
                 l.reader.source_id() == source && self.routes[l.route].route.stream_id == stream
             })
-            .ok_or_else(|| format!("no link of source {source} on stream {stream}"))?;
+            .ok_or(NakRefusal::NoLink { source, stream })?;
         let (link, route) = (&self.links[i], &self.routes[self.links[i].route]);
         let Some(sequencer) = route.route.sequencers.iter().position(|&s| s == from) else {
-            return Err(format!(
-                "source {source} stream {stream}: not one of its sequencers {:?}",
-                route.route.sequencers
-            ));
+            return Err(NakRefusal::NotItsSequencer { source, stream });
         };
         if epoch != self.cfg.epoch {
-            return Err(format!(
-                "source {source}: epoch {epoch}, this session is {}",
-                self.cfg.epoch
-            ));
+            return Err(NakRefusal::Epoch {
+                source,
+                epoch,
+                session: self.cfg.epoch,
+            });
         }
         if from_seq > link.sent {
-            return Err(format!(
-                "source {source}: resend from {from_seq}, only {} sent",
-                link.sent
-            ));
+            return Err(NakRefusal::NotSent {
+                source,
+                from_seq,
+                sent: link.sent,
+            });
         }
         let accepted = match &link.auth {
             Some((keys, window)) => {
                 let opened = trailer::open(keys, now, Kind::Nak, &self.nak[..len])
-                    .map_err(|e| format!("source {source}: {e}"))?;
+                    .map_err(|why| NakRefusal::BadTag { source, why })?;
                 if opened.body.len() != NAK_LEN {
-                    return Err(format!(
-                        "source {source}: a NAK of {} bytes",
-                        opened.body.len()
-                    ));
+                    return Err(NakRefusal::Length {
+                        source,
+                        len: opened.body.len(),
+                    });
                 }
                 window
                     .check(epoch, opened.counter)
-                    .map_err(|e| format!("source {source}: replayed ({e})"))?;
+                    .map_err(|why| NakRefusal::Replayed { source, why })?;
                 Some(opened.counter)
             }
             None => None,
@@ -1161,6 +1160,81 @@ impl Forwarder {
         self.routes[r].send_to(sequencer, now, &self.counters.switches);
         let link = &self.links[i];
         Ok((from_seq > link.confirmed).then_some((i, from_seq)))
+    }
+}
+
+/// Why a NAK cannot come from its link's sequencer ([`Forwarder::check_nak`]): counted as
+/// `bad naks` and named in a rate-limited WARN. `Copy`, and formatted only when that WARN is
+/// written, so that a flood of forged NAKs allocates nothing.
+#[derive(Debug, Clone, Copy)]
+enum NakRefusal {
+    /// Not a NAK of this protocol.
+    Undecodable(seqstream_schemas::codec::DecodeError),
+    /// No link sends this source on this stream.
+    NoLink { source: u32, stream: u32 },
+    /// From an address that is none of the route's sequencers.
+    NotItsSequencer { source: u32, stream: u32 },
+    /// Of another session epoch than this forwarder's.
+    Epoch {
+        source: u32,
+        epoch: u32,
+        session: u32,
+    },
+    /// Asks to resend from a source seq never sent.
+    NotSent {
+        source: u32,
+        from_seq: u64,
+        sent: u64,
+    },
+    /// Its trailer does not verify under the source's key (or it has none).
+    BadTag {
+        source: u32,
+        why: trailer::TrailerError,
+    },
+    /// Its signed body is not a NAK's length.
+    Length { source: u32, len: usize },
+    /// Its `(epoch, counter)` was accepted before, or is too old to tell.
+    Replayed {
+        source: u32,
+        why: seqstream_auth::Replay,
+    },
+}
+
+impl std::fmt::Display for NakRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            NakRefusal::Undecodable(e) => write!(f, "{e}"),
+            NakRefusal::NoLink { source, stream } => {
+                write!(f, "no link of source {source} on stream {stream}")
+            }
+            NakRefusal::NotItsSequencer { source, stream } => {
+                write!(
+                    f,
+                    "source {source} stream {stream}: not one of its sequencers"
+                )
+            }
+            NakRefusal::Epoch {
+                source,
+                epoch,
+                session,
+            } => write!(
+                f,
+                "source {source}: epoch {epoch}, this session is {session}"
+            ),
+            NakRefusal::NotSent {
+                source,
+                from_seq,
+                sent,
+            } => write!(
+                f,
+                "source {source}: resend from {from_seq}, only {sent} sent"
+            ),
+            NakRefusal::BadTag { source, why } => write!(f, "source {source}: {why}"),
+            NakRefusal::Length { source, len } => {
+                write!(f, "source {source}: a NAK of {len} bytes")
+            }
+            NakRefusal::Replayed { source, why } => write!(f, "source {source}: replayed ({why})"),
+        }
     }
 }
 

@@ -19,7 +19,12 @@ use seqstream_iodaemon::forwarder::{
 };
 use seqstream_iodaemon::outbox::Outbox;
 use seqstream_schemas::wire;
-use seqstream_testkit::{wait_counter, wait_udp_rx_queue, KillOnDrop as Proc};
+use seqstream_testkit::{
+    counted, wait_counter, wait_udp_rx_queue, CountingAllocator, KillOnDrop as Proc,
+};
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// How long a counter is waited for.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -128,21 +133,21 @@ fn wait_naks_queued(to: SocketAddr, ok: impl Fn(u64) -> bool) -> u64 {
     wait_udp_rx_queue(addr, Duration::from_secs(30), ok)
 }
 
+/// A [`forwarder`] to `sequencer` of an outbox with nothing in it (nothing is ever in flight),
+/// in `dir`, on the system clock; the path of its counters.
+fn forwarding_nothing(dir: &Path, sequencer: &UdpSocket) -> (Forwarder, std::path::PathBuf) {
+    let outbox = dir.join("app.outbox");
+    Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
+    let counters_path = dir.join("io.counters");
+    let f = forwarder(dir, outbox, sequencer, &counters_path, Clock::system());
+    (f, counters_path)
+}
+
 #[test]
 fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
     let d = tempfile::tempdir().unwrap();
     let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let outbox = d.path().join("app.outbox");
-    // An outbox with nothing in it: nothing is ever in flight.
-    Outbox::open_or_create(&outbox, SOURCE, STREAM, 1 << 20, 4096).unwrap();
-    let counters_path = d.path().join("io.counters");
-    let mut f = forwarder(
-        d.path(),
-        outbox,
-        &sequencer,
-        &counters_path,
-        Clock::system(),
-    );
+    let (mut f, counters_path) = forwarding_nothing(d.path(), &sequencer);
     let bad = || {
         counters::read(&counters_path)
             .unwrap()
@@ -163,6 +168,40 @@ fn with_nothing_in_flight_naks_are_read_once_in_so_many_cycles() {
         bad(),
         1,
         "read at the cycle after {NAK_POLL_IDLE_CYCLES} idle ones"
+    );
+}
+
+/// NAKs it must refuse, past the rate-limited WARN's lines: each is counted, none allocates
+/// (the refusal is formatted only when the WARN is written).
+#[test]
+fn refused_naks_past_the_warn_limit_allocate_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let sequencer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (mut f, counters_path) = forwarding_nothing(d.path(), &sequencer);
+    let mut refused = 0;
+    let mut allocations = 0;
+    for (batch, counting) in [(DEFAULT_MAX_LINES as u64 + 1, false), (100, true)] {
+        // NAKs of messages never sent, from its sequencer's address.
+        for _ in 0..batch {
+            sequencer
+                .send_to(&nak(SOURCE, EPOCH, 1), f.local_addr())
+                .unwrap();
+        }
+        refused += batch;
+        wait_naks_queued(f.local_addr(), |q| q > 0);
+        let deadline = Instant::now() + PATIENCE;
+        while counters::read(&counters_path).unwrap().get("bad naks") != Some(refused) {
+            assert!(Instant::now() < deadline, "never read the NAKs");
+            let mut n = 0;
+            counted(&mut n, || f.do_work().unwrap());
+            if counting {
+                allocations += n;
+            }
+        }
+    }
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for 100 refused NAKs"
     );
 }
 
