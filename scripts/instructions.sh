@@ -18,6 +18,7 @@
 #   compositor_per_frame            Compositor::do_work by arrival, 4,000 frames on each of
 #                                   two components (8,000 merged frames)
 #   compositor_timestamp_per_frame  the same by timestamp
+#   sequencer_idle_cycle            Sequencer::do_work with nothing queued, 100,000 cycles
 #   replication_sender_idle_cycle   the replication sender's do_work with nothing new to send,
 #                                   100,000 cycles
 #   compositor_idle_cycle           Compositor::do_work with nothing new on its two components,
@@ -67,6 +68,7 @@ count catch_up_client_per_frame 50000 '*Follower*do_work*' catch-up
 count catch_up_sender_per_frame 50000 '*server*Sender*do_work*' catch-up
 count compositor_per_frame 8000 '*Compositor*do_work*' compositor
 count compositor_timestamp_per_frame 8000 '*Compositor*do_work*' compositor --timestamp
+count sequencer_idle_cycle 100000 '*Sequencer*do_work*' sequencer-idle
 count replication_sender_idle_cycle 100000 '*server*Sender*do_work*' replication-idle
 count compositor_idle_cycle 100000 '*Compositor*do_work*' compositor-idle
 count tailer_poll_idle 100000 '*idle_polls*' tailer-idle

@@ -25,6 +25,8 @@
 //! - `compositor [--timestamp]`: `FRAMES` frames on each of two components, each merged
 //!   before the next, by arrival (or by timestamp), on [`bench::paths::Merge`] (count
 //!   `Compositor::do_work` per merged frame: the count is per component frame, two a step).
+//! - `sequencer-idle`: one datagram sequenced, then `IDLE_CYCLES` duty cycles with nothing
+//!   queued (count `Sequencer::do_work` per cycle).
 //! - `replication-idle`: one frame replicated, then `IDLE_CYCLES` duty cycles of the server,
 //!   its sender and the client with nothing new (count the sender's `do_work` per cycle).
 //! - `compositor-idle`: one frame on each component merged, then `IDLE_CYCLES` duty cycles
@@ -101,6 +103,8 @@ enum Cli {
         #[arg(long)]
         timestamp: bool,
     },
+    /// The sequencer's duty cycle with nothing queued.
+    SequencerIdle,
     /// The replication sender's duty cycle with nothing new to send.
     ReplicationIdle,
     /// The compositor's duty cycle with nothing new on its components.
@@ -158,6 +162,26 @@ fn sequencer(dir: &std::path::Path, keyed: bool) -> Result<()> {
         "{sequenced} of {DATAGRAMS} sequenced"
     );
     println!("sequencer keyed={keyed}: {DATAGRAMS} datagrams sequenced");
+    Ok(())
+}
+
+fn sequencer_idle(dir: &std::path::Path) -> Result<()> {
+    let counters = CountersWriter::create(&dir.join("seq.counters"), 64)?;
+    let mut s = Sequencer::open(
+        sequencer_config(dir.join("store"), false, 1 << 20)?,
+        &counters,
+    )?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    let mut buf = [0u8; 256];
+    let n = datagram(1, None, &mut buf);
+    tx.send_to(&buf[..n], s.local_addr())?;
+    while s.appender().next_seq() == 1 {
+        s.do_work()?;
+    }
+    for _ in 0..IDLE_CYCLES {
+        ensure!(s.do_work()? == 0, "an idle cycle sequenced something");
+    }
+    println!("sequencer-idle: {IDLE_CYCLES} duty cycles with nothing queued");
     Ok(())
 }
 
@@ -329,6 +353,7 @@ fn main() -> Result<()> {
         Cli::Replication { delayed_ack } => replication(dir.path(), delayed_ack),
         Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
+        Cli::SequencerIdle => sequencer_idle(dir.path()),
         Cli::ReplicationIdle => replication_idle(dir.path()),
         Cli::CompositorIdle => compositor_idle(dir.path()),
         Cli::TailerIdle => tailer_idle(dir.path()),
