@@ -81,50 +81,69 @@ impl CStruct for libc::sockaddr_storage {}
 impl CStruct for libc::iovec {}
 impl CStruct for libc::mmsghdr {}
 
-/// Buffers for one `recvmmsg(2)` call: `BATCH` datagrams and their source addresses.
+/// Buffers for one `recvmmsg(2)` call: `BATCH` datagrams and their source addresses. The
+/// default value holds none (what stands in the sequencer while its receiver is lent out).
 #[derive(Default)]
 struct BatchReceiver {
     bufs: Vec<u8>,
     addrs: Vec<libc::sockaddr_storage>,
     iovecs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    /// Entries of `msgs` the kernel wrote in the last call (their address lengths and
+    /// message lengths are reset before the next one).
+    used: usize,
 }
 
 // SAFETY: the raw pointers in `iovecs` and `msgs` point only into this struct's own heap
-// buffers, are rewritten before every `recvmmsg`, and are never dereferenced elsewhere; moving
-// the struct to another thread moves sole ownership of everything they point at.
+// buffers, which are allocated once in `new` and never resized (so never move), and are
+// never dereferenced elsewhere; moving the struct to another thread moves sole ownership of
+// everything they point at.
 unsafe impl Send for BatchReceiver {}
 
+/// The size of an address buffer, which each header offers the kernel.
+const ADDR_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+
 impl BatchReceiver {
+    /// The buffers, each header pointing at its iovec and address buffer and each iovec at
+    /// its slice of `bufs`, once: an idle `recv` rewrites nothing.
     fn new() -> Self {
-        BatchReceiver {
+        let mut r = BatchReceiver {
             bufs: vec![0; BATCH * MAX_DATAGRAM],
             addrs: (0..BATCH).map(|_| zeroed()).collect(),
             iovecs: (0..BATCH).map(|_| zeroed()).collect(),
             msgs: (0..BATCH).map(|_| zeroed()).collect(),
+            used: 0,
+        };
+        for i in 0..BATCH {
+            r.iovecs[i] = libc::iovec {
+                iov_base: r.bufs[i * MAX_DATAGRAM..].as_mut_ptr().cast(),
+                iov_len: MAX_DATAGRAM,
+            };
+            let h = &mut r.msgs[i].msg_hdr;
+            h.msg_name = (&mut r.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = ADDR_LEN;
+            h.msg_iov = &mut r.iovecs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
         }
+        r
     }
 
     /// Receives up to `BATCH` datagrams without blocking; returns how many (0 when none).
     fn recv(&mut self, socket: &UdpSocket) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
-        for i in 0..BATCH {
-            self.iovecs[i] = libc::iovec {
-                iov_base: self.bufs[i * MAX_DATAGRAM..].as_mut_ptr().cast(),
-                iov_len: MAX_DATAGRAM,
-            };
-            let h = &mut self.msgs[i].msg_hdr;
-            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut self.iovecs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
-            self.msgs[i].msg_len = 0;
+        // The kernel wrote each used entry's address length (the source's, which may be
+        // shorter than the next one's) and message length; it changes nothing else.
+        for m in &mut self.msgs[..self.used] {
+            m.msg_hdr.msg_namelen = ADDR_LEN;
+            m.msg_len = 0;
         }
+        self.used = 0;
         // SAFETY: every mmsghdr points at an iovec and a sockaddr_storage of this struct, and
-        // each iovec at its own MAX_DATAGRAM-byte slice of `bufs`; all live across the call,
-        // and nothing else borrows them (`&mut self`). The kernel writes at most those lengths.
+        // each iovec at its own MAX_DATAGRAM-byte slice of `bufs` (set in `new`; the buffers
+        // never move); all live across the call, and nothing else borrows them (`&mut self`).
+        // The kernel writes at most those lengths.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -141,7 +160,8 @@ impl BatchReceiver {
                 _ => Err(e),
             };
         }
-        Ok(n as usize)
+        self.used = n as usize;
+        Ok(self.used)
     }
 
     /// Datagram `i` of the last `recv` and the address it came from.
