@@ -664,32 +664,46 @@ mod tests {
         assert_eq!(socket.recv(&mut buf).unwrap(), 100);
         assert_eq!(udp_rx_queue(addr), Some(0));
         drop(socket);
-        assert_eq!(udp_rx_queue(addr), None);
+        eventually("the dropped socket unlisted", || {
+            udp_rx_queue(addr).is_none()
+        });
+    }
+
+    /// Waits (at most 10 s) until `ok`. A child that another test of this binary forks holds a
+    /// copy of each socket this process has until it execs (they are close-on-exec), so a
+    /// socket dropped here may be seen a moment longer.
+    fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     #[test]
     fn a_port_held_on_another_loopback_address_is_not_free() {
         use std::net::{TcpListener, UdpSocket};
-        // Free again once dropped, though not at once: a child that another test forks in
-        // between holds a copy of the socket until it execs (the socket is close-on-exec).
-        let freed = |free: fn(u16) -> bool, port: u16| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !free(port) {
-                assert!(Instant::now() < deadline, "port {port} was never released");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
+        // A port probed free may be held a moment longer (the bind is tried again), and a
+        // dropped socket's port is released a moment later: see `eventually`.
         // Ports below the ephemeral range, which no bind to port 0 elsewhere can take.
         let port = super::free_tcp_port();
-        let tcp = TcpListener::bind(("127.0.0.3", port)).unwrap();
+        let mut tcp = None;
+        eventually("tcp bound on 127.0.0.3", || {
+            tcp = TcpListener::bind(("127.0.0.3", port)).ok();
+            tcp.is_some()
+        });
         assert!(!tcp_port_free(port), "tcp {port} is held on 127.0.0.3");
         drop(tcp);
-        freed(tcp_port_free, port);
+        eventually("tcp released", || tcp_port_free(port));
         let port = super::free_udp_port();
-        let udp = UdpSocket::bind(("127.0.0.3", port)).unwrap();
+        let mut udp = None;
+        eventually("udp bound on 127.0.0.3", || {
+            udp = UdpSocket::bind(("127.0.0.3", port)).ok();
+            udp.is_some()
+        });
         assert!(!udp_port_free(port), "udp {port} is held on 127.0.0.3");
         drop(udp);
-        freed(udp_port_free, port);
+        eventually("udp released", || udp_port_free(port));
     }
 
     #[test]
