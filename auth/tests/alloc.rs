@@ -27,7 +27,7 @@ fn polling_a_key_file_allocates_nothing_until_it_changes() {
     });
     assert_eq!(
         n, 0,
-        "{n} allocations in 4 s of polls (4 looks at an unchanged file)"
+        "{n} allocations in 4 s of polls (three looks at an unchanged file)"
     );
     write_key(&path, "the allocation test's next key material");
     assert!(

@@ -9,10 +9,10 @@
 //! harness's other threads and the store's segment-preparing thread stay out of a count.
 //! Each test runs every agent of its path on its own thread (`bench::paths`), one duty cycle
 //! after another over real loopback sockets and real stores, warms the path up (buffers reach
-//! their size, connections their steady state, and [`IDLE_CYCLES`] cycles with nothing to do
-//! let every tailer's periodic end-of-stream check map the successor segment the appender
-//! prepared, once a segment) and then counts over thousands of messages: the count must be
-//! zero.
+//! their size, connections their steady state, and, once the appender has prepared the
+//! successor segment and an end-of-stream check is due again (`wait_for_successors`),
+//! [`IDLE_CYCLES`] cycles with nothing to do let every tailer's periodic check map it, once a
+//! segment) and then counts over thousands of messages: the count must be zero.
 
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
 /// Messages counted per test, after as many again of warm-up.
 const MESSAGES: u64 = 5_000;
 /// Duty cycles with nothing to do after the warm-up: more than twice
-/// [`REPLACED_CHECK_EVERY`], so every tailer has run its periodic check with the successor
-/// segment in place.
+/// [`REPLACED_CHECK_EVERY`], so every tailer has looked whether its periodic check is due,
+/// and run it (`wait_for_successors` waited long enough), with the successor segment in place.
 const IDLE_CYCLES: u32 = 2 * REPLACED_CHECK_EVERY + 16;
 
 fn offer_to_committed(keyed: bool) {

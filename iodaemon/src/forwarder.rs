@@ -1080,7 +1080,17 @@ impl Forwarder {
                 Ok(None) => self.counters.stale_naks.incr(),
                 Err(why) => {
                     self.counters.bad_naks.incr();
-                    self.bad_nak_warn.warn(format_args!("from {from}: {why}"));
+                    match why {
+                        // The likeliest cause, a sequencer's address written otherwise: name
+                        // the route's (formatted only when the WARN is written).
+                        NakRefusal::NotItsSequencer { route, .. } => {
+                            self.bad_nak_warn.warn(format_args!(
+                                "from {from}: {why} {:?}",
+                                self.routes[route].route.sequencers
+                            ))
+                        }
+                        _ => self.bad_nak_warn.warn(format_args!("from {from}: {why}")),
+                    }
                 }
             }
         }
@@ -1119,7 +1129,11 @@ impl Forwarder {
             .ok_or(NakRefusal::NoLink { source, stream })?;
         let (link, route) = (&self.links[i], &self.routes[self.links[i].route]);
         let Some(sequencer) = route.route.sequencers.iter().position(|&s| s == from) else {
-            return Err(NakRefusal::NotItsSequencer { source, stream });
+            return Err(NakRefusal::NotItsSequencer {
+                source,
+                stream,
+                route: link.route,
+            });
         };
         if epoch != self.cfg.epoch {
             return Err(NakRefusal::Epoch {
@@ -1172,8 +1186,12 @@ enum NakRefusal {
     Undecodable(seqstream_schemas::codec::DecodeError),
     /// No link sends this source on this stream.
     NoLink { source: u32, stream: u32 },
-    /// From an address that is none of the route's sequencers.
-    NotItsSequencer { source: u32, stream: u32 },
+    /// From an address that is none of the sequencers of route `route` (an index).
+    NotItsSequencer {
+        source: u32,
+        stream: u32,
+        route: usize,
+    },
     /// Of another session epoch than this forwarder's.
     Epoch {
         source: u32,
@@ -1207,7 +1225,7 @@ impl std::fmt::Display for NakRefusal {
             NakRefusal::NoLink { source, stream } => {
                 write!(f, "no link of source {source} on stream {stream}")
             }
-            NakRefusal::NotItsSequencer { source, stream } => {
+            NakRefusal::NotItsSequencer { source, stream, .. } => {
                 write!(
                     f,
                     "source {source} stream {stream}: not one of its sequencers"

@@ -5,13 +5,14 @@
 //! to their working size, the forwarder opening its tailer). The store is large enough not
 //! to roll within the test, and is not pretouched.
 //!
-//! The forwarder's tailer checks the end of the stream every [`REPLACED_CHECK_EVERY`] empty
-//! polls (at most once an [`END_CHECK_INTERVAL`]); the first check that finds the next segment (prepared ahead by the sequencer's
-//! appender) maps it, an allocation once a segment and never per message. So the forwarder
-//! runs exactly two duty cycles per round (one sends, one confirms; one empty poll each), and
-//! two runs of the same number of cycles, the second with twice the messages, must allocate
-//! the same. The warm-up waits for the next segment's preparation (a background thread) so
-//! that the mapping happens before them.
+//! The forwarder's tailer looks every [`REPLACED_CHECK_EVERY`] empty polls at whether its
+//! end-of-stream check is due (at most once an [`END_CHECK_INTERVAL`]); the first check that
+//! finds the next segment (prepared ahead by the sequencer's appender) maps it, an allocation
+//! once a segment and never per message. So the forwarder runs exactly two duty cycles per
+//! round (one sends, one confirms; one empty poll each), and two runs of the same number of
+//! cycles, the second with twice the messages, must allocate the same. The warm-up waits for
+//! the next segment's preparation (a background thread) and for a check to be due, so that
+//! the mapping happens before them.
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 const STREAM: u32 = 5;
 const SOURCE: u32 = 3;
 /// Rounds in a run: as many of the forwarder's empty tailer polls as one end-of-stream
-/// check period, so every run holds exactly one check.
+/// check period, so every run holds exactly one look at whether a check is due.
 const ROUNDS: u64 = REPLACED_CHECK_EVERY as u64 / 2;
 
 /// Allocations made by each agent on the path.

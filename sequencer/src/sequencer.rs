@@ -114,18 +114,28 @@ impl BatchReceiver {
             msgs: (0..BATCH).map(|_| zeroed()).collect(),
             used: 0,
         };
+        // Every pointer from `Vec::as_mut_ptr`, and every write through one, so that no
+        // reference is made that would invalidate a pointer taken before it.
+        let (bufs, addrs, iovecs, msgs) = (
+            r.bufs.as_mut_ptr(),
+            r.addrs.as_mut_ptr(),
+            r.iovecs.as_mut_ptr(),
+            r.msgs.as_mut_ptr(),
+        );
         for i in 0..BATCH {
-            r.iovecs[i] = libc::iovec {
-                iov_base: r.bufs[i * MAX_DATAGRAM..].as_mut_ptr().cast(),
-                iov_len: MAX_DATAGRAM,
-            };
-            let h = &mut r.msgs[i].msg_hdr;
-            h.msg_name = (&mut r.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = ADDR_LEN;
-            h.msg_iov = &mut r.iovecs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            // SAFETY: `i < BATCH`, the length of `addrs`, `iovecs` and `msgs`, whose entries
+            // are initialized (zeroed); `bufs` holds `BATCH` slices of `MAX_DATAGRAM` bytes.
+            unsafe {
+                let iovec = iovecs.add(i);
+                (*iovec).iov_base = bufs.add(i * MAX_DATAGRAM).cast();
+                (*iovec).iov_len = MAX_DATAGRAM;
+                let h = &raw mut (*msgs.add(i)).msg_hdr;
+                (*h).msg_name = addrs.add(i).cast();
+                (*h).msg_namelen = ADDR_LEN;
+                (*h).msg_iov = iovec;
+                (*h).msg_iovlen = 1;
+                // No control buffer: `msg_control` and `msg_controllen` stay zero.
+            }
         }
         r
     }
@@ -148,7 +158,8 @@ impl BatchReceiver {
             libc::recvmmsg(
                 socket.as_raw_fd(),
                 self.msgs.as_mut_ptr(),
-                BATCH as libc::c_uint,
+                // `BATCH`, or 0 for the empty default (which receives nothing).
+                self.msgs.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )

@@ -425,10 +425,9 @@ impl Tailer {
 
     /// Checks that what the tailer has reached is the end of the stream so far, for a reader
     /// that is about to conclude so from a poll that returned `None` (`storetool dump`,
-    /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls, at
-    /// most once an [`END_CHECK_INTERVAL`]): the
-    /// segment file is intact and still the store's, and, when the segment is not sealed, no
-    /// successor holds frames. The appender seals a segment before it commits a frame in the
+    /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls, at most
+    /// once an [`END_CHECK_INTERVAL`]): the segment file is intact and still the store's,
+    /// and, when the segment is not sealed, no successor holds frames. The appender seals a segment before it commits a frame in the
     /// next one, so an unsealed segment whose successor holds frames has a damaged state
     /// word, and the frames after it would be silently skipped. Errors: `Shrunk`,
     /// `Replaced`, and `CorruptHeader` for that damage (naming this segment).
