@@ -192,6 +192,10 @@ impl Compositor {
             MergePolicy::Arrival => self.arrival(),
             MergePolicy::Timestamp => self.timestamp(),
         }?;
+        if work == 0 {
+            // An interval flush policy holds when the components go quiet too.
+            self.out.flush_if_due()?;
+        }
         self.position.set(self.out.position());
         Ok(work)
     }

@@ -763,6 +763,9 @@ impl Sequencer {
         result?;
         if work == 0 {
             self.refusals.tick();
+            // `--flush ms:T`: what was appended before datagrams stopped reaches the disk
+            // within T, as the policy says, heartbeats or not.
+            self.appender.flush_if_due()?;
             let now = self.clock.monotonic_ns();
             self.poll_keys(now);
             // A store file deleted or replaced under the sequencer: stop numbering into a

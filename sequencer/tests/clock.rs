@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use seqstream_agent::clock::{wall_clock_ns, ManualClock};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
-use seqstream_store::{StoreConfig, Tailer};
+use seqstream_store::{FlushPolicy, StoreConfig, Tailer};
 use seqstream_testkit::pattern_datagram;
 
 fn open(
@@ -48,6 +48,41 @@ fn deliver(s: &mut Sequencer, datagram: &[u8], frames: u64) {
 fn timestamps(dir: &std::path::Path) -> Vec<u64> {
     let mut t = Tailer::open(dir.join("store")).unwrap();
     std::iter::from_fn(|| t.poll().unwrap().map(|f| f.timestamp_ns())).collect()
+}
+
+/// Under an interval flush policy (`--flush ms:T`) an idle sequencer flushes what it appended
+/// once T has passed on its store's clock: the policy's bound holds when datagrams stop, with
+/// no heartbeat to append.
+#[test]
+fn an_idle_sequencer_flushes_once_its_interval_has_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let interval = Duration::from_millis(5);
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .flush(FlushPolicy::Interval(interval))
+            .clock(clock.clock()),
+        None,
+    );
+    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    let flushes = s.appender().stats().flushes;
+    clock.advance(interval.as_nanos() as u64 - 1);
+    assert_eq!(s.do_work().unwrap(), 0);
+    assert_eq!(
+        s.appender().stats().flushes,
+        flushes,
+        "flushed before the interval"
+    );
+    clock.advance(1);
+    assert_eq!(s.do_work().unwrap(), 0);
+    assert_eq!(
+        s.appender().stats().flushes,
+        flushes + 1,
+        "the frames appended before the lull were not flushed"
+    );
 }
 
 /// On the system clock: the messages of one datagram share one timestamp, read between the

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::CountersWriter;
 use seqstream_sequencer::compositor::{Compositor, CompositorConfig, MergePolicy};
 use seqstream_store::composite::Origin;
 use seqstream_store::format::flags;
-use seqstream_store::{pattern, Appender, FrameFields, StoreConfig, Tailer};
+use seqstream_store::{pattern, Appender, FlushPolicy, FrameFields, StoreConfig, Tailer};
 use seqstream_testkit::store_files as live_files;
 
 fn cfg(stream: u32) -> StoreConfig {
@@ -90,6 +91,47 @@ fn assert_exactly_once(frames: &[(Origin, u64)], expected: &[(u32, Vec<u64>)]) {
     assert_eq!(
         frames.len(),
         expected.iter().map(|(_, s)| s.len()).sum::<usize>()
+    );
+}
+
+/// Under an interval flush policy an idle compositor flushes what it merged once the interval
+/// has passed on its store's clock, though no component frame arrives to make it append.
+#[test]
+fn an_idle_compositor_flushes_once_its_interval_has_passed() {
+    let d = tempfile::tempdir().unwrap();
+    let (a_dir, out) = (d.path().join("a"), d.path().join("out"));
+    let mut a = Appender::open_or_create(&a_dir, cfg(1)).unwrap();
+    put(&mut a, None);
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let interval = Duration::from_millis(5);
+    let w = CountersWriter::create(&d.path().join("c.counters"), 64).unwrap();
+    let mut c = Compositor::open(
+        CompositorConfig {
+            components: vec![a_dir.clone()],
+            output: out,
+            store_config: cfg(50)
+                .flush(FlushPolicy::Interval(interval))
+                .clock(clock.clock()),
+            policy: MergePolicy::Arrival,
+        },
+        &w,
+    )
+    .unwrap();
+    assert_eq!(c.do_work().unwrap(), 1, "the frame merged");
+    let flushes = c.output().stats().flushes;
+    clock.advance(interval.as_nanos() as u64 - 1);
+    assert_eq!(c.do_work().unwrap(), 0);
+    assert_eq!(
+        c.output().stats().flushes,
+        flushes,
+        "flushed before the interval"
+    );
+    clock.advance(1);
+    assert_eq!(c.do_work().unwrap(), 0);
+    assert_eq!(
+        c.output().stats().flushes,
+        flushes + 1,
+        "the merged frame was not flushed"
     );
 }
 

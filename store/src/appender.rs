@@ -582,10 +582,16 @@ impl Appender {
     /// flush and frames are unflushed. Call it from the owning duty cycle when idle, so the
     /// policy holds when appends stop. Returns whether it flushed.
     pub fn flush_if_due(&mut self) -> Result<bool> {
+        // The clock is read only when frames are unflushed: an idle cycle of an appender
+        // that flushed tests two words.
         if let FlushPolicy::Interval(t) = self.cfg.flush {
-            let now = self.stamp.clock().monotonic_ns();
             if self.flushed_position != self.position
-                && now.saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64
+                && self
+                    .stamp
+                    .clock()
+                    .monotonic_ns()
+                    .saturating_sub(self.last_flush_ns)
+                    >= t.as_nanos() as u64
             {
                 self.flush_written()?;
                 return Ok(true);
