@@ -314,8 +314,9 @@ impl Release {
     /// Whether standby `i` has a session open (of any epoch: one of an earlier epoch ends at
     /// its next ack). A standby whose process or host is gone has none once its session has
     /// ended: when its kernel closes the connection, at its sender's next read (at once while
-    /// anything sent awaits its ack, within [`IDLE_READ_INTERVAL`](crate::server::IDLE_READ_INTERVAL)
-    /// otherwise), after the session's liveness timeout when its host went silent.
+    /// anything sent awaits its ack, within
+    /// [`IDLE_READ_INTERVAL`](crate::server::IDLE_READ_INTERVAL) otherwise), after the
+    /// session's liveness timeout when its host went silent.
     pub fn connected(&self, i: usize) -> bool {
         self.standbys[i].sessions.load(Ordering::Acquire) > 0
     }

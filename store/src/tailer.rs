@@ -356,10 +356,10 @@ impl Tailer {
     /// `None` when there is none; follows a roll when the tailer is at the end of a sealed
     /// segment. A committed position beyond the segment's frame area is a `CorruptHeader`.
     ///
-    /// Inlined, it answers the two common cases with three loads: a frame waits (the
-    /// committed position is past the tailer's, within the segment), or nothing new in an
-    /// active, intact segment before the periodic [`check_end`](Self::check_end) is due (a
-    /// busy-spinning reader's loop). Everything else, with the same reads in the same order,
+    /// Inlined, it answers the two common cases: a frame waits (one load: the committed
+    /// position is past the tailer's, within the segment), or nothing new in an active,
+    /// intact segment before the periodic [`check_end`](Self::check_end) is due (three loads:
+    /// a busy-spinning reader's loop). Everything else, with the same reads in the same order,
     /// is [`ready_slow`](Self::ready_slow)'s.
     #[inline]
     fn ready(&mut self) -> Result<Option<u64>> {
@@ -427,9 +427,10 @@ impl Tailer {
     /// that is about to conclude so from a poll that returned `None` (`storetool dump`,
     /// digests; a following tailer runs it every [`REPLACED_CHECK_EVERY`] empty polls, at most
     /// once an [`END_CHECK_INTERVAL`]): the segment file is intact and still the store's,
-    /// and, when the segment is not sealed, no successor holds frames. The appender seals a segment before it commits a frame in the
-    /// next one, so an unsealed segment whose successor holds frames has a damaged state
-    /// word, and the frames after it would be silently skipped. Errors: `Shrunk`,
+    /// and, when the segment is not sealed, no successor holds frames. The appender seals a
+    /// segment before it commits a frame in the next one, so an unsealed segment whose
+    /// successor holds frames has a damaged state word, and the frames after it would be
+    /// silently skipped. Errors: `Shrunk`,
     /// `Replaced`, and `CorruptHeader` for that damage (naming this segment).
     pub fn check_end(&mut self) -> Result<()> {
         self.segment.check_file()?;

@@ -32,9 +32,9 @@
 //! - `compositor-idle`: one frame on each component merged, then `IDLE_CYCLES` duty cycles
 //!   with nothing new (count `Compositor::do_work` per cycle: what a busy-spinning
 //!   compositor spends between frames, half of it on average before it sees one).
-//! - `tailer-idle`: a tailer at the end of a store with one frame (a heartbeat), polled `IDLE_CYCLES`
-//!   times with nothing new (count `idle_polls` per poll: the loop of every busy-spinning
-//!   reader).
+//! - `tailer-idle`: a tailer at the end of a store with one frame (a heartbeat), polled
+//!   `IDLE_CYCLES` times with nothing new (count `idle_polls` per poll: the loop of every
+//!   busy-spinning reader).
 //! - `mdp3`: `DECODES` decodes of [`bench::mdp3::MDP3_BOOK`], a real CME MDP3 book refresh
 //!   with four entries, every field read (count `decode_books` per decode).
 //!
