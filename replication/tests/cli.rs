@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use seqstream_agent::counters;
 use seqstream_store::{Appender, StoreConfig};
-use seqstream_testkit::KillOnDrop as Proc;
+use seqstream_testkit::{eventually, KillOnDrop as Proc};
+
+/// How long a condition is waited for.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 #[test]
 fn serve_from_a_config_file_then_stop_cleanly_on_sigterm() {
@@ -112,15 +115,6 @@ fn help_and_bad_flags() {
     );
 }
 
-/// Waits (bounded) until `cond` holds.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on() {
     use seqstream_replication::protocol::Msg;
@@ -193,7 +187,7 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
     let keys =
         seqstream_auth::Keyring::fixed(seqstream_auth::Key::from_material(b"abc-key-material"));
     peer.handshake_as_replica(4, 0, &keys).unwrap();
-    eventually("the replica admitted", || {
+    eventually("the replica admitted", PATIENCE, || {
         get("consumer[0] connections") == 1
     });
     peer.send(&Msg::Ack {
@@ -201,8 +195,10 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
         next_seq: 1 << 20,
     })
     .unwrap();
-    eventually("the failed session counted", || get("disconnects") == 1);
-    eventually("the failed session logged", || {
+    eventually("the failed session counted", PATIENCE, || {
+        get("disconnects") == 1
+    });
+    eventually("the failed session logged", PATIENCE, || {
         log.lock().unwrap().contains("replica dropped")
     });
     assert_eq!(get("consumers"), 0);
@@ -223,7 +219,7 @@ fn a_sender_whose_session_fails_is_counted_and_logged_and_the_server_serves_on()
         Arc::new(std::sync::atomic::AtomicBool::new(false)),
     )
     .unwrap();
-    eventually("the replica served", || {
+    eventually("the replica served", PATIENCE, || {
         counters::read(&fc)
             .ok()
             .and_then(|s| s.get("replica position"))

@@ -409,6 +409,16 @@ fn proc_net_rx_queue(
     })
 }
 
+/// Waits (at most `within`, looking every millisecond) until `ok` holds; panics naming `what`
+/// otherwise.
+pub fn eventually(what: &str, within: std::time::Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Reads `read` every `every` until it gives a value that satisfies `ok`, and returns that;
 /// past `timeout`, panics with `failed` of the last reading.
 fn poll_until(
@@ -560,9 +570,12 @@ mod tests {
     use std::process::Command;
     use std::time::{Duration, Instant};
 
+    /// How long a test waits for what the kernel or another test holds.
+    const PATIENCE: Duration = Duration::from_secs(10);
+
     use super::{
-        output_within, tcp_port_free, tcp_rx_queue, udp_port_free, udp_rx_queue, wait_tcp_rx_queue,
-        wait_udp_rx_queue,
+        eventually, output_within, tcp_port_free, tcp_rx_queue, udp_port_free, udp_rx_queue,
+        wait_tcp_rx_queue, wait_udp_rx_queue,
     };
 
     #[test]
@@ -664,46 +677,37 @@ mod tests {
         assert_eq!(socket.recv(&mut buf).unwrap(), 100);
         assert_eq!(udp_rx_queue(addr), Some(0));
         drop(socket);
-        eventually("the dropped socket unlisted", || {
+        eventually("the dropped socket unlisted", PATIENCE, || {
             udp_rx_queue(addr).is_none()
         });
-    }
-
-    /// Waits (at most 10 s) until `ok`. A child that another test of this binary forks holds a
-    /// copy of each socket this process has until it execs (they are close-on-exec), so a
-    /// socket dropped here may be seen a moment longer.
-    fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ok() {
-            assert!(Instant::now() < deadline, "never: {what}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     #[test]
     fn a_port_held_on_another_loopback_address_is_not_free() {
         use std::net::{TcpListener, UdpSocket};
-        // A port probed free may be held a moment longer (the bind is tried again), and a
-        // dropped socket's port is released a moment later: see `eventually`.
+        // A child that another test of this binary forks holds a copy of each socket this
+        // process has until it execs (they are close-on-exec): a port probed free may be held
+        // a moment longer (the bind is tried again), and a dropped socket's port is released
+        // a moment later.
         // Ports below the ephemeral range, which no bind to port 0 elsewhere can take.
         let port = super::free_tcp_port();
         let mut tcp = None;
-        eventually("tcp bound on 127.0.0.3", || {
+        eventually("tcp bound on 127.0.0.3", PATIENCE, || {
             tcp = TcpListener::bind(("127.0.0.3", port)).ok();
             tcp.is_some()
         });
         assert!(!tcp_port_free(port), "tcp {port} is held on 127.0.0.3");
         drop(tcp);
-        eventually("tcp released", || tcp_port_free(port));
+        eventually("tcp released", PATIENCE, || tcp_port_free(port));
         let port = super::free_udp_port();
         let mut udp = None;
-        eventually("udp bound on 127.0.0.3", || {
+        eventually("udp bound on 127.0.0.3", PATIENCE, || {
             udp = UdpSocket::bind(("127.0.0.3", port)).ok();
             udp.is_some()
         });
         assert!(!udp_port_free(port), "udp {port} is held on 127.0.0.3");
         drop(udp);
-        eventually("udp released", || udp_port_free(port));
+        eventually("udp released", PATIENCE, || udp_port_free(port));
     }
 
     #[test]
