@@ -52,6 +52,7 @@ use rustls::pki_types::ServerName;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
+use seqstream_agent::runner::ErrorChain;
 use seqstream_agent::{Agent, AgentError, DutyCycle};
 use seqstream_auth::handshake::{nonce, Nonce, SessionKeys, Transcript};
 use seqstream_auth::watch::KeyWatch;
@@ -798,13 +799,13 @@ impl Follower {
             counters.rejected.incr();
             self.warns
                 .lied
-                .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+                .warn(format_args!("{upstream}: {}", ErrorChain(&e)));
         } else if matches!(e, Error::Closed) {
             self.warns.closed.warn(format_args!("{upstream} (when it refuses a replica — address, secret, stream id, consumer limit, protocol version — its log says why)"));
         } else {
             self.warns
                 .failed
-                .warn(format_args!("{upstream}: {}", crate::error_chain(&e)));
+                .warn(format_args!("{upstream}: {}", ErrorChain(&e)));
         }
         let progressed = self.position() > self.session_from;
         // The next upstream in turn (a rejoin probe stays with the upstream that answered it).

@@ -143,15 +143,3 @@ impl Error {
 
 /// Result alias of the replication crate.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// An error and its sources, joined by `": "` (what `anyhow`'s `{:#}` prints), for logs.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}

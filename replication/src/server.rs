@@ -556,14 +556,12 @@ impl Server {
                 // Proof and stream are counted where they are checked (`refused auth`).
                 let mut warns = self.shared.warns();
                 if matches!(e, Error::Refused(_)) {
-                    warns
-                        .auth
-                        .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
+                    warns.auth.warn(format_args!("{peer}: {}", ErrorChain(&e)));
                 } else {
                     self.shared.counters.refused_handshake.incr();
                     warns
                         .handshake
-                        .warn(format_args!("{peer}: {}", crate::error_chain(&e)));
+                        .warn(format_args!("{peer}: {}", ErrorChain(&e)));
                 }
                 return 1;
             }
@@ -942,10 +940,11 @@ impl Sender {
             Err(Error::Closed) => {
                 tracing::info!(%peer, slot, "replica disconnected (closed its connection)")
             }
-            Err(e) => self.shared.warns().dropped.warn(format_args!(
-                "{peer} (slot {slot}): {}",
-                crate::error_chain(e)
-            )),
+            Err(e) => self
+                .shared
+                .warns()
+                .dropped
+                .warn(format_args!("{peer} (slot {slot}): {}", ErrorChain(e))),
         }
         self.session = None;
         self.lease = None;
