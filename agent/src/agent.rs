@@ -22,6 +22,11 @@ pub struct DutyCycle {
     pub now_ns: u64,
 }
 
+/// How often (monotonic ns) an agent does its housekeeping, busy or idle: 1 ms. What it looks
+/// after keeps a slower pace of its own within it (a key file once a second, a store file
+/// every `CHECK_FILE_EVERY_NS`); this bounds what a busy cycle spends asking.
+pub const HOUSEKEEPING_EVERY_NS: u64 = 1_000_000;
+
 /// A role's duty cycle.
 ///
 /// Contract (what a runner relies on):
@@ -36,6 +41,10 @@ pub struct DutyCycle {
 ///   or restarts it (`on_close`, then `on_start` again) as its host's config says.
 /// - `on_close` is called exactly once after a successful `on_start` (also after an error),
 ///   on the same thread as `do_work`.
+///
+/// Housekeeping (looking at key files, checking that a store file is still on disk, logging
+/// the summaries of rate-limited warnings) is due by time, every [`HOUSEKEEPING_EVERY_NS`],
+/// in busy and idle cycles alike: an agent that is never idle, under a flood, still does it.
 pub trait Agent: Send {
     /// The role and instance, for logs and counter labels (e.g. `sequencer stream 2`).
     fn role_name(&self) -> &str;

@@ -258,8 +258,9 @@ pub fn init_logging() {
 /// WARN lines of one cause of refusal, rate-limited by a [`LogLimit`] on the monotonic clock
 /// ([`monotonic_ns`]): the first lines of an interval are logged, the rest counted and
 /// reported in one line ("`cause`: N more suppressed") once the interval has ended. Keep the
-/// exact number in a counter; call [`tick`](Self::tick) when idle so the summary is not
-/// held back until the next occurrence.
+/// exact number in a counter; call [`tick`](Self::tick) in the agent's housekeeping
+/// ([`HOUSEKEEPING_EVERY_NS`](crate::HOUSEKEEPING_EVERY_NS)) so the summary is not held back
+/// until the next occurrence.
 #[derive(Debug)]
 pub struct LimitedWarn {
     cause: &'static str,

@@ -38,7 +38,9 @@ pub mod ratelimit;
 pub mod runner;
 pub mod spinners;
 
-pub use agent::{run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle};
+pub use agent::{
+    run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle, HOUSEKEEPING_EVERY_NS,
+};
 pub use gate::LeaderGate;
 pub use idle::{Idle, IdleState, IdleStrategy};
 pub use invoker::AgentInvoker;

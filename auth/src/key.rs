@@ -313,8 +313,9 @@ impl Keyring {
     /// rotates to the key it holds now if that changed. `Ok(Some(_))` on a rotation; an error
     /// (the keys in force are kept) when the file changed and cannot be used.
     ///
-    /// Called every idle duty cycle of the daemon that holds the keyring: a poll before the
-    /// next look is due, and a look that finds the file unchanged, allocate nothing.
+    /// Called in the housekeeping of the daemon's agent that holds the keyring (busy or idle,
+    /// every millisecond or so): a poll before the next look is due, and a look that finds
+    /// the file unchanged, allocate nothing.
     pub fn poll(&mut self, now_ns: u64) -> Result<Option<Rotation>, KeyError> {
         let Some(path) = self.path.as_deref() else {
             return Ok(None);

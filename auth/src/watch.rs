@@ -1,5 +1,6 @@
-//! [`KeyWatch`]: how a daemon's agent looks after its keyrings in its idle cycles, the one
-//! place where key rotations and key-file errors are counted and logged (feature `watch`).
+//! [`KeyWatch`]: how a daemon's agent looks after its keyrings in its housekeeping (busy or
+//! idle, every `seqstream_agent::HOUSEKEEPING_EVERY_NS`), the one place where key rotations
+//! and key-file errors are counted and logged (feature `watch`).
 
 use seqstream_agent::counters::{Counter, CountersError, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
@@ -43,7 +44,7 @@ impl KeyWatch {
         }
     }
 
-    /// Logs the summary of suppressed warnings owed; call once per idle cycle.
+    /// Logs the summary of suppressed warnings owed; call in each housekeeping.
     pub fn tick(&mut self) {
         self.warn.tick();
     }

@@ -371,6 +371,29 @@ fn forged_replayed_and_altered_datagrams_and_naks_are_refused_and_the_source_goe
     );
 }
 
+/// A sequencer that is never idle (every cycle has a datagram, as under a flood) still looks
+/// at its key files: its housekeeping runs on busy cycles too.
+#[test]
+fn a_sequencer_that_is_never_idle_still_rotates_its_key() {
+    let clock = ManualClock::new(1_000_000_000_000, 0);
+    let mut site = Site::new("the first key of source three", &clock);
+    let d = site.offer_and_pass(b"order 1");
+    site.sequence_until("messages sequenced", 1);
+
+    write_key(
+        &site.dir.path().join("seq.key"),
+        "the second key of source three",
+    );
+    clock.advance(1_000_000_000);
+    // The next cycle's datagram, in its socket before the cycle starts (loopback delivers
+    // within the send): a replay of order 1's, refused, but work all the same.
+    site.relay.to_sequencer(&d);
+    std::thread::sleep(Duration::from_millis(10));
+    let work = site.sequencer.do_work().unwrap();
+    assert!(work > 0, "the cycle was idle: the datagram had not arrived");
+    assert_eq!(site.seq("key rotations"), 1);
+}
+
 #[test]
 fn a_key_rotates_without_a_restart_and_the_old_one_lasts_the_overlap_only() {
     let clock = ManualClock::new(1_000_000_000_000, 0);

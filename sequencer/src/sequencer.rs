@@ -18,7 +18,7 @@
 //! that fails is dropped and counted by reason (`unsigned`, `bad tag`, `replayed`) before
 //! anything changes, and the NAKs sent to that source carry a trailer of their own. A source without a key is
 //! trusted by its address alone, as the log says when the sequencer opens. Key files are
-//! looked at once a second while idle, so a key is rotated without a restart.
+//! looked at once a second, busy or idle, so a key is rotated without a restart.
 //!
 //! Datagrams are received in batches of up to [`BATCH`] per system call (`recvmmsg(2)`).
 //! Every message of a batch is stamped with the store's wall clock as read when the batch
@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate};
+use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate, HOUSEKEEPING_EVERY_NS};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Replay, ReplayWindow};
@@ -476,6 +476,8 @@ pub struct Sequencer {
     last_append_ns: u64,
     /// When (monotonic ns) the active segment's file was last checked.
     last_file_check_ns: u64,
+    /// When (monotonic ns) the last [`housekeeping`](Self::housekeeping) ran.
+    last_housekeeping_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
     /// Seals the NAKs to keyed sources: its counter starts at the realtime clock (ns) at open.
@@ -640,6 +642,7 @@ impl Sequencer {
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
+            last_housekeeping_ns: clock.monotonic_ns(),
             nak_sealer,
             batch_ns: clock.monotonic_ns(),
             batch_stamp_ns: 0,
@@ -723,13 +726,48 @@ impl Sequencer {
     }
 
     /// One duty cycle: sequence up to 64 datagrams (two `recvmmsg` batches); append a
-    /// heartbeat when idle past the interval. Returns the work done (0 = idle).
+    /// heartbeat when nothing was appended for the interval; flush under an interval flush
+    /// policy once it is due; housekeeping every [`HOUSEKEEPING_EVERY_NS`]. Returns the work
+    /// done (0 = idle).
+    ///
+    /// Datagrams that append nothing (refused, duplicates) are work too, so what is due by
+    /// time is judged in every cycle, busy or idle: a flood of them holds back no heartbeat,
+    /// no flush and no housekeeping. A fenced sequencer that may not sequence (waiting for
+    /// its gate) still flushes and does its housekeeping, and appends nothing.
     pub fn do_work(&mut self) -> Result<usize, Error> {
-        match self.may_sequence()? {
-            Gated::Sequence => {}
+        let gate = self.may_sequence()?;
+        let work = match gate {
+            Gated::Sequence => self.sequence()?,
             Gated::Started => return Ok(1),
-            Gated::Wait => return Ok(0),
+            Gated::Wait => 0,
+        };
+        // A busy cycle read the clock when its first batch arrived; an idle one reads it now.
+        let now = if work == 0 {
+            self.clock.monotonic_ns()
+        } else {
+            self.batch_ns
+        };
+        // `--flush ms:T`: what was appended reaches the disk within T, as the policy says,
+        // heartbeats or not, appends or not.
+        self.appender.flush_if_due()?;
+        let mut heartbeats = 0;
+        if let (Gated::Sequence, Some(every)) = (gate, self.cfg.heartbeat) {
+            if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
+                self.appender.append_heartbeat(None)?;
+                self.counters.heartbeats.incr();
+                self.last_append_ns = now;
+                heartbeats = 1;
+            }
         }
+        if now.saturating_sub(self.last_housekeeping_ns) >= HOUSEKEEPING_EVERY_NS {
+            self.last_housekeeping_ns = now;
+            self.housekeeping(now)?;
+        }
+        Ok(work + heartbeats)
+    }
+
+    /// Receives and handles up to two batches of datagrams; returns how many there were.
+    fn sequence(&mut self) -> Result<usize, Error> {
         let mut work = 0;
         // The buffers leave `self` while their datagrams are handled, so `handle` can borrow
         // the datagram and `&mut self` at once; they are put back before returning.
@@ -761,29 +799,22 @@ impl Sequencer {
         })();
         self.rx = rx;
         result?;
-        if work == 0 {
-            self.refusals.tick();
-            // `--flush ms:T`: what was appended before datagrams stopped reaches the disk
-            // within T, as the policy says, heartbeats or not.
-            self.appender.flush_if_due()?;
-            let now = self.clock.monotonic_ns();
-            self.poll_keys(now);
-            // A store file deleted or replaced under the sequencer: stop numbering into a
-            // file no reader will find (its seqs would be handed out again at restart).
-            if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
-                self.last_file_check_ns = now;
-                self.appender.check_file()?;
-            }
-            if let Some(every) = self.cfg.heartbeat {
-                if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
-                    self.appender.append_heartbeat(None)?;
-                    self.counters.heartbeats.incr();
-                    self.last_append_ns = now;
-                    work += 1;
-                }
-            }
-        }
         Ok(work)
+    }
+
+    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`] of its store's clock,
+    /// busy or idle, so that one that is never idle (a flood of datagrams) still does it: the
+    /// summaries of refusals owed, the sources' key files, and its store file.
+    fn housekeeping(&mut self, now: u64) -> Result<(), Error> {
+        self.refusals.tick();
+        self.poll_keys(now);
+        // A store file deleted or replaced under the sequencer: stop numbering into a file
+        // no reader will find (its seqs would be handed out again at restart).
+        if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
+            self.last_file_check_ns = now;
+            self.appender.check_file()?;
+        }
+        Ok(())
     }
 
     /// Looks at the sources' key files (each at most once a second; see [`KeyWatch`]).

@@ -85,6 +85,67 @@ fn an_idle_sequencer_flushes_once_its_interval_has_passed() {
     );
 }
 
+/// Runs one duty cycle with a refused datagram (undecodable) waiting in the sequencer's
+/// socket: a busy cycle that appends nothing, as in a flood. Returns its work.
+fn refused_datagram_cycle(s: &mut Sequencer) -> usize {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(b"not a datagram", s.local_addr()).unwrap();
+    // In the socket before the cycle starts (loopback delivers within the send).
+    std::thread::sleep(Duration::from_millis(10));
+    s.do_work().unwrap()
+}
+
+/// A flood of datagrams that append nothing holds back no flush: the interval is judged in
+/// busy cycles too.
+#[test]
+fn a_sequencer_flooded_with_refused_datagrams_still_flushes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let interval = Duration::from_millis(5);
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .flush(FlushPolicy::Interval(interval))
+            .clock(clock.clock()),
+        None,
+    );
+    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    let flushes = s.appender().stats().flushes;
+    clock.advance(interval.as_nanos() as u64);
+    assert_eq!(refused_datagram_cycle(&mut s), 1, "not a busy cycle");
+    assert_eq!(
+        s.appender().stats().flushes,
+        flushes + 1,
+        "the frames appended before the flood were not flushed"
+    );
+}
+
+/// A flood of datagrams that append nothing holds back no heartbeat: a reader that merges by
+/// time learns that the stream has reached it.
+#[test]
+fn a_sequencer_flooded_with_refused_datagrams_still_heartbeats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .clock(clock.clock()),
+        Some(Duration::from_millis(100)),
+    );
+    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    clock.advance(100_000_000);
+    assert_eq!(
+        refused_datagram_cycle(&mut s),
+        2,
+        "one refused datagram and one heartbeat"
+    );
+    assert_eq!(s.appender().next_seq() - 1, 3);
+}
+
 /// On the system clock: the messages of one datagram share one timestamp, read between the
 /// send and the sequencing (one clock read a batch; a read a message would give each of
 /// them its own TSC reading), and the next datagram's is later.

@@ -34,9 +34,19 @@ fn member(endpoint: String, node_id: u32) -> Election {
 
 /// A sequencer on `store`, fenced by `gate`, counters in `dir`.
 fn sequencer(dir: &Path, store: &Path, gate: Arc<dyn LeaderGate>) -> Sequencer {
+    sequencer_with(dir, store, store_config(), gate)
+}
+
+/// The same with its own store config.
+fn sequencer_with(
+    dir: &Path,
+    store: &Path,
+    store_config: StoreConfig,
+    gate: Arc<dyn LeaderGate>,
+) -> Sequencer {
     let cfg = SequencerConfig {
         store: store.to_path_buf(),
-        store_config: store_config(),
+        store_config,
         listen: "127.0.0.1:0".parse().unwrap(),
         sources: vec![format!("{SOURCE}@127.0.0.1").parse().unwrap()],
         recv_buffer: Some(1 << 20),
@@ -227,4 +237,48 @@ fn every_cycle_asks_the_gate_again_after_starting_a_term() {
         assert_eq!(seq.do_work().unwrap(), 0);
     }
     assert_eq!(frames(&store), vec![(1, 1, 0)]);
+}
+
+/// A leader whose gate stops saying yes (its fence lapsed, no other member leads yet) may stay
+/// so for long: it appends nothing, but what it appended still reaches the disk within its
+/// flush interval.
+#[test]
+fn a_sequencer_its_gate_holds_back_still_flushes() {
+    use seqstream_agent::clock::ManualClock;
+    use seqstream_store::FlushPolicy;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let interval = Duration::from_millis(5);
+    let gate = Arc::new(CountedGate {
+        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
+    });
+    let mut seq = sequencer_with(
+        dir.path(),
+        &store,
+        store_config()
+            .flush(FlushPolicy::Interval(interval))
+            .clock(clock.clock()),
+        gate.clone(),
+    );
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    source
+        .send_to(
+            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..11),
+            seq.local_addr(),
+        )
+        .unwrap();
+    pump("the datagram is sequenced", &mut seq, |s| {
+        s.appender().next_seq() == 12
+    });
+    let flushes = seq.appender().stats().flushes;
+    gate.yes.store(0, std::sync::atomic::Ordering::Relaxed);
+    clock.advance(interval.as_nanos() as u64);
+    assert_eq!(seq.do_work().unwrap(), 0);
+    assert_eq!(
+        seq.appender().stats().flushes,
+        flushes + 1,
+        "what the leader appended was not flushed"
+    );
 }

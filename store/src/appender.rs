@@ -43,7 +43,7 @@ pub struct AppenderStats {
     pub flushes: u64,
 }
 
-/// How often a writer's idle duty cycle runs [`Appender::check_file`]: 100 ms, in ns.
+/// How often a writer's duty cycle runs [`Appender::check_file`], busy or idle: 100 ms, in ns.
 pub const CHECK_FILE_EVERY_NS: u64 = 100_000_000;
 
 /// A segment and its index, ready to activate.
@@ -308,7 +308,8 @@ impl Appender {
 
     /// Appends a heartbeat: an empty frame flagged [`flags::HEARTBEAT`](crate::format::flags),
     /// stamped now (or `timestamp_ns` with the explicit clock), telling readers that merge
-    /// streams by time that this stream has reached that time. Writers call it when idle.
+    /// streams by time that this stream has reached that time. Writers call it when they have
+    /// appended nothing for their heartbeat interval.
     pub fn append_heartbeat(&mut self, timestamp_ns: Option<u64>) -> Result<(u64, u64)> {
         let fields = FrameFields {
             flags: crate::format::flags::HEARTBEAT,
@@ -572,16 +573,17 @@ impl Appender {
     /// Checks the active segment's file, as a tailer does periodically: `Shrunk` when it is
     /// shorter than its mapping, `Replaced` when its path no longer names it (deleted, or
     /// another file has its name), so that a writer never goes on appending into a file no
-    /// reader will find. One `fstat` and one `stat`: call it from an idle duty cycle every
-    /// [`CHECK_FILE_EVERY_NS`], never per frame.
+    /// reader will find. One `fstat` and one `stat`: call it from a duty cycle, busy or idle,
+    /// every [`CHECK_FILE_EVERY_NS`], never per frame.
     pub fn check_file(&self) -> Result<()> {
         self.segment.check_file()
     }
 
     /// For [`FlushPolicy::Interval`]: flushes if the interval has passed since the last
-    /// flush and frames are unflushed. Call it from the owning duty cycle when idle, so the
-    /// policy holds when appends stop. Returns whether it flushed. Inlined: under any other
-    /// policy, or with nothing unflushed, it is a test or two in the caller's idle cycle.
+    /// flush and frames are unflushed. Call it from every duty cycle of the owner, busy or
+    /// idle, so the policy holds when appends stop (a lull, or a flood of input that appends
+    /// nothing). Returns whether it flushed. Inlined: under any other policy, or with nothing
+    /// unflushed, it is a test or two in the caller's cycle.
     #[inline]
     pub fn flush_if_due(&mut self) -> Result<bool> {
         // The clock is read only when frames are unflushed: an idle cycle of an appender
