@@ -21,6 +21,8 @@
 #   sequencer_idle_cycle            Sequencer::do_work with nothing queued, 100,000 cycles
 #   replication_sender_idle_cycle   the replication sender's do_work with nothing new to send,
 #                                   100,000 cycles
+#   replication_client_idle_cycle   Follower::do_work in the same cycles: a streaming client
+#                                   with nothing to receive
 #   compositor_idle_cycle           Compositor::do_work with nothing new on its two components,
 #                                   100,000 cycles (what a busy-spinning compositor spends
 #                                   between frames)
@@ -70,6 +72,7 @@ count compositor_per_frame 8000 '*Compositor*do_work*' compositor
 count compositor_timestamp_per_frame 8000 '*Compositor*do_work*' compositor --timestamp
 count sequencer_idle_cycle 100000 '*Sequencer*do_work*' sequencer-idle
 count replication_sender_idle_cycle 100000 '*server*Sender*do_work*' replication-idle
+count replication_client_idle_cycle 100000 '*Follower*do_work*' replication-idle
 count compositor_idle_cycle 100000 '*Compositor*do_work*' compositor-idle
 count tailer_poll_idle 100000 '*idle_polls*' tailer-idle
 count mdp3_decode_book 100000 '*decode_books*' mdp3

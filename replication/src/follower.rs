@@ -53,7 +53,7 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::runner::ErrorChain;
-use seqstream_agent::{Agent, AgentError, DutyCycle};
+use seqstream_agent::{Agent, AgentError, DutyCycle, HOUSEKEEPING_EVERY_NS};
 use seqstream_auth::handshake::{nonce, Nonce, SessionKeys, Transcript};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, TAG_LEN};
@@ -406,6 +406,8 @@ pub struct Follower {
     role: String,
     /// When (monotonic ns) the replica's active segment file was last checked.
     last_file_check_ns: u64,
+    /// When (monotonic ns) the last housekeeping ran ([`HOUSEKEEPING_EVERY_NS`]).
+    last_housekeeping_ns: u64,
     key_watch: KeyWatch,
 }
 
@@ -470,6 +472,7 @@ impl Follower {
         let mut clock = replica.cfg.store_config.clock.clone();
         Ok(Follower {
             last_file_check_ns: clock.monotonic_ns(),
+            last_housekeeping_ns: clock.monotonic_ns(),
             key_watch,
             clock,
             delay: replica.cfg.reconnect_min,
@@ -545,6 +548,12 @@ impl Follower {
         self.replica.cuts
     }
 
+    /// The replica's appender, once the replica exists (it is created with the first
+    /// segment the upstream sends): its position, next seq and stats.
+    pub fn replica(&self) -> Option<&Appender> {
+        self.replica.appender.as_ref()
+    }
+
     /// Ends the follower (its connection dropped) and hands over its replica's appender, with
     /// every frame received so far committed and nothing open; `None` when no replica was
     /// created yet. A sequencer promoted on this store writes through it without reopening
@@ -566,13 +575,12 @@ impl Follower {
         }
     }
 
-    /// One duty cycle: advances the state machine by what is ready, without blocking. A
-    /// session fault is counted, logged and followed by the backoff; it is never an error of
-    /// the agent.
-    fn duty_cycle(&mut self) -> usize {
-        let now = self.clock.monotonic_ns();
+    /// One duty cycle at `now` (monotonic ns of the store's clock): advances the state machine
+    /// by what is ready, without blocking. A session fault is counted, logged and followed by
+    /// the backoff; it is never an error of the agent.
+    fn duty_cycle(&mut self, now: u64) -> usize {
         let state = std::mem::replace(&mut self.state, State::Disconnected { until_ns: 0 });
-        let work = match self.step(state, now) {
+        match self.step(state, now) {
             Ok((next, work)) => {
                 self.state = next;
                 work
@@ -581,11 +589,7 @@ impl Follower {
                 self.state = self.fault(e, now);
                 1
             }
-        };
-        if work == 0 {
-            self.warns.tick();
         }
-        work
     }
 
     /// The next state and the work done; an error ends the session (its socket is dropped).
@@ -673,9 +677,6 @@ impl Follower {
                     return Err(Error::Protocol(
                         "upstream silent past the peer timeout".into(),
                     ));
-                }
-                if let Some(a) = self.replica.appender.as_mut() {
-                    a.flush_if_due()?;
                 }
                 Ok((State::Streaming { link }, work))
             }
@@ -836,13 +837,21 @@ impl Agent for Follower {
     }
 
     /// Its intervals run on the store's clock (injected in tests), not the cycle's reading.
-    /// Session faults are retried inside; what fails the agent is its replica's store: an
-    /// idle cycle checks every [`CHECK_FILE_EVERY_NS`] that the replica's active segment file
-    /// is still the store's (not shrunk, deleted or replaced).
+    /// Session faults are retried inside; what fails the agent is its replica's store: a
+    /// flush under an interval flush policy, due in every cycle whatever the session's state
+    /// (the frames received before an upstream died reach the disk within the interval while
+    /// the client reconnects), and its housekeeping (every [`HOUSEKEEPING_EVERY_NS`], busy or
+    /// idle), which checks every [`CHECK_FILE_EVERY_NS`] that the replica's active segment
+    /// file is still the store's (not shrunk, deleted or replaced), and looks at its key file.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
-        let work = self.duty_cycle();
-        if work == 0 {
-            let now = self.clock.monotonic_ns();
+        let now = self.clock.monotonic_ns();
+        let work = self.duty_cycle(now);
+        if let Some(a) = self.replica.appender.as_mut() {
+            a.flush_if_due()?;
+        }
+        if now.saturating_sub(self.last_housekeeping_ns) >= HOUSEKEEPING_EVERY_NS {
+            self.last_housekeeping_ns = now;
+            self.warns.tick();
             self.key_watch
                 .poll(&mut self.replica.keys, now, format_args!("{}", self.role));
             self.key_watch.tick();

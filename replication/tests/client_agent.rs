@@ -33,9 +33,19 @@ fn follower_acking(
     clock: &ManualClock,
     ack: AckTiming,
 ) -> AgentInvoker<Follower> {
+    follower_with(dir, upstream, clock, |cfg| cfg.ack = ack)
+}
+
+/// A follower on the manual clock, its config as `configure` leaves it.
+fn follower_with(
+    dir: &Path,
+    upstream: SocketAddr,
+    clock: &ManualClock,
+    configure: impl FnOnce(&mut FollowerConfig),
+) -> AgentInvoker<Follower> {
     let mut cfg = FollowerConfig::new(dir.join("replica"), STREAM, upstream, keys());
     cfg.store_config = cfg.store_config.clone().clock(clock.clock());
-    cfg.ack = ack;
+    configure(&mut cfg);
     let w = CountersWriter::create(&dir.join("f.counters"), 64).unwrap();
     AgentInvoker::new(Follower::new(cfg, &w).unwrap(), clock.clock())
 }
@@ -346,6 +356,74 @@ fn a_replica_segment_deleted_under_the_client_fails_the_agent() {
     let e = inv.invoke().unwrap_err();
     assert!(e.to_string().contains("the file was deleted"), "{e}");
     assert_eq!(inv.errors(), 1);
+}
+
+/// The same under a stream that never lets the client idle: the cycle that writes a frame
+/// past the file-check interval checks too.
+#[test]
+fn a_replica_segment_deleted_under_a_busy_client_fails_the_agent() {
+    use seqstream_store::appender::CHECK_FILE_EVERY_NS;
+
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut inv = follower(d.path(), upstream.local_addr().unwrap(), &clock);
+    let (mut s, _inbox, mut macs) = handshake(&mut inv, &upstream);
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (0, 1));
+    std::fs::remove_file(d.path().join("replica").join("000000000000.seg")).unwrap();
+    clock.advance(CHECK_FILE_EVERY_NS);
+    s.write_all(&one_frame(&mut macs, 48, 2)).unwrap();
+    // In the client's socket before its next cycle starts.
+    std::thread::sleep(Duration::from_millis(20));
+    let e = inv.invoke().unwrap_err();
+    assert!(e.to_string().contains("the file was deleted"), "{e}");
+    assert_eq!(
+        counter(d.path(), "frames received"),
+        2,
+        "the failing cycle was not a busy one"
+    );
+}
+
+/// Under an interval flush policy, the frames received before the upstream went away reach
+/// the disk within the interval while the client is disconnected, though it streams no more.
+#[test]
+fn what_arrived_before_the_upstream_went_away_is_flushed_while_disconnected() {
+    use seqstream_store::FlushPolicy;
+
+    let d = tempfile::tempdir().unwrap();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let interval = Duration::from_millis(5);
+    let mut inv = follower_with(d.path(), upstream.local_addr().unwrap(), &clock, |cfg| {
+        cfg.store_config = cfg
+            .store_config
+            .clone()
+            .flush(FlushPolicy::Interval(interval));
+    });
+    let (mut s, _inbox, mut macs) = handshake(&mut inv, &upstream);
+    write_one_frame(&mut inv, d.path(), &mut s, &mut macs, (0, 1));
+    let before = flushes(&inv);
+    // The upstream goes away, connection and listener: the client reconnects in vain.
+    drop(s);
+    drop(upstream);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while inv.agent().phase() == Phase::Streaming {
+        assert!(Instant::now() < deadline, "the session never ended");
+        inv.invoke().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(flushes(&inv), before, "flushed before the interval");
+    clock.advance(interval.as_nanos() as u64);
+    inv.invoke().unwrap();
+    assert_ne!(inv.agent().phase(), Phase::Streaming);
+    assert_eq!(flushes(&inv), before + 1, "the frame was not flushed");
+}
+
+/// The flushes of the follower's replica so far.
+fn flushes(inv: &AgentInvoker<Follower>) -> u64 {
+    inv.agent().replica().expect("a replica").stats().flushes
 }
 
 /// A sequencer group's standby follows a new leader through `retarget`: the session with the
