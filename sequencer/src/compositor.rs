@@ -192,10 +192,9 @@ impl Compositor {
             MergePolicy::Arrival => self.arrival(),
             MergePolicy::Timestamp => self.timestamp(),
         }?;
-        if work == 0 {
-            // An interval flush policy holds when the components go quiet too.
-            self.out.flush_if_due()?;
-        }
+        // An interval flush policy holds when the components go quiet too, and while the
+        // frames merged are heartbeats only.
+        self.out.flush_if_due()?;
         self.position.set(self.out.position());
         Ok(work)
     }
@@ -331,12 +330,12 @@ impl Agent for Compositor {
         &self.role
     }
 
-    /// Also checks, when idle, every [`CHECK_FILE_EVERY_NS`] of the cycle's clock, that the
-    /// composite's active segment file is still the store's (not deleted or replaced).
+    /// Also checks, busy or idle, every [`CHECK_FILE_EVERY_NS`] of the cycle's clock, that the
+    /// composite's active segment file is still the store's (not deleted or replaced): its
+    /// only housekeeping, a comparison a cycle.
     fn do_work(&mut self, cycle: &DutyCycle) -> Result<usize, AgentError> {
         let work = Compositor::do_work(self)?;
-        if work == 0 && cycle.now_ns.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS
-        {
+        if cycle.now_ns.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
             self.last_file_check_ns = cycle.now_ns;
             self.out.check_file()?;
         }

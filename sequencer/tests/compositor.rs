@@ -94,10 +94,11 @@ fn assert_exactly_once(frames: &[(Origin, u64)], expected: &[(u32, Vec<u64>)]) {
     );
 }
 
-/// Under an interval flush policy an idle compositor flushes what it merged once the interval
-/// has passed on its store's clock, though no component frame arrives to make it append.
+/// Under an interval flush policy a compositor flushes what it merged once the interval has
+/// passed on its store's clock, though no component frame arrives to make it append: when
+/// idle, and when what arrives is heartbeats only (work, but nothing to append).
 #[test]
-fn an_idle_compositor_flushes_once_its_interval_has_passed() {
+fn a_compositor_flushes_once_its_interval_has_passed_idle_or_not() {
     let d = tempfile::tempdir().unwrap();
     let (a_dir, out) = (d.path().join("a"), d.path().join("out"));
     let mut a = Appender::open_or_create(&a_dir, cfg(1)).unwrap();
@@ -132,6 +133,17 @@ fn an_idle_compositor_flushes_once_its_interval_has_passed() {
         c.output().stats().flushes,
         flushes + 1,
         "the merged frame was not flushed"
+    );
+
+    put(&mut a, None);
+    assert_eq!(c.do_work().unwrap(), 1, "the next frame merged");
+    clock.advance(interval.as_nanos() as u64);
+    a.append_heartbeat(None).unwrap();
+    assert_eq!(c.do_work().unwrap(), 1, "the heartbeat seen");
+    assert_eq!(
+        c.output().stats().flushes,
+        flushes + 2,
+        "the merged frame was not flushed while a heartbeat arrived"
     );
 }
 
@@ -373,9 +385,10 @@ fn kill_9_and_restart_of_the_compositor_process() {
     );
 }
 
-/// The composite's active segment deleted under the compositor agent: its next idle duty
-/// cycle past the file-check interval (on the runner's clock, here a manual one) fails, so no
-/// composite seq is handed out into a file no reader will find.
+/// The composite's active segment deleted under the compositor agent: its next duty cycle
+/// past the file-check interval (on the runner's clock, here a manual one) fails, a busy one
+/// too (a compositor that is never idle still checks), so no composite seq is handed out
+/// into a file no reader will find.
 #[test]
 fn an_output_segment_deleted_under_the_compositor_agent_is_an_error() {
     use seqstream_agent::clock::ManualClock;
@@ -397,9 +410,11 @@ fn an_output_segment_deleted_under_the_compositor_agent_is_an_error() {
     let mut agent = AgentInvoker::new(c, clock.clock());
     while agent.invoke().unwrap() > 0 {}
     std::fs::remove_file(out.join("000000000000.seg")).unwrap();
-    // Within the interval nothing is checked yet; past it, the idle cycle finds the deletion.
+    // Within the interval nothing is checked yet; past it, a cycle with a frame to merge
+    // finds the deletion.
     agent.invoke().unwrap();
     clock.advance(CHECK_FILE_EVERY_NS);
+    put(&mut a, None);
     let e = agent.invoke().unwrap_err();
     assert!(e.to_string().contains("the file was deleted"), "{e}");
 }
