@@ -701,10 +701,9 @@ impl Server {
             work += self.handshake(i, now);
         }
         self.reap();
-        if work == 0 {
-            self.shared.warns().tick();
-            self.key_watch.tick();
-        }
+        // Its housekeeping, in every cycle: they come once per poll interval at most.
+        self.shared.warns().tick();
+        self.key_watch.tick();
         Ok(work)
     }
 }
