@@ -105,15 +105,22 @@ struct OmsCounters {
     waits: Counter,
 }
 
-/// Most frames read from the order stream in one duty cycle once caught up.
+/// Most frames read from the order stream in one duty cycle.
 const FRAMES_PER_CYCLE: usize = 256;
 
 impl Oms {
-    /// Reads frames (all of them until the stream's end is first reached, then a bounded
-    /// number); the work done.
+    /// Reads frames, at most [`FRAMES_PER_CYCLE`]; the work done. The first cycle that
+    /// reaches the stream's end marks the OMS caught up, whatever it read before: a stream
+    /// that never pauses between two cycles does not hold the answers back.
     fn read_orders(&mut self) -> Result<usize> {
         let mut work = 0;
-        while let Some(f) = self.tailer.poll()? {
+        while work < FRAMES_PER_CYCLE {
+            let Some(f) = self.tailer.poll()? else {
+                // Until the stream's end is first reached, orders only accumulate: a report
+                // of an earlier run may still come after them.
+                self.caught_up = true;
+                break;
+            };
             work += 1;
             let p = f.payload();
             if !f.is_heartbeat() {
@@ -147,14 +154,6 @@ impl Oms {
                     }
                 }
             }
-            if self.caught_up && work >= FRAMES_PER_CYCLE {
-                break;
-            }
-        }
-        // Until the stream's end is first reached, orders only accumulate: a report of an
-        // earlier run may still come after them.
-        if work == 0 {
-            self.caught_up = true;
         }
         Ok(work)
     }
@@ -303,4 +302,71 @@ fn main() -> Result<()> {
 /// A `ClOrdID` without its NUL padding.
 fn orders_cl_ord_id(raw: &[u8]) -> Vec<u8> {
     seqstream_schemas::codec::trim_nul(raw).to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqstream_agent::clock::Clock;
+    use seqstream_agent::counters::CountersWriter;
+    use seqstream_schemas::orders::NewOrderSingleEncoder;
+    use seqstream_store::{Appender, FrameFields, StoreConfig};
+
+    /// An order stream that never pauses (a frame lands between every two cycles): the OMS
+    /// still catches up and answers.
+    #[test]
+    fn a_stream_that_never_pauses_is_still_answered() {
+        let d = tempfile::tempdir().unwrap();
+        let stream = streams::ORDERS;
+        let config = StoreConfig::new(stream)
+            .segment_size(1 << 20)
+            .pretouch(false);
+        let mut orders = Appender::open_or_create(d.path().join("orders"), config).unwrap();
+        let mut buf = [0u8; 256];
+        let mut e = NewOrderSingleEncoder::new(&mut buf).unwrap();
+        e.set_order_qty(1)
+            .set_instrument_id(7)
+            .set_side(orders::Side::Sell);
+        e.set_cl_ord_id(b"T-1").unwrap();
+        let n = e.encoded_length();
+        let fields = FrameFields {
+            source_id: 11,
+            source_seq: 1,
+            template_id: NewOrderSingleDecoder::TEMPLATE_ID,
+            flags: 0,
+        };
+        orders.append_with(&fields, &buf[..n]).unwrap();
+        let w = CountersWriter::create(&d.path().join("oms.counters"), 16).unwrap();
+        let c = OmsCounters {
+            orders: w.counter("orders seen").unwrap(),
+            reports: w.counter("execution reports sent").unwrap(),
+            bad: w.counter("undecodable orders").unwrap(),
+            foreign: w.counter("messages of another schema").unwrap(),
+            waits: w.counter("back-pressure waits").unwrap(),
+        };
+        let mut oms = Oms {
+            tailer: seqstream_store::Tailer::open(d.path().join("orders")).unwrap(),
+            outbox: Outbox::open_or_create(&d.path().join("oms.outbox"), 21, stream, 1 << 20, 64)
+                .unwrap(),
+            source_id: 21,
+            stream_id: stream,
+            clock: WallClock::new(),
+            answered: HashSet::new(),
+            backlog: VecDeque::new(),
+            caught_up: false,
+            next_order_id: 1,
+            buf: [0u8; 256],
+            c,
+            summary: None,
+        };
+        let cycle = DutyCycle {
+            now_ns: Clock::system().monotonic_ns(),
+        };
+        for _ in 0..3 {
+            orders.append_heartbeat(None).unwrap();
+            assert!(oms.do_work(&cycle).unwrap() > 0, "a cycle found nothing");
+        }
+        assert_eq!(oms.c.orders.get(), 1);
+        assert_eq!(oms.c.reports.get(), 1, "the order was not answered");
+    }
 }
