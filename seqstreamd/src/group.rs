@@ -583,6 +583,9 @@ struct InSync {
     /// A freeze of release for standby `.0`, since `.1` (ns).
     freeze: Option<(usize, u64)>,
     no_freeze_until_ns: u64,
+    /// The standbys the next set may name, by index: a buffer kept across steers (one a
+    /// millisecond) so that a leader allocates nothing in its steady state.
+    named: Vec<usize>,
 }
 
 impl Member {
@@ -776,7 +779,8 @@ impl Member {
         // what it holds.
         let live = |i: usize| self.release.connected(i) && self.release.reported(i);
         // The gating standbys that hold every released frame: those the set may name.
-        let mut named: Vec<usize> = Vec::with_capacity(self.others.len());
+        let mut named = std::mem::take(&mut sync.named);
+        named.clear();
         let mut stalled = NodeSet::default();
         for (i, m) in self.others.iter().enumerate() {
             let ack = self.release.acked(i);
@@ -890,6 +894,7 @@ impl Member {
                 }
             }
         }
+        sync.named = named;
     }
 
     /// Under `immediate`: no standby gates release any more.
@@ -1011,6 +1016,7 @@ impl Member {
             left_at: vec![None; self.others.len()],
             freeze: None,
             no_freeze_until_ns: 0,
+            named: Vec::with_capacity(self.others.len()),
         });
         tracing::info!(role = %self.role, term, next_seq = sequencer.appender().next_seq(), listen = %sequencer.local_addr(), in_sync = %recorded, promoted_in_us = started.elapsed().as_micros() as u64, "leading");
         self.state = State::Leading(Box::new(sequencer), term);
