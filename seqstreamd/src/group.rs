@@ -1057,8 +1057,14 @@ impl Agent for Member {
                 }
                 work + self.positions.read(POSITIONS_PER_CYCLE, cycle.now_ns)?
             }
-            // Handing over, or handed over: nothing more is sequenced.
-            State::Leading(..) if self.handover.is_some() || self.resigned_at_ns.is_some() => 0,
+            // Handing over, or handed over: nothing more is sequenced, but what was is
+            // flushed within the flush policy's bound.
+            State::Leading(sequencer, _)
+                if self.handover.is_some() || self.resigned_at_ns.is_some() =>
+            {
+                sequencer.do_paused_work()?;
+                0
+            }
             State::Leading(sequencer, _) => {
                 let work = sequencer.do_work(cycle)?;
                 if work > 0 {

@@ -34,7 +34,7 @@ pub struct SequencerArgs {
     /// SO_RCVBUF, bytes.
     #[arg(long, default_value_t = 8 << 20)]
     pub recv_buffer: usize,
-    /// Append a heartbeat frame after this many ms without traffic (at least 1).
+    /// Append a heartbeat frame after this many ms without appending a message (at least 1).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_ms: u64,
     /// Never append heartbeat frames.

@@ -476,14 +476,15 @@ pub struct Sequencer {
     last_append_ns: u64,
     /// When (monotonic ns) the active segment's file was last checked.
     last_file_check_ns: u64,
-    /// When (monotonic ns) the last [`housekeeping`](Self::housekeeping) ran.
+    /// When (monotonic ns) the last [housekeeping](Self::housekeeping_if_due) ran.
     last_housekeeping_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
     /// Seals the NAKs to keyed sources: its counter starts at the realtime clock (ns) at open.
     nak_sealer: Sealer,
     /// The monotonic time (ns) at which the current batch of datagrams was received: the
-    /// time keys are judged valid at, and the last append's for the heartbeat interval.
+    /// time keys are judged valid at, the last append's for the heartbeat interval, and a
+    /// busy cycle's reading for what is due by time.
     batch_ns: u64,
     /// The store's wall clock (ns since the Unix epoch) read when the current batch was
     /// received: every message of the batch is stamped with it, one clock read a batch
@@ -733,25 +734,26 @@ impl Sequencer {
     /// Datagrams that append nothing (refused, duplicates) are work too, so what is due by
     /// time is judged in every cycle, busy or idle: a flood of them holds back no heartbeat,
     /// no flush and no housekeeping. A fenced sequencer that may not sequence (waiting for
-    /// its gate) still flushes and does its housekeeping, and appends nothing.
+    /// its gate) runs [`do_paused_work`](Self::do_paused_work) instead.
     pub fn do_work(&mut self) -> Result<usize, Error> {
-        let gate = self.may_sequence()?;
-        let work = match gate {
-            Gated::Sequence => self.sequence()?,
+        match self.may_sequence()? {
+            Gated::Sequence => {}
             Gated::Started => return Ok(1),
-            Gated::Wait => 0,
-        };
-        // A busy cycle read the clock when its first batch arrived; an idle one reads it now.
+            Gated::Wait => {
+                self.do_paused_work()?;
+                return Ok(0);
+            }
+        }
+        let work = self.sequence()?;
+        // A busy cycle read the clock when its last batch arrived; an idle one reads it now.
         let now = if work == 0 {
             self.clock.monotonic_ns()
         } else {
             self.batch_ns
         };
-        // `--flush ms:T`: what was appended reaches the disk within T, as the policy says,
-        // heartbeats or not, appends or not.
-        self.appender.flush_if_due()?;
+        self.housekeeping_if_due(now)?;
         let mut heartbeats = 0;
-        if let (Gated::Sequence, Some(every)) = (gate, self.cfg.heartbeat) {
+        if let Some(every) = self.cfg.heartbeat {
             if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
                 self.appender.append_heartbeat(None)?;
                 self.counters.heartbeats.incr();
@@ -759,11 +761,22 @@ impl Sequencer {
                 heartbeats = 1;
             }
         }
-        if now.saturating_sub(self.last_housekeeping_ns) >= HOUSEKEEPING_EVERY_NS {
-            self.last_housekeeping_ns = now;
-            self.housekeeping(now)?;
-        }
+        // `--flush ms:T`: what was appended reaches the disk within T, as the policy says,
+        // heartbeats or not, appends or not. Last: nothing is appended after its `msync`,
+        // however long that takes, without asking the gate again.
+        self.appender.flush_if_due()?;
         Ok(work + heartbeats)
+    }
+
+    /// One duty cycle of a sequencer that may not sequence now: its gate says wait, or its
+    /// group member hands leadership over. It receives no datagram and appends nothing, but
+    /// what it appended still reaches the disk within an interval flush policy's bound, and
+    /// its housekeeping runs, for as long as the pause lasts.
+    pub fn do_paused_work(&mut self) -> Result<(), Error> {
+        let now = self.clock.monotonic_ns();
+        self.housekeeping_if_due(now)?;
+        self.appender.flush_if_due()?;
+        Ok(())
     }
 
     /// Receives and handles up to two batches of datagrams; returns how many there were.
@@ -802,10 +815,14 @@ impl Sequencer {
         Ok(work)
     }
 
-    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`] of its store's clock,
-    /// busy or idle, so that one that is never idle (a flood of datagrams) still does it: the
-    /// summaries of refusals owed, the sources' key files, and its store file.
-    fn housekeeping(&mut self, now: u64) -> Result<(), Error> {
+    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`] of its store's clock
+    /// (`now`), busy or idle, so that one that is never idle (a flood of datagrams) still
+    /// does it: the summaries of refusals owed, the sources' key files, and its store file.
+    fn housekeeping_if_due(&mut self, now: u64) -> Result<(), Error> {
+        if now.saturating_sub(self.last_housekeeping_ns) < HOUSEKEEPING_EVERY_NS {
+            return Ok(());
+        }
+        self.last_housekeeping_ns = now;
         self.refusals.tick();
         self.poll_keys(now);
         // A store file deleted or replaced under the sequencer: stop numbering into a file
