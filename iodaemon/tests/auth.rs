@@ -385,10 +385,13 @@ fn a_sequencer_that_is_never_idle_still_rotates_its_key() {
         "the second key of source three",
     );
     clock.advance(1_000_000_000);
-    // The next cycle's datagram, in its socket before the cycle starts (loopback delivers
-    // within the send): a replay of order 1's, refused, but work all the same.
+    // The next cycle's datagram, in its socket before the cycle starts: a replay of order
+    // 1's, refused, but work all the same.
     site.relay.to_sequencer(&d);
-    std::thread::sleep(Duration::from_millis(10));
+    let SocketAddr::V4(addr) = site.sequencer.local_addr() else {
+        panic!("an IPv4 socket")
+    };
+    seqstream_testkit::wait_udp_rx_queue(addr, Duration::from_secs(10), |q| q > 0);
     let work = site.sequencer.do_work().unwrap();
     assert!(work > 0, "the cycle was idle: the datagram had not arrived");
     assert_eq!(site.seq("key rotations"), 1);

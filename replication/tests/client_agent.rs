@@ -336,7 +336,7 @@ fn an_invoker_steps_the_client_through_every_state_on_the_injected_clock() {
 
 /// The replica's active segment deleted under the client: a session fault is the client's
 /// own business, but a replica store that is no longer the one on disk fails the agent (its
-/// runner counts and logs it) at the first idle cycle past the file-check interval.
+/// runner counts and logs it) at the first cycle past the file-check interval.
 #[test]
 fn a_replica_segment_deleted_under_the_client_fails_the_agent() {
     use seqstream_store::appender::CHECK_FILE_EVERY_NS;
@@ -375,7 +375,10 @@ fn a_replica_segment_deleted_under_a_busy_client_fails_the_agent() {
     clock.advance(CHECK_FILE_EVERY_NS);
     s.write_all(&one_frame(&mut macs, 48, 2)).unwrap();
     // In the client's socket before its next cycle starts.
-    std::thread::sleep(Duration::from_millis(20));
+    let SocketAddr::V4(client) = s.peer_addr().unwrap() else {
+        panic!("an IPv4 connection")
+    };
+    seqstream_testkit::wait_tcp_rx_queue(client, Duration::from_secs(10), |q| q > 0);
     let e = inv.invoke().unwrap_err();
     assert!(e.to_string().contains("the file was deleted"), "{e}");
     assert_eq!(

@@ -90,8 +90,11 @@ fn an_idle_sequencer_flushes_once_its_interval_has_passed() {
 fn refused_datagram_cycle(s: &mut Sequencer) -> usize {
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client.send_to(b"not a datagram", s.local_addr()).unwrap();
-    // In the socket before the cycle starts (loopback delivers within the send).
-    std::thread::sleep(Duration::from_millis(10));
+    let std::net::SocketAddr::V4(addr) = s.local_addr() else {
+        panic!("an IPv4 socket")
+    };
+    // In the socket before the cycle starts.
+    seqstream_testkit::wait_udp_rx_queue(addr, Duration::from_secs(10), |q| q > 0);
     s.do_work().unwrap()
 }
 
