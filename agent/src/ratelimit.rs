@@ -75,8 +75,8 @@ impl LogLimit {
         self.suppressed > 0
     }
 
-    /// Call when idle: once the interval has ended, the number of lines it suppressed (if any,
-    /// once).
+    /// Call in the owner's housekeeping (busy or idle): once the interval has ended, the
+    /// number of lines it suppressed (if any, once).
     pub fn tick(&mut self, now_ns: u64) -> Option<u64> {
         self.end_interval(now_ns)
     }

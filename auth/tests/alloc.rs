@@ -1,5 +1,5 @@
-//! A keyring read from a key file is polled every idle duty cycle of the daemon that holds
-//! it (`KeyWatch`): a poll within [`RELOAD_CHECK_EVERY`] of the last look allocates nothing,
+//! A keyring read from a key file is polled in every housekeeping of the agent that holds it
+//! (`KeyWatch`, once a millisecond, busy or idle): a poll within [`RELOAD_CHECK_EVERY`] of the last look allocates nothing,
 //! and neither does a look that finds the file unchanged.
 
 use std::time::Duration;

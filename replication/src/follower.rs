@@ -119,7 +119,8 @@ pub struct FollowerConfig {
     pub handshake_timeout: Duration,
     /// Heartbeat after this long without sending.
     pub heartbeat: Duration,
-    /// Reconnect when the upstream is silent this long (it heartbeats when idle).
+    /// Reconnect when the upstream is silent this long (it heartbeats when it sends nothing
+    /// else).
     pub peer_timeout: Duration,
     /// First reconnect delay (none after a session that wrote something); doubles up to
     /// `reconnect_max`.

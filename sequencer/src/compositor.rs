@@ -11,7 +11,8 @@
 //!   proves nothing can still come before it; composite frames are stamped with the component
 //!   timestamp and the store uses the explicit clock, so any host that rebuilds the composite
 //!   from the same components writes the same bytes. A silent component holds the composite
-//!   back until its next heartbeat, so component writers heartbeat when idle.
+//!   back until its next heartbeat, so component writers heartbeat when they append nothing
+//!   else.
 //!
 //! Heartbeats are not copied into the composite. After a crash the compositor resumes from its
 //! own store: it reads the last seq it wrote for each component and continues after it, so

@@ -88,7 +88,7 @@ pub(crate) struct Site {
     pub port_base: u16,
     /// Segment size of every store, bytes.
     pub segment_size: u64,
-    /// Sequencers append heartbeat frames after this many ms without traffic (`None`: never).
+    /// Sequencers append heartbeat frames after this many ms without appending (`None`: never).
     pub heartbeat_ms: Option<u64>,
     /// The thread layout.
     pub threading: Threading,
