@@ -476,7 +476,7 @@ pub struct Sequencer {
     last_append_ns: u64,
     /// When (monotonic ns) the active segment's file was last checked.
     last_file_check_ns: u64,
-    /// When (monotonic ns) the last [housekeeping](Self::housekeeping_if_due) ran.
+    /// When (monotonic ns) the last [`housekeeping`](Self::housekeeping) ran.
     last_housekeeping_ns: u64,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
@@ -815,14 +815,22 @@ impl Sequencer {
         Ok(work)
     }
 
-    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`] of its store's clock
-    /// (`now`), busy or idle, so that one that is never idle (a flood of datagrams) still
-    /// does it: the summaries of refusals owed, the sources' key files, and its store file.
+    /// Runs [`housekeeping`](Self::housekeeping) if [`HOUSEKEEPING_EVERY_NS`] of the store's
+    /// clock have passed since it last ran (`now`): a comparison in most cycles, inlined.
+    #[inline]
     fn housekeeping_if_due(&mut self, now: u64) -> Result<(), Error> {
         if now.saturating_sub(self.last_housekeeping_ns) < HOUSEKEEPING_EVERY_NS {
             return Ok(());
         }
         self.last_housekeeping_ns = now;
+        self.housekeeping(now)
+    }
+
+    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`], busy or idle, so that
+    /// one that is never idle (a flood of datagrams) still does it: the summaries of
+    /// refusals owed, the sources' key files, and its store file.
+    #[inline(never)]
+    fn housekeeping(&mut self, now: u64) -> Result<(), Error> {
         self.refusals.tick();
         self.poll_keys(now);
         // A store file deleted or replaced under the sequencer: stop numbering into a file
