@@ -12,6 +12,11 @@
 #                                   the same, acknowledging delayed:100us on the workload's
 #                                   synthetic clock (1 us a frame): one ack per 100 frames
 #   replication_sender_per_frame    the replication sender's do_work over the same frames
+#   replication_client_per_frame_tls
+#   replication_sender_per_frame_tls
+#                                   the same two over TLS (rustls), counted as the difference
+#                                   between 8,000 frames and 4,000, per frame: the TLS
+#                                   handshake (millions of instructions) left out
 #   catch_up_client_per_frame       Follower::do_work, 50,000 frames appended at once and
 #                                   replicated in the sender's batches (a follower catching up)
 #   catch_up_sender_per_frame       the replication sender's do_work over the same frames
@@ -45,17 +50,42 @@ bin="${CARGO_TARGET_DIR:-target}/release/hotpaths"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-# count CASE MESSAGES FUNCTION ARGS...: the instructions inside FUNCTION per message.
-count() {
-  local case=$1 messages=$2 function=$3
-  shift 3
+# total FUNCTION ARGS...: the instructions inside FUNCTION in one run of the workload.
+total() {
+  local function=$1
+  shift
   valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="$function" \
     "$bin" "$@" >/dev/null 2>&1
   local total
   total=$(awk '/^totals:/ {print $2}' "$out")
   [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "instructions.sh: no instructions counted in $function" >&2; exit 1; }
+  echo "$total"
+}
+
+# report CASE TOTAL MESSAGES: one JSON line, TOTAL / MESSAGES instructions a message.
+report() {
   printf '{"bench":"instructions","case":"%s","metric":"per_message","value":%d,"unit":"instructions","total":%d,"messages":%d}\n' \
-    "$case" "$((total / messages))" "$total" "$messages"
+    "$1" "$(($2 / $3))" "$2" "$3"
+}
+
+# count CASE MESSAGES FUNCTION ARGS...: the instructions inside FUNCTION per message.
+count() {
+  local case=$1 messages=$2 function=$3
+  shift 3
+  local t
+  t=$(total "$function" "$@")
+  report "$case" "$t" "$messages"
+}
+
+# count_marginal CASE MESSAGES FUNCTION ARGS...: the same per message of the MESSAGES more
+# that a run with --frames 2*MESSAGES makes than one with --frames MESSAGES.
+count_marginal() {
+  local case=$1 messages=$2 function=$3
+  shift 3
+  local one two
+  one=$(total "$function" "$@" --frames "$messages")
+  two=$(total "$function" "$@" --frames "$((2 * messages))")
+  report "$case" "$((two - one))" "$messages"
 }
 
 count sequencer_per_datagram 10000 '*Sequencer*do_work*' sequencer
@@ -66,6 +96,8 @@ count append_256B 100000 '*append_all*' append
 count replication_client_per_frame 4000 '*Follower*do_work*' replication
 count replication_client_per_frame_delayed_ack 4000 '*Follower*do_work*' replication --delayed-ack
 count replication_sender_per_frame 4000 '*server*Sender*do_work*' replication
+count_marginal replication_client_per_frame_tls 4000 '*Follower*do_work*' replication --tls
+count_marginal replication_sender_per_frame_tls 4000 '*server*Sender*do_work*' replication --tls
 count catch_up_client_per_frame 50000 '*Follower*do_work*' catch-up
 count catch_up_sender_per_frame 50000 '*server*Sender*do_work*' catch-up
 count compositor_per_frame 8000 '*Compositor*do_work*' compositor

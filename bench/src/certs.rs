@@ -9,16 +9,19 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
-/// The PEM files of [`write`]: the CA certificate, and the server's certificate and key.
-pub(crate) struct Certs {
+/// The PEM files of [`write()`]: the CA certificate, and the server's certificate and key.
+pub struct Certs {
+    /// The CA certificate (PEM): what a client trusts.
     pub ca: PathBuf,
+    /// The server certificate (PEM), signed by the CA.
     pub cert: PathBuf,
+    /// The server certificate's private key (PEM, mode 0600).
     pub key: PathBuf,
 }
 
 /// A CA and a certificate it signed for `names` (its subject alternative names: IP addresses
 /// or DNS names), under `dir` as `ca.crt`, `server.crt` and `server.key`.
-pub(crate) fn write(dir: &Path, names: &[String]) -> Result<Certs> {
+pub fn write(dir: &Path, names: &[String]) -> Result<Certs> {
     let ca_key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -38,7 +41,7 @@ pub(crate) fn write(dir: &Path, names: &[String]) -> Result<Certs> {
 
 /// Creates `path` (it must not exist) readable by its owner only, as the daemons require of
 /// key files, holding `bytes`.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

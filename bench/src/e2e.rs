@@ -219,7 +219,7 @@ struct Site {
     server_port: u16,
     secret: PathBuf,
     hosts: [AppHost; 2],
-    certs: Option<crate::certs::Certs>,
+    certs: Option<bench::certs::Certs>,
     security: Security,
     /// The segment size of every store.
     segment: u64,
@@ -250,7 +250,7 @@ impl Site {
         let dir = root.dir.join(name);
         std::fs::create_dir_all(&dir)?;
         let secret = dir.join("replication.key");
-        crate::certs::write_private(&secret, b"the e2e bench's replication key")?;
+        bench::certs::write_private(&secret, b"the e2e bench's replication key")?;
         let host = |name: &'static str, h: &NetHost, source: u32| AppHost {
             name,
             net: h.clone(),
@@ -262,7 +262,7 @@ impl Site {
         let hosts = [host("a", &net.h1, 1), host("b", &net.h2, 2)];
         for h in &hosts {
             if security != Security::Plain {
-                crate::certs::write_private(
+                bench::certs::write_private(
                     &dir.join(format!("source-{}.key", h.source)),
                     format!("the e2e bench's key of source {}", h.source).as_bytes(),
                 )?;
@@ -271,7 +271,7 @@ impl Site {
             drop(h.open_outbox()?);
         }
         let certs = match security {
-            Security::Tls => Some(crate::certs::write(&dir, &[net.seq.ip.to_string()])?),
+            Security::Tls => Some(bench::certs::write(&dir, &[net.seq.ip.to_string()])?),
             _ => None,
         };
         let ip = net.seq.ip;

@@ -3,7 +3,6 @@
 //! `bench plot` and `bench table` turn the output of `--hgrm-dir` and `--json` into SVGs and a
 //! Markdown table (`scripts/bench.sh` runs it all).
 
-mod certs;
 mod composite;
 mod e2e;
 mod feeds;

@@ -228,6 +228,15 @@ impl Replication {
     /// The path, its files under `dir`, connected and past its first frame; its client
     /// acknowledges as `ack` says.
     pub fn new(dir: &Path, ack: AckTiming) -> Result<Replication> {
+        Replication::open(dir, ack, false)
+    }
+
+    /// The same over TLS (rustls, certificates made for the run by [`crate::certs`]).
+    pub fn with_tls(dir: &Path, ack: AckTiming) -> Result<Replication> {
+        Replication::open(dir, ack, true)
+    }
+
+    fn open(dir: &Path, ack: AckTiming, tls: bool) -> Result<Replication> {
         let primary = dir.join("primary");
         let replica = dir.join("replica");
         let cfg = StoreConfig::new(STREAM).segment_size(SEGMENT);
@@ -249,8 +258,25 @@ impl Replication {
         // socket (`IDLE_READ_INTERVAL`) must not depend on how slowly callgrind runs it.
         let clock = ManualClock::new(1 << 40, (1 << 40) + REPLICATION_FRAME_NS);
         scfg.clock = clock.clock();
+        let client_tls = if tls {
+            let certs = crate::certs::write(dir, &["127.0.0.1".to_string()])?;
+            scfg.tls = Some(seqstream_replication::tls::server_config(
+                &certs.cert,
+                &certs.key,
+                None,
+            )?);
+            Some((
+                seqstream_replication::tls::client_config(&certs.ca, None)?,
+                rustls::pki_types::ServerName::IpAddress(
+                    std::net::IpAddr::from([127, 0, 0, 1]).into(),
+                ),
+            ))
+        } else {
+            None
+        };
         let mut server = Server::bind(scfg, &counters.scoped("serve "))?;
         let mut fcfg = FollowerConfig::new(replica.clone(), STREAM, server.local_addr(), keys);
+        fcfg.tls = client_tls;
         fcfg.store_config = cfg.clock(clock.clock());
         fcfg.heartbeat = NEVER;
         fcfg.peer_timeout = NEVER;

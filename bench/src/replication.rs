@@ -136,7 +136,7 @@ struct Tls {
 /// A CA and a server certificate for 127.0.0.1, written under `dir`, and the configurations
 /// built from them as a user's files would be.
 fn tls(dir: &Path) -> Result<Tls> {
-    let certs = crate::certs::write(dir, &["127.0.0.1".to_string()])?;
+    let certs = bench::certs::write(dir, &["127.0.0.1".to_string()])?;
     Ok(Tls {
         server: seqstream_replication::tls::server_config(&certs.cert, &certs.key, None)?,
         client: seqstream_replication::tls::client_config(&certs.ca, None)?,

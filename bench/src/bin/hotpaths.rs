@@ -14,11 +14,14 @@
 //!   runs it.
 //!
 //! - `append`: `APPENDS` appends of a 256-byte payload to a store (count `append_all`).
-//! - `replication [--delayed-ack]`: `FRAMES` 64-byte frames, each appended and replicated
-//!   before the next, on [`bench::paths::Replication`] (count `Follower::do_work` for the
-//!   replication client per frame, the sender's `do_work` for the sender per frame). With
-//!   `--delayed-ack` the client acknowledges `delayed:100us`: on the client's synthetic clock
-//!   (1 µs a frame appended) one acknowledgement per 100 frames.
+//! - `replication [--delayed-ack] [--tls]`: `FRAMES` 64-byte frames, each appended and
+//!   replicated before the next, on [`bench::paths::Replication`] (count `Follower::do_work`
+//!   for the replication client per frame, the sender's `do_work` for the sender per frame).
+//!   With `--delayed-ack` the client acknowledges `delayed:100us`: on the client's synthetic
+//!   clock (1 µs a frame appended) one acknowledgement per 100 frames. With `--tls` the link
+//!   runs over TLS (rustls). `--frames N` replicates N frames instead: the difference between
+//!   two runs' counts leaves out what setting the path up costs (a TLS handshake, several
+//!   million instructions).
 //! - `catch-up`: `CATCH_UP_FRAMES` 64-byte frames appended at once, then replicated in the
 //!   sender's batches until the replica holds them, as a follower catching up receives them
 //!   (count `Follower::do_work` and the sender's `do_work` per frame).
@@ -94,6 +97,12 @@ enum Cli {
         /// The client delays its acknowledgements by 100 µs of the path's synthetic time.
         #[arg(long)]
         delayed_ack: bool,
+        /// The link runs over TLS.
+        #[arg(long)]
+        tls: bool,
+        /// Frames replicated.
+        #[arg(long, default_value_t = FRAMES)]
+        frames: u64,
     },
     /// Replication server, sender and client, many frames at once.
     CatchUp,
@@ -242,17 +251,21 @@ fn append(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn replication(dir: &std::path::Path, delayed_ack: bool) -> Result<()> {
+fn replication(dir: &std::path::Path, delayed_ack: bool, tls: bool, frames: u64) -> Result<()> {
     let ack = if delayed_ack {
         AckTiming::Delayed(std::time::Duration::from_micros(100))
     } else {
         AckTiming::Immediate
     };
-    let mut path = bench::paths::Replication::new(dir, ack)?;
-    for _ in 0..FRAMES {
+    let mut path = if tls {
+        bench::paths::Replication::with_tls(dir, ack)?
+    } else {
+        bench::paths::Replication::new(dir, ack)?
+    };
+    for _ in 0..frames {
         path.frames(1)?;
     }
-    println!("replication ack={ack}: {FRAMES} frames replicated one at a time");
+    println!("replication ack={ack} tls={tls}: {frames} frames replicated one at a time");
     Ok(())
 }
 
@@ -350,7 +363,11 @@ fn main() -> Result<()> {
         Cli::Sequencer { keyed } => sequencer(dir.path(), keyed),
         Cli::Forwarder { keyed } => forwarder(dir.path(), keyed),
         Cli::Append => append(dir.path()),
-        Cli::Replication { delayed_ack } => replication(dir.path(), delayed_ack),
+        Cli::Replication {
+            delayed_ack,
+            tls,
+            frames,
+        } => replication(dir.path(), delayed_ack, tls, frames),
         Cli::CatchUp => catch_up(dir.path()),
         Cli::Compositor { timestamp } => compositor(dir.path(), timestamp),
         Cli::SequencerIdle => sequencer_idle(dir.path()),
