@@ -81,9 +81,7 @@ impl CStruct for libc::sockaddr_storage {}
 impl CStruct for libc::iovec {}
 impl CStruct for libc::mmsghdr {}
 
-/// Buffers for one `recvmmsg(2)` call: `BATCH` datagrams and their source addresses. The
-/// default value holds none (what stands in the sequencer while its receiver is lent out).
-#[derive(Default)]
+/// Buffers for one `recvmmsg(2)` call: `BATCH` datagrams and their source addresses.
 struct BatchReceiver {
     bufs: Vec<u8>,
     addrs: Vec<libc::sockaddr_storage>,
@@ -468,7 +466,9 @@ pub struct Sequencer {
     sources: FxHashMap<u32, Source>,
     counters: Counters,
     refusals: Refusals,
-    rx: BatchReceiver,
+    /// The receive buffers, boxed so that lending them out for a cycle moves one pointer
+    /// (`None` only while [`sequence`](Self::sequence) holds them).
+    rx: Option<Box<BatchReceiver>>,
     nak: Vec<u8>,
     /// The store's clock: its monotonic reading times the heartbeat and NAK intervals.
     clock: Clock,
@@ -639,7 +639,7 @@ impl Sequencer {
             sources,
             counters: counters_,
             refusals,
-            rx: BatchReceiver::new(),
+            rx: Some(Box::new(BatchReceiver::new())),
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
@@ -784,7 +784,10 @@ impl Sequencer {
         let mut work = 0;
         // The buffers leave `self` while their datagrams are handled, so `handle` can borrow
         // the datagram and `&mut self` at once; they are put back before returning.
-        let mut rx = std::mem::take(&mut self.rx);
+        let mut rx = self
+            .rx
+            .take()
+            .expect("the receive buffers are lent out only within `sequence`");
         let result = (|| -> Result<(), Error> {
             for _ in 0..2 {
                 let n = rx.recv(&self.socket).map_err(|e| Error::Io {
@@ -810,7 +813,7 @@ impl Sequencer {
             }
             Ok(())
         })();
-        self.rx = rx;
+        self.rx = Some(rx);
         result?;
         Ok(work)
     }
