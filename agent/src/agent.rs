@@ -27,6 +27,31 @@ pub struct DutyCycle {
 /// every `CHECK_FILE_EVERY_NS`); this bounds what a busy cycle spends asking.
 pub const HOUSEKEEPING_EVERY_NS: u64 = 1_000_000;
 
+/// When an agent's housekeeping is next due: once [`HOUSEKEEPING_EVERY_NS`] of its clock have
+/// passed since it was last due. Ask [`due`](Self::due) in every cycle, busy or idle.
+#[derive(Debug, Clone, Copy)]
+pub struct Housekeeping {
+    last_ns: u64,
+}
+
+impl Housekeeping {
+    /// Next due [`HOUSEKEEPING_EVERY_NS`] after `now_ns` (monotonic).
+    pub fn new(now_ns: u64) -> Housekeeping {
+        Housekeeping { last_ns: now_ns }
+    }
+
+    /// Whether housekeeping is due at `now_ns`; if so, the next is due an interval later. A
+    /// comparison, inlined into the caller's cycle.
+    #[inline]
+    pub fn due(&mut self, now_ns: u64) -> bool {
+        if now_ns.saturating_sub(self.last_ns) < HOUSEKEEPING_EVERY_NS {
+            return false;
+        }
+        self.last_ns = now_ns;
+        true
+    }
+}
+
 /// A role's duty cycle.
 ///
 /// Contract (what a runner relies on):
@@ -395,6 +420,18 @@ impl Agent for CompositeAgent {
 pub(crate) mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn housekeeping_is_due_once_an_interval_has_passed_since_it_was_last() {
+        let mut h = Housekeeping::new(1000);
+        assert!(!h.due(1000));
+        assert!(!h.due(1000 + HOUSEKEEPING_EVERY_NS - 1));
+        assert!(h.due(1000 + HOUSEKEEPING_EVERY_NS));
+        assert!(!h.due(1000 + HOUSEKEEPING_EVERY_NS + 1));
+        assert!(h.due(1000 + 3 * HOUSEKEEPING_EVERY_NS));
+        // A clock reading behind the last one is not due (no underflow).
+        assert!(!h.due(0));
+    }
 
     /// A scripted agent: records its calls, fails where told.
     pub(crate) struct Scripted {

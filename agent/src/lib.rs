@@ -39,7 +39,8 @@ pub mod runner;
 pub mod spinners;
 
 pub use agent::{
-    run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle, HOUSEKEEPING_EVERY_NS,
+    run_cycle, Agent, AgentError, AgentSink, CompositeAgent, DutyCycle, Housekeeping,
+    HOUSEKEEPING_EVERY_NS,
 };
 pub use gate::LeaderGate;
 pub use idle::{Idle, IdleState, IdleStrategy};

@@ -78,7 +78,7 @@ use std::time::Duration;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Agent, AgentError, DutyCycle, HOUSEKEEPING_EVERY_NS};
+use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, ReplayWindow};
@@ -460,9 +460,9 @@ pub struct Forwarder {
     bad_nak_warn: LimitedWarn,
     send_warn: LimitedWarn,
     key_watch: KeyWatch,
-    /// When (monotonic ns) the last housekeeping ran: the summaries of rate-limited warnings
-    /// owed, the key files ([`HOUSEKEEPING_EVERY_NS`]).
-    last_housekeeping_ns: u64,
+    /// When its housekeeping (the summaries of rate-limited warnings owed, the key files) is
+    /// next due (every millisecond of its cycle's clock).
+    housekeeping: Housekeeping,
     /// Seals the signed datagrams: its counter starts at the realtime clock (ns) at open, so
     /// a restarted forwarder's counters lie above every one it used before.
     sealer: Sealer,
@@ -591,7 +591,7 @@ impl Forwarder {
             nak: vec![0; 256],
             sealer,
             cycle_began_ns: clock.monotonic_ns(),
-            last_housekeeping_ns: clock.monotonic_ns(),
+            housekeeping: Housekeeping::new(clock.monotonic_ns()),
             copies_read: false,
             cycles_since_naks: 0,
             naks_read_at_ns: now,
@@ -663,8 +663,7 @@ impl Forwarder {
         } else {
             self.cycles_since_naks += 1;
         }
-        if now.saturating_sub(self.last_housekeeping_ns) >= HOUSEKEEPING_EVERY_NS {
-            self.last_housekeeping_ns = now;
+        if self.housekeeping.due(now) {
             self.bad_nak_warn.tick();
             self.send_warn.tick();
             if !self.cfg.keys.is_empty() {

@@ -53,7 +53,7 @@ use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::runner::ErrorChain;
-use seqstream_agent::{Agent, AgentError, DutyCycle, HOUSEKEEPING_EVERY_NS};
+use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping};
 use seqstream_auth::handshake::{nonce, Nonce, SessionKeys, Transcript};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, TAG_LEN};
@@ -407,8 +407,8 @@ pub struct Follower {
     role: String,
     /// When (monotonic ns) the replica's active segment file was last checked.
     last_file_check_ns: u64,
-    /// When (monotonic ns) the last housekeeping ran ([`HOUSEKEEPING_EVERY_NS`]).
-    last_housekeeping_ns: u64,
+    /// When its housekeeping is next due (every millisecond, busy or idle).
+    housekeeping: Housekeeping,
     key_watch: KeyWatch,
 }
 
@@ -473,7 +473,7 @@ impl Follower {
         let mut clock = replica.cfg.store_config.clock.clone();
         Ok(Follower {
             last_file_check_ns: clock.monotonic_ns(),
-            last_housekeeping_ns: clock.monotonic_ns(),
+            housekeeping: Housekeeping::new(clock.monotonic_ns()),
             key_watch,
             clock,
             delay: replica.cfg.reconnect_min,
@@ -841,8 +841,8 @@ impl Agent for Follower {
     /// Session faults are retried inside; what fails the agent is its replica's store: a
     /// flush under an interval flush policy, due in every cycle whatever the session's state
     /// (the frames received before an upstream died reach the disk within the interval while
-    /// the client reconnects), and its housekeeping (every [`HOUSEKEEPING_EVERY_NS`], busy or
-    /// idle), which checks every [`CHECK_FILE_EVERY_NS`] that the replica's active segment
+    /// the client reconnects), and its housekeeping (every millisecond, busy or idle:
+    /// [`Housekeeping`]), which checks every [`CHECK_FILE_EVERY_NS`] that the replica's active segment
     /// file is still the store's (not shrunk, deleted or replaced), and looks at its key file.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
         let now = self.clock.monotonic_ns();
@@ -850,8 +850,7 @@ impl Agent for Follower {
         if let Some(a) = self.replica.appender.as_mut() {
             a.flush_if_due()?;
         }
-        if now.saturating_sub(self.last_housekeeping_ns) >= HOUSEKEEPING_EVERY_NS {
-            self.last_housekeeping_ns = now;
+        if self.housekeeping.due(now) {
             self.warns.tick();
             self.key_watch
                 .poll(&mut self.replica.keys, now, format_args!("{}", self.role));

@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 use seqstream_agent::clock::Clock;
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
-use seqstream_agent::{Agent, AgentError, DutyCycle, LeaderGate, HOUSEKEEPING_EVERY_NS};
+use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping, LeaderGate};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Replay, ReplayWindow};
@@ -476,8 +476,8 @@ pub struct Sequencer {
     last_append_ns: u64,
     /// When (monotonic ns) the active segment's file was last checked.
     last_file_check_ns: u64,
-    /// When (monotonic ns) the last [`housekeeping`](Self::housekeeping) ran.
-    last_housekeeping_ns: u64,
+    /// When [`housekeeping`](Self::housekeeping) is next due.
+    housekeeping: Housekeeping,
     /// `sequencer stream <id>`, the agent's role name.
     role: String,
     /// Seals the NAKs to keyed sources: its counter starts at the realtime clock (ns) at open.
@@ -643,7 +643,7 @@ impl Sequencer {
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
             last_file_check_ns: clock.monotonic_ns(),
-            last_housekeeping_ns: clock.monotonic_ns(),
+            housekeeping: Housekeeping::new(clock.monotonic_ns()),
             nak_sealer,
             batch_ns: clock.monotonic_ns(),
             batch_stamp_ns: 0,
@@ -728,8 +728,8 @@ impl Sequencer {
 
     /// One duty cycle: sequence up to 64 datagrams (two `recvmmsg` batches); append a
     /// heartbeat when nothing was appended for the interval; flush under an interval flush
-    /// policy once it is due; housekeeping every [`HOUSEKEEPING_EVERY_NS`]. Returns the work
-    /// done (0 = idle).
+    /// policy once it is due; housekeeping every millisecond ([`Housekeeping`]). Returns the
+    /// work done (0 = idle).
     ///
     /// Datagrams that append nothing (refused, duplicates) are work too, so what is due by
     /// time is judged in every cycle, busy or idle: a flood of them holds back no heartbeat,
@@ -818,18 +818,17 @@ impl Sequencer {
         Ok(work)
     }
 
-    /// Runs [`housekeeping`](Self::housekeeping) if [`HOUSEKEEPING_EVERY_NS`] of the store's
-    /// clock have passed since it last ran (`now`): a comparison in most cycles, inlined.
+    /// Runs [`housekeeping`](Self::housekeeping) if it is due at `now` (the store's clock):
+    /// a comparison in most cycles, inlined.
     #[inline]
     fn housekeeping_if_due(&mut self, now: u64) -> Result<(), Error> {
-        if now.saturating_sub(self.last_housekeeping_ns) < HOUSEKEEPING_EVERY_NS {
-            return Ok(());
+        match self.housekeeping.due(now) {
+            true => self.housekeeping(now),
+            false => Ok(()),
         }
-        self.last_housekeeping_ns = now;
-        self.housekeeping(now)
     }
 
-    /// What a sequencer looks after every [`HOUSEKEEPING_EVERY_NS`], busy or idle, so that
+    /// What a sequencer looks after every millisecond ([`Housekeeping`]), busy or idle, so that
     /// one that is never idle (a flood of datagrams) still does it: the summaries of
     /// refusals owed, the sources' key files, and its store file.
     #[inline(never)]
