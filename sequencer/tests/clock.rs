@@ -50,6 +50,25 @@ fn timestamps(dir: &std::path::Path) -> Vec<u64> {
     std::iter::from_fn(|| t.poll().unwrap().map(|f| f.timestamp_ns())).collect()
 }
 
+/// The flush interval of the flush tests.
+const INTERVAL: Duration = Duration::from_millis(5);
+
+/// A sequencer on `clock` that flushes every [`INTERVAL`] (`--flush ms:T`), no heartbeat,
+/// with two frames appended and not flushed yet.
+fn flushing(dir: &std::path::Path, clock: &ManualClock) -> Sequencer {
+    let mut s = open(
+        dir,
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .flush(FlushPolicy::Interval(INTERVAL))
+            .clock(clock.clock()),
+        None,
+    );
+    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    s
+}
+
 /// Under an interval flush policy (`--flush ms:T`) an idle sequencer flushes what it appended
 /// once T has passed on its store's clock: the policy's bound holds when datagrams stop, with
 /// no heartbeat to append.
@@ -57,19 +76,9 @@ fn timestamps(dir: &std::path::Path) -> Vec<u64> {
 fn an_idle_sequencer_flushes_once_its_interval_has_passed() {
     let tmp = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1 << 40, 1 << 40);
-    let interval = Duration::from_millis(5);
-    let mut s = open(
-        tmp.path(),
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .flush(FlushPolicy::Interval(interval))
-            .clock(clock.clock()),
-        None,
-    );
-    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    let mut s = flushing(tmp.path(), &clock);
     let flushes = s.appender().stats().flushes;
-    clock.advance(interval.as_nanos() as u64 - 1);
+    clock.advance(INTERVAL.as_nanos() as u64 - 1);
     assert_eq!(s.do_work().unwrap(), 0);
     assert_eq!(
         s.appender().stats().flushes,
@@ -104,19 +113,9 @@ fn refused_datagram_cycle(s: &mut Sequencer) -> usize {
 fn a_sequencer_flooded_with_refused_datagrams_still_flushes() {
     let tmp = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1 << 40, 1 << 40);
-    let interval = Duration::from_millis(5);
-    let mut s = open(
-        tmp.path(),
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .flush(FlushPolicy::Interval(interval))
-            .clock(clock.clock()),
-        None,
-    );
-    deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
+    let mut s = flushing(tmp.path(), &clock);
     let flushes = s.appender().stats().flushes;
-    clock.advance(interval.as_nanos() as u64);
+    clock.advance(INTERVAL.as_nanos() as u64);
     assert_eq!(refused_datagram_cycle(&mut s), 1, "not a busy cycle");
     assert_eq!(
         s.appender().stats().flushes,

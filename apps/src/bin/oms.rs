@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use seqstream_agent::clock::WallClock;
-use seqstream_agent::counters::Counter;
+use seqstream_agent::counters::{Counter, CountersError, CountersWriter};
 use seqstream_agent::{daemon, Agent, AgentError, AgentRunner, DutyCycle, Idle, RunnerConfig};
 use seqstream_apps::{publish, streams};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
@@ -103,6 +103,19 @@ struct OmsCounters {
     bad: Counter,
     foreign: Counter,
     waits: Counter,
+}
+
+impl OmsCounters {
+    /// The OMS's counters, registered in `counters` (what `seqstat` shows).
+    fn new(counters: &CountersWriter) -> Result<OmsCounters, CountersError> {
+        Ok(OmsCounters {
+            orders: counters.counter("orders seen")?,
+            reports: counters.counter("execution reports sent")?,
+            bad: counters.counter("undecodable orders")?,
+            foreign: counters.counter("messages of another schema")?,
+            waits: counters.counter("back-pressure waits")?,
+        })
+    }
 }
 
 /// Most frames read from the order stream in one duty cycle.
@@ -243,13 +256,7 @@ fn main() -> Result<()> {
     daemon::init_logging();
     let cli = Cli::parse_from(daemon::args_with_config()?);
     let (counters, _cleanup) = daemon::counters("oms", cli.counters.clone(), 16)?;
-    let c = OmsCounters {
-        orders: counters.counter("orders seen")?,
-        reports: counters.counter("execution reports sent")?,
-        bad: counters.counter("undecodable orders")?,
-        foreign: counters.counter("messages of another schema")?,
-        waits: counters.counter("back-pressure waits")?,
-    };
+    let c = OmsCounters::new(&counters)?;
     let outbox = Outbox::open_or_create(
         &cli.outbox,
         cli.source_id,
@@ -308,7 +315,6 @@ fn orders_cl_ord_id(raw: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use seqstream_agent::clock::Clock;
-    use seqstream_agent::counters::CountersWriter;
     use seqstream_schemas::orders::NewOrderSingleEncoder;
     use seqstream_store::{Appender, FrameFields, StoreConfig};
 
@@ -337,13 +343,7 @@ mod tests {
         };
         orders.append_with(&fields, &buf[..n]).unwrap();
         let w = CountersWriter::create(&d.path().join("oms.counters"), 16).unwrap();
-        let c = OmsCounters {
-            orders: w.counter("orders seen").unwrap(),
-            reports: w.counter("execution reports sent").unwrap(),
-            bad: w.counter("undecodable orders").unwrap(),
-            foreign: w.counter("messages of another schema").unwrap(),
-            waits: w.counter("back-pressure waits").unwrap(),
-        };
+        let c = OmsCounters::new(&w).unwrap();
         let mut oms = Oms {
             tailer: seqstream_store::Tailer::open(d.path().join("orders")).unwrap(),
             outbox: Outbox::open_or_create(&d.path().join("oms.outbox"), 21, stream, 1 << 20, 64)
