@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
@@ -37,6 +38,24 @@ pub fn write(dir: &Path, names: &[String]) -> Result<Certs> {
     std::fs::write(&certs.cert, cert.pem())?;
     write_private(&certs.key, key.serialize_pem().as_bytes())?;
     Ok(certs)
+}
+
+/// The TLS configurations of a server on 127.0.0.1 and its clients (replicas).
+pub struct LoopbackTls {
+    /// The server's: its certificate and key.
+    pub server: Arc<rustls::ServerConfig>,
+    /// A client's: the CA the server's certificate chains to.
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+/// A CA and a server certificate for 127.0.0.1, written under `dir` ([`write()`]), and the
+/// configurations built from them as a user's files would be.
+pub fn loopback_tls(dir: &Path) -> Result<LoopbackTls> {
+    let certs = write(dir, &["127.0.0.1".to_string()])?;
+    Ok(LoopbackTls {
+        server: seqstream_replication::tls::server_config(&certs.cert, &certs.key, None)?,
+        client: seqstream_replication::tls::client_config(&certs.ca, None)?,
+    })
 }
 
 /// Creates `path` (it must not exist) readable by its owner only, as the daemons require of

@@ -231,7 +231,8 @@ impl Replication {
         Replication::open(dir, ack, false)
     }
 
-    /// The same over TLS (rustls, certificates made for the run by [`crate::certs`]).
+    /// The same over TLS (rustls, certificates made for the run by
+    /// [`loopback_tls`](crate::certs::loopback_tls)).
     pub fn with_tls(dir: &Path, ack: AckTiming) -> Result<Replication> {
         Replication::open(dir, ack, true)
     }
@@ -259,14 +260,10 @@ impl Replication {
         let clock = ManualClock::new(1 << 40, (1 << 40) + REPLICATION_FRAME_NS);
         scfg.clock = clock.clock();
         let client_tls = if tls {
-            let certs = crate::certs::write(dir, &["127.0.0.1".to_string()])?;
-            scfg.tls = Some(seqstream_replication::tls::server_config(
-                &certs.cert,
-                &certs.key,
-                None,
-            )?);
+            let tls = crate::certs::loopback_tls(dir)?;
+            scfg.tls = Some(tls.server);
             Some((
-                seqstream_replication::tls::client_config(&certs.ca, None)?,
+                tls.client,
                 rustls::pki_types::ServerName::IpAddress(
                     std::net::IpAddr::from([127, 0, 0, 1]).into(),
                 ),

@@ -15,6 +15,7 @@
 //! the server's duty cycle, the reading thread the follower's (each end embedded in its
 //! application, `threading = "invoker"`).
 
+use bench::certs::LoopbackTls;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -127,25 +128,14 @@ impl Setup<'_> {
     }
 }
 
-/// The TLS configurations of a case: the server's and its followers'.
-struct Tls {
-    server: Arc<rustls::ServerConfig>,
-    client: Arc<rustls::ClientConfig>,
-}
-
-/// A CA and a server certificate for 127.0.0.1, written under `dir`, and the configurations
-/// built from them as a user's files would be.
-fn tls(dir: &Path) -> Result<Tls> {
-    let certs = bench::certs::write(dir, &["127.0.0.1".to_string()])?;
-    Ok(Tls {
-        server: seqstream_replication::tls::server_config(&certs.cert, &certs.key, None)?,
-        client: seqstream_replication::tls::client_config(&certs.ca, None)?,
-    })
-}
-
 /// A server on `primary` and `followers` followers, each in its own thread; over TLS when
 /// `tls` is given.
-fn topology(setup: &Setup, name: &str, followers: usize, tls: Option<&Tls>) -> Result<Topology> {
+fn topology(
+    setup: &Setup,
+    name: &str,
+    followers: usize,
+    tls: Option<&LoopbackTls>,
+) -> Result<Topology> {
     let (dir, idle) = (setup.dir, setup.idle);
     let primary = dir.join(format!("{name}-primary"));
     if !primary.exists() {
@@ -257,7 +247,7 @@ pub(crate) fn run(args: &Args, reporter: &Reporter) -> Result<()> {
     }
     latency_invoker(&setup, samples, &tcp_floor, reporter)?;
     latency(&setup, 1, samples, &tcp_floor, reporter, Case::SlowPeer)?;
-    let tls = tls(dir)?;
+    let tls = bench::certs::loopback_tls(dir)?;
     latency(&setup, 1, samples, &tcp_floor, reporter, Case::Tls(&tls))?;
     Ok(())
 }
@@ -319,7 +309,7 @@ enum Case<'a> {
     /// Beside a replica that reads slowly.
     SlowPeer,
     /// Over TLS.
-    Tls(&'a Tls),
+    Tls(&'a LoopbackTls),
 }
 
 fn latency(
