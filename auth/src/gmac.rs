@@ -9,14 +9,23 @@
 //! multiplication a 16 bytes (PCLMULQDQ, detected at run time by `polyval`, four blocks a
 //! reduction) and one AES block (AES-NI); `H` and the AES key schedule are computed once a key.
 //!
+//! GHASH is computed as POLYVAL, its little-endian twin, by RFC 8452's Appendix A:
+//! `GHASH_H(X₁…Xₙ) = rev(POLYVAL_{mulX(rev(H))}(rev(X₁)…rev(Xₙ)))`, `rev` reversing a block's
+//! 16 bytes. This module reverses each block as it gathers it (one byte swap of a 128-bit
+//! word) and hands POLYVAL's backend whole blocks itself; the `ghash` crate, which does the
+//! same through `universal-hash`'s generic buffering, cost about 200 instructions more a tag
+//! (`scripts/instructions.sh`).
+//!
 //! **GMAC forgives no repeated nonce under one key**: two tags under one nonce give away `H`,
 //! and with it anyone forges. This module cannot see nonces repeat; each user says in its own
 //! docs why its nonces never do.
 
 use aes::cipher::{BlockCipherEncrypt, KeyInit};
 use aes::Aes256Enc;
-use ghash::universal_hash::UniversalHash;
-use ghash::GHash;
+use polyval::hazmat::FieldElement;
+use polyval::universal_hash::{UhfBackend, UniversalHash};
+use polyval::{Block, ParBlocks, Polyval};
+use zeroize::Zeroize;
 
 use crate::{Key, Tag, TAG_LEN};
 
@@ -26,9 +35,6 @@ pub(crate) const NONCE_LEN: usize = 12;
 /// A GCM nonce.
 pub(crate) type Nonce = [u8; NONCE_LEN];
 
-/// GCM's block: 16 bytes.
-type Block = ghash::Block;
-
 /// Bytes of a GCM block, the unit GHASH multiplies.
 const BLOCK_LEN: usize = 16;
 
@@ -36,15 +42,15 @@ const BLOCK_LEN: usize = 16;
 /// one reduction (its `ParBlocks`), where a block alone costs a reduction of its own.
 const STAGE: usize = 4 * BLOCK_LEN;
 
-/// A key ready to tag: its AES key schedule and GHASH keyed with its `H`. Its `Debug` shows
-/// nothing of either, and both are zeroed when it is dropped (`aes`' `zeroize` feature, and
-/// [`Gmac::forget_h`]). `Clone`, for a [`Keyring`](crate::Keyring) that is: the nonces, which
-/// must not repeat, are kept by its users.
+/// A key ready to tag: its AES key schedule and POLYVAL keyed for GHASH under its `H`. Its
+/// `Debug` shows nothing of either, and both are zeroed when it is dropped (`aes`' `zeroize`
+/// feature, and [`Gmac::forget_h`]). `Clone`, for a [`Keyring`](crate::Keyring) that is: the
+/// nonces, which must not repeat, are kept by its users.
 #[derive(Clone)]
 pub(crate) struct Gmac {
     aes: Aes256Enc,
-    /// GHASH keyed with `H`, before any block: cloned for each message.
-    ghash: GHash,
+    /// POLYVAL keyed with `mulX(rev(H))`, before any block: cloned for each message.
+    polyval: Polyval,
 }
 
 impl std::fmt::Debug for Gmac {
@@ -59,42 +65,81 @@ impl Drop for Gmac {
     }
 }
 
+/// A block in GHASH's byte order as POLYVAL reads it: its 16 bytes reversed.
+#[inline(always)]
+fn reversed(bytes: &[u8; BLOCK_LEN]) -> Block {
+    Block::from(u128::from_le_bytes(*bytes).swap_bytes().to_le_bytes())
+}
+
+/// Feeds `blocks` (whole GHASH blocks: a multiple of 16 bytes, any bytes past the last whole
+/// block ignored) to `polyval`: four blocks a reduction, then any left one at a time.
+#[inline(always)]
+fn absorb(polyval: &mut Polyval, blocks: &[u8]) {
+    let (blocks, _) = blocks.as_chunks::<BLOCK_LEN>();
+    let (stages, left) = blocks.as_chunks::<4>();
+    for stage in stages {
+        polyval.proc_par_blocks(&ParBlocks::from(stage.map(|bytes| reversed(&bytes))));
+    }
+    for bytes in left {
+        polyval.proc_block(&reversed(bytes));
+    }
+}
+
+/// Feeds a whole message's blocks (under four: its padded bytes and the lengths block) to a
+/// `polyval` fed nothing yet, in one four-block reduction where [`absorb`] would make one a
+/// block: zero blocks before them leave POLYVAL's accumulator, zero at the start, zero
+/// (`(0 ⊕ 0)·H = 0`), so they change nothing. Out of line: inlined into [`Gmac::tag`], it
+/// cost every longer message's tag about 35 instructions of register spills and copies
+/// (`scripts/instructions.sh`).
+#[inline(never)]
+fn absorb_short(polyval: &mut Polyval, blocks: &[[u8; BLOCK_LEN]]) {
+    let mut par = ParBlocks::default();
+    for (block, bytes) in par[4 - blocks.len()..].iter_mut().zip(blocks) {
+        *block = reversed(bytes);
+    }
+    polyval.proc_par_blocks(&par);
+}
+
 impl Gmac {
-    /// Overwrites the GHASH state keyed with `H` (`H` and the powers of it that `polyval`
-    /// keeps) with the state of the zero key, whose powers are all zero. `ghash`'s own
-    /// `zeroize` feature would zero every state on drop, each tag's copy included, at about 75
-    /// instructions a tag; only this long-lived one holds a key worth wiping after use.
+    /// Overwrites the POLYVAL state keyed for `H` (the powers of it that `polyval` keeps) with
+    /// the state of the zero key, whose powers are all zero. `polyval`'s own `zeroize` feature
+    /// would zero every state on drop, each tag's copy included, at about 75 instructions a
+    /// tag; only this long-lived one holds a key worth wiping after use.
     fn forget_h(&mut self) {
-        let zero = GHash::new(&Block::default());
-        // SAFETY: `&mut self.ghash` is a valid, aligned, exclusive pointer to a `GHash`, and
-        // `GHash` has no `Drop` (its `zeroize` feature is off), so overwriting it without
-        // dropping the old value leaks nothing. The write is volatile so that the compiler
-        // keeps it although the value is never read again.
-        unsafe { std::ptr::write_volatile(&mut self.ghash, zero) };
+        let zero = Polyval::new(&Block::default());
+        // SAFETY: `&mut self.polyval` is a valid, aligned, exclusive pointer to a `Polyval`.
+        // `Polyval` owns no heap memory (its `Drop`, with its `zeroize` feature, only zeroes
+        // it in place), so overwriting it without dropping the old value leaks nothing. The
+        // write is volatile so that the compiler keeps it although the value is never read
+        // again.
+        unsafe { std::ptr::write_volatile(&mut self.polyval, zero) };
     }
 
-    /// `key`'s AES key schedule and `H`.
+    /// `key`'s AES key schedule, and POLYVAL keyed with `mulX(rev(H))` (the module doc).
     pub(crate) fn new(key: &Key) -> Gmac {
         let aes = Aes256Enc::new(key.bytes().into());
-        let mut h = Block::default();
-        aes.encrypt_block(&mut h);
-        Gmac {
-            aes,
-            ghash: GHash::new(&h),
-        }
+        let mut h = [0u8; BLOCK_LEN];
+        aes.encrypt_block((&mut h).into());
+        let mut polyval_key: [u8; BLOCK_LEN] = FieldElement::from(h).reverse().mulx().into();
+        let polyval = Polyval::new(&polyval_key.into());
+        h.zeroize();
+        polyval_key.zeroize();
+        Gmac { aes, polyval }
     }
 
     /// The tag of `parts`, concatenated, under `nonce` (the module doc's formula). The parts
     /// may split the message anywhere: bytes that do not fill a `STAGE` are gathered first,
     /// so the tag depends on the bytes alone.
     ///
-    /// GHASH is fed whole stages, four blocks a reduction, straight from the parts; what is
+    /// POLYVAL is fed whole stages, four blocks a reduction, straight from the parts; what is
     /// left of the message (under four blocks), zero-padded, goes with the lengths block in
     /// one last call. So a 100-byte datagram costs two four-block reductions, where feeding
     /// each part's whole blocks, its padded tail and the lengths block in separate calls cost
-    /// one and four single-block ones.
+    /// one and four single-block ones. A message of at most 32 bytes (an acknowledgement) is
+    /// one four-block reduction too, its blocks after zero blocks ([`absorb_short`]), where
+    /// they would be up to three single-block ones.
     pub(crate) fn tag(&self, nonce: &Nonce, parts: &[&[u8]]) -> Tag {
-        let mut ghash = self.ghash.clone();
+        let mut polyval = self.polyval.clone();
         // Bytes gathered but not yet hashed (`staged`, under `STAGE`), then room for their
         // padding and the lengths block.
         let mut stage = [0u8; STAGE + BLOCK_LEN];
@@ -111,13 +156,10 @@ impl Gmac {
                 if staged < STAGE {
                     continue;
                 }
-                // Whole blocks: `update_padded` pads nothing, here and below.
-                ghash.update_padded(&stage[..STAGE]);
+                absorb(&mut polyval, &stage[..STAGE]);
             }
             let direct = rest.len() - rest.len() % STAGE;
-            if direct > 0 {
-                ghash.update_padded(&rest[..direct]);
-            }
+            absorb(&mut polyval, &rest[..direct]);
             let tail = &rest[direct..];
             stage[..tail.len()].copy_from_slice(tail);
             staged = tail.len();
@@ -129,14 +171,21 @@ impl Gmac {
         stage[staged..padded].fill(0);
         stage[padded..padded + 8].copy_from_slice(&(len * 8).to_be_bytes());
         stage[padded + 8..padded + BLOCK_LEN].fill(0);
-        ghash.update_padded(&stage[..padded + BLOCK_LEN]);
-        let mut mask = Block::default();
+        let (last, _) = stage[..padded + BLOCK_LEN].as_chunks::<BLOCK_LEN>();
+        // Nothing fed yet (the message is under a stage), and under four blocks to feed.
+        if len < STAGE as u64 && last.len() < 4 {
+            absorb_short(&mut polyval, last);
+        } else {
+            absorb(&mut polyval, last.as_flattened());
+        }
+        let mut mask = [0u8; BLOCK_LEN];
         mask[..NONCE_LEN].copy_from_slice(nonce);
         mask[BLOCK_LEN - 1] = 1;
-        self.aes.encrypt_block(&mut mask);
-        let s = ghash.finalize();
+        self.aes.encrypt_block((&mut mask).into());
+        // GHASH is POLYVAL's result reversed: its last byte meets the mask's first.
+        let s = polyval.finalize();
         let mut tag = [0; TAG_LEN];
-        for (t, (a, b)) in tag.iter_mut().zip(s.iter().zip(mask.iter())) {
+        for (t, (a, b)) in tag.iter_mut().zip(s.iter().rev().zip(mask.iter())) {
             *t = a ^ b;
         }
         tag
@@ -249,10 +298,10 @@ mod tests {
         let key = Key::from_material(b"gmac key 0123456789");
         let mut gmac = Gmac::new(&key);
         let nonce = [3; NONCE_LEN];
-        let mut mask = Block::default();
+        let mut mask = [0u8; BLOCK_LEN];
         mask[..NONCE_LEN].copy_from_slice(&nonce);
         mask[BLOCK_LEN - 1] = 1;
-        gmac.aes.encrypt_block(&mut mask);
+        gmac.aes.encrypt_block((&mut mask).into());
         assert_ne!(gmac.tag(&nonce, &[b"a message"]), mask.as_slice());
         gmac.forget_h();
         assert_eq!(gmac.tag(&nonce, &[b"a message"]), mask.as_slice());

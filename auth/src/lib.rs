@@ -26,7 +26,7 @@
 //! Sources: BLAKE3's keyed mode and key derivation (<https://github.com/BLAKE3-team/BLAKE3-specs>);
 //! the anti-replay window of RFC 4303 §3.4.3; challenge and response over fresh nonces from both
 //! sides, as in RFC 5929-style channel binding and the TLS handshake's `Finished` messages;
-//! GMAC, GCM without plaintext (NIST SP 800-38D), with RustCrypto's `aes` and `ghash`.
+//! GMAC, GCM without plaintext (NIST SP 800-38D), with RustCrypto's `aes` and `polyval`.
 
 mod gmac;
 pub mod handshake;
