@@ -29,8 +29,10 @@
 //! to the store.
 //!
 //! Limits, and what happens at each (all counted and logged):
-//! - `max_consumers`: a connection beyond it is closed after accept (`refused limit`), and so
-//!   is one beyond `max_consumers` connections still in their handshake;
+//! - `max_consumers`: a replica beyond it is closed once its handshake is done (`refused
+//!   limit`). At most as many connections are in their handshake at once: one more closes
+//!   the one that has been in its handshake longest (`handshakes evicted`), so connections
+//!   that stay silent cannot keep replicas out;
 //! - the peer's address must be in `allow`, its stream id must be the store's, and it must
 //!   prove it holds the key: its proof of the handshake transcript must verify under a key of
 //!   [`ServerConfig::keys`] (`refused address`, `refused auth`). The server then proves the
@@ -188,6 +190,9 @@ struct Counters {
     /// frame start, a connection closed before its hello, a standby claim from an address
     /// that is no standby's.
     refused_handshake: Counter,
+    /// Connections closed in their handshake to make room for a newer one
+    /// (`Server::pending_slot`).
+    evicted_handshakes: Counter,
     /// Replicas refused because their history is not this store's (counted in
     /// `refused handshake` too): see `check_history`.
     refused_diverged: Counter,
@@ -217,7 +222,9 @@ impl Warns {
         Warns {
             accept: LimitedWarn::new("accept"),
             address: LimitedWarn::new("refused: address not allowed"),
-            handshaking: LimitedWarn::new("refused: too many connections in their handshake"),
+            handshaking: LimitedWarn::new(
+                "evicted: the oldest of too many connections in their handshake",
+            ),
             handshake: LimitedWarn::new("refused: handshake failed"),
             limit: LimitedWarn::new("refused: consumer limit reached"),
             dropped: LimitedWarn::new("replica dropped"),
@@ -398,6 +405,7 @@ impl Server {
             refused_auth: c("refused auth")?,
             refused_limit: c("refused limit")?,
             refused_handshake: c("refused handshake")?,
+            evicted_handshakes: c("handshakes evicted")?,
             refused_diverged: c("refused diverged")?,
             refused_not_leader: c("refused not leader")?,
             disconnects: c("disconnects")?,
@@ -450,10 +458,12 @@ impl Server {
             self.shared.warns().address.warn(format_args!("{peer}"));
             return;
         }
-        // Connections still in their handshake are bounded too, so silent ones cannot pile up.
-        let Some(free) = self.pending.iter().position(|p| p.is_none()) else {
-            counters.refused_limit.incr();
-            self.shared.warns().handshaking.warn(format_args!("{peer}"));
+        let Some(free) = self.pending_slot(peer) else {
+            self.shared.counters.refused_limit.incr();
+            self.shared
+                .warns()
+                .limit
+                .warn(format_args!("{peer} (max 0)"));
             return;
         };
         if let Err(e) =
@@ -489,6 +499,33 @@ impl Server {
             stage: Stage::Hello,
             ready: true,
         });
+    }
+
+    /// A free place among the connections in their handshake, for one from `peer`. They are
+    /// bounded (`max_consumers`), so silent connections cannot pile up; when all places are
+    /// taken, the connection that has been in its handshake longest is closed to make room
+    /// (`handshakes evicted`). A replica says hello within a round trip of its connect, so
+    /// connections that hold their place in silence, even from an allowed address, cannot
+    /// keep a replica or a standby out for longer than it takes `max_consumers` newer
+    /// connections to arrive. `None` only where there is no place at all (`max_consumers` 0).
+    fn pending_slot(&mut self, peer: SocketAddr) -> Option<usize> {
+        if let Some(free) = self.pending.iter().position(Option::is_none) {
+            return Some(free);
+        }
+        let (oldest, _) = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.as_ref()?.deadline_ns)))
+            .min_by_key(|&(_, deadline_ns)| deadline_ns)?;
+        let mut evicted = self.pending[oldest].take().expect("a pending connection");
+        let _ = self.poll.registry().deregister(evicted.stream.socket_mut());
+        self.shared.counters.evicted_handshakes.incr();
+        self.shared
+            .warns()
+            .handshaking
+            .warn(format_args!("{} closed for {peer}", evicted.peer));
+        Some(oldest)
     }
 
     /// Moves the handshake of connection `i` on by what has arrived; the work done.

@@ -127,6 +127,19 @@ fn counter(path: &Path, label: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {label}"))
 }
 
+/// Waits (bounded) until counter `label` of `counters` reaches `at_least`.
+fn wait_counter(counters: &Path, label: &str, at_least: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(counters, label) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "{label} stayed at {}, expected {at_least}",
+            counter(counters, label)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits (bounded) until the replica's position reaches `position`.
 fn wait_for(counters: &Path, position: u64, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -1931,4 +1944,40 @@ fn a_replica_whose_resume_position_is_no_frame_start_upstream_is_told_it_diverge
     drop(_server);
     drop(up);
     assert_identical(&d.path("up"), &d.path("mine"));
+}
+
+#[test]
+fn connections_silent_in_their_handshake_cannot_keep_a_replica_out() {
+    use std::io::Read;
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 100);
+    let sc = d.path("s.counters");
+    // Silent connections are never closed for their silence during the test.
+    let (addr, _server) = serve(&d.path("primary"), &sc, |c| {
+        c.max_consumers = 2;
+        c.handshake_timeout = Duration::from_secs(600);
+    });
+    // As many connections as may be in their handshake, none saying hello, accepted in turn.
+    let mut silent = Vec::new();
+    for accepted in 1..=2 {
+        silent.push(std::net::TcpStream::connect(addr).unwrap());
+        wait_counter(&sc, "connections accepted", accepted);
+    }
+    // A replica still gets in, and is served to the end.
+    let _f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    assert_eq!(counter(&sc, "handshakes evicted"), 1);
+    assert_eq!(counter(&sc, "refused limit"), 0);
+    assert_eq!(counter(&sc, "consumers"), 1);
+    // It was the oldest that made room: closed, so it reads the end of its stream.
+    silent[0]
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert_eq!(silent[0].read(&mut [0u8; 16]).unwrap(), 0);
+    append_pattern(&mut a, 100);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    drop((_f, _server, silent));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
 }
