@@ -304,11 +304,7 @@ fn wrong_secret_and_unlisted_address_are_refused_and_counted() {
     append_pattern(&mut a, 100);
     let (addr, _server) = serve(&d.path("primary"), &d.path("s.counters"), |_| {});
     let f = follow(&d.path("replica"), &d.path("f.counters"), addr, b"wrong");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&d.path("s.counters"), "refused auth") < 2 {
-        assert!(Instant::now() < deadline, "refusals not counted");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_counter(&d.path("s.counters"), "refused auth", 2);
     drop(f);
     assert_eq!(counter(&d.path("f.counters"), "replica position"), 0);
     assert!(!d.path("replica").join("000000000000.seg").exists());
@@ -317,11 +313,7 @@ fn wrong_secret_and_unlisted_address_are_refused_and_counted() {
         c.allow = vec!["10.9.9.9".parse().unwrap()];
     });
     let f = follow(&d.path("replica2"), &d.path("f2.counters"), addr, SECRET);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&d.path("s2.counters"), "refused address") < 1 {
-        assert!(Instant::now() < deadline, "refusal not counted");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_counter(&d.path("s2.counters"), "refused address", 1);
     drop(f);
     assert_eq!(counter(&d.path("f2.counters"), "replica position"), 0);
 }
@@ -407,14 +399,7 @@ fn a_peer_that_lies_is_disconnected_and_nothing_bad_is_written() {
         let dir = d.path(&format!("replica-{}", what.replace(' ', "-")));
         let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
         let f = follow(&dir, &counters, addr, SECRET);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while counter(&counters, "session errors") < 1 {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the follower did not drop the peer"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_counter(&counters, "session errors", 1);
         drop(f);
         fake.join().unwrap();
         // Whatever was written is a valid prefix of the primary: nothing bad.
@@ -566,14 +551,7 @@ fn data_received_straight_into_the_replica_is_published_only_once_its_tag_and_fr
     );
     let sc = d.path("silent.counters");
     let f = follow(&replica, &sc, silent_addr, SECRET);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&sc, "bytes received") < sent as u64 {
-        assert!(
-            Instant::now() < deadline,
-            "the untagged data did not arrive"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&sc, "bytes received", sent as u64);
     let crashed = d.path("crashed");
     std::fs::create_dir_all(&crashed).unwrap();
     for (name, content) in live_files(&replica) {
@@ -618,14 +596,7 @@ fn a_stalled_replica_is_dropped_after_the_peer_timeout_and_others_keep_up() {
         append_pattern(&mut a, 500);
     }
     wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while counter(&d.path("s.counters"), "disconnects") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the stalled replica was never dropped"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_counter(&d.path("s.counters"), "disconnects", 1);
     assert_eq!(counter(&d.path("s.counters"), "consumers"), 1);
     assert_eq!(
         counter(&d.path("f.counters"), "connects"),
@@ -809,14 +780,7 @@ fn one_lying_session(d: &Dirs, replica: &Path, what: &str, script: Vec<u8>) -> b
 fn one_session_against(d: &Dirs, replica: &Path, what: &str, (addr, fake): Fake) -> bool {
     let counters = d.path(&format!("{}.counters", what.replace(' ', "-")));
     let f = follow(replica, &counters, addr, SECRET);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&counters, "session errors") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the follower did not drop the peer"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&counters, "session errors", 1);
     drop(f);
     fake.join().unwrap();
     counter(&counters, "rejected data (peer lied)") >= 1
@@ -1268,14 +1232,7 @@ fn a_stuck_replica_stalls_no_other_sender_nor_new_handshakes() {
     // A replica that does its handshake and then never reads nor acknowledges: its
     // sender's socket fills and stays full.
     let stuck = stuck_replica(addr);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while counter(&sc, "consumer[0] connections") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the stuck replica was not admitted"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&sc, "consumer[0] connections", 1);
     // Two connections that never send their hello: they stay in the acceptor's handshake.
     let silent: Vec<_> = (0..2)
         .map(|_| std::net::TcpStream::connect(addr).unwrap())
@@ -1299,11 +1256,7 @@ fn a_stuck_replica_stalls_no_other_sender_nor_new_handshakes() {
     assert_eq!(counter(&sc, "disconnects"), 0);
     // The stuck replica goes away: its sender ends, counted; the others are untouched.
     drop(stuck);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while counter(&sc, "disconnects") < 1 {
-        assert!(Instant::now() < deadline, "the stuck sender never ended");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_counter(&sc, "disconnects", 1);
     assert_eq!(counter(&sc, "consumers"), 2);
     append_pattern(&mut a, 100);
     wait_for(
@@ -1444,11 +1397,7 @@ fn a_recorded_handshake_sent_again_is_refused_and_the_key_never_crosses_the_wire
         matches!(replay.recv(), Err(Error::Closed)),
         "the server closes the connection, sending nothing"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&sc, "refused auth") < refused + 1 {
-        assert!(Instant::now() < deadline, "the replay was not counted");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&sc, "refused auth", refused + 1);
     assert_eq!(counter(&sc, "consumer[1] connections"), 0);
 }
 
@@ -1483,11 +1432,7 @@ fn an_upstream_that_cannot_prove_the_key_is_refused_before_anything_is_written()
     });
     let fc = d.path("f.counters");
     let f = follow(&d.path("replica"), &fc, addr, SECRET);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&fc, "rejected data (peer lied)") < 1 {
-        assert!(Instant::now() < deadline, "the impostor was not refused");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&fc, "rejected data (peer lied)", 1);
     drop(f);
     impostor.join().unwrap();
     assert!(
@@ -1674,27 +1619,14 @@ fn a_replica_refuses_an_upstream_whose_certificate_it_does_not_trust() {
     // It trusts another CA: the upstream's certificate is a wrong one to it.
     let fc = d.path("f.counters");
     let f = tls_follow(&d.path("replica"), &fc, addr, &pki.other_ca, None);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&fc, "session errors") < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the untrusted upstream was not refused"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&fc, "session errors", 2);
     drop(f);
     assert!(!d.path("replica").exists(), "nothing was written");
     assert_eq!(counter(&sc, "consumer[0] connections"), 0);
     // And a plain-TCP replica gets nothing from a TLS server either.
     let fc = d.path("f2.counters");
     let f = follow(&d.path("replica2"), &fc, addr, SECRET);
-    while counter(&fc, "session errors") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the plain replica was not refused"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_counter(&fc, "session errors", 1);
     drop(f);
     assert!(!d.path("replica2").exists());
     // A TLS key that others may read is refused when the server is configured.
