@@ -5,8 +5,10 @@
 //! TLS adds confidentiality and, through certificates, an authenticated channel for links that
 //! leave a trusted network. The replication handshake (challenge and response under the
 //! replication key) and its per-message session tags run inside it unchanged, so a link with
-//! TLS is never weaker than one without. With TLS the sender's data is copied once into
-//! rustls to be encrypted: the zero-copy write from the store mapping holds for plain TCP only.
+//! TLS is never weaker than one without. With TLS the sender's data is copied into rustls to
+//! be encrypted (a message of at most 16 KiB is first gathered into one slice,
+//! which spares rustls an allocation): the zero-copy write from the store mapping holds for
+//! plain TCP only.
 //!
 //! Files: a certificate chain (PEM, leaf first), its private key (PEM, PKCS#8, PKCS#1 or
 //! SEC1; refused when group or others may read it, as every key file is), and the CA
@@ -133,21 +135,38 @@ pub fn server_name(name: Option<&str>, upstream: IpAddr) -> Result<ServerName<'s
 pub(crate) enum Transport<S> {
     /// Plain TCP.
     Plain(S),
-    /// TLS: the rustls connection (client or server side) and its socket.
-    Tls(Box<(rustls::Connection, S)>),
+    /// TLS: the rustls connection (client or server side) over the socket.
+    Tls(Box<Tls<S>>),
+}
+
+/// Plaintext gathered into one slice before rustls takes it, at most: one TLS record's
+/// (2¹⁴ bytes). rustls's `write_vectored` collects the slices of a call of more than one into
+/// a `Vec` of its own, an allocation a call.
+const GATHER_MAX: usize = 1 << 14;
+
+/// A TLS connection: rustls's side of it, its socket, and the buffer that gathers a message's
+/// parts (its header, its data, its tag) into one slice ([`GATHER_MAX`] bytes at most).
+pub(crate) struct Tls<S> {
+    conn: rustls::Connection,
+    sock: S,
+    gather: Vec<u8>,
 }
 
 impl<S> Transport<S> {
     /// A TLS connection over `socket`.
     pub(crate) fn tls(conn: impl Into<rustls::Connection>, socket: S) -> Self {
-        Transport::Tls(Box::new((conn.into(), socket)))
+        Transport::Tls(Box::new(Tls {
+            conn: conn.into(),
+            sock: socket,
+            gather: Vec::with_capacity(GATHER_MAX),
+        }))
     }
 
     /// The socket.
     pub(crate) fn socket(&self) -> &S {
         match self {
             Transport::Plain(s) => s,
-            Transport::Tls(t) => &t.1,
+            Transport::Tls(t) => &t.sock,
         }
     }
 
@@ -155,7 +174,7 @@ impl<S> Transport<S> {
     pub(crate) fn socket_mut(&mut self) -> &mut S {
         match self {
             Transport::Plain(s) => s,
-            Transport::Tls(t) => &mut t.1,
+            Transport::Tls(t) => &mut t.sock,
         }
     }
 
@@ -164,8 +183,12 @@ impl<S> Transport<S> {
         match self {
             Transport::Plain(s) => Transport::Plain(f(s)),
             Transport::Tls(t) => {
-                let (conn, s) = *t;
-                Transport::Tls(Box::new((conn, f(s))))
+                let Tls { conn, sock, gather } = *t;
+                Transport::Tls(Box::new(Tls {
+                    conn,
+                    sock: f(sock),
+                    gather,
+                }))
             }
         }
     }
@@ -281,7 +304,7 @@ impl<S: Read + AsFd> Read for Transport<S> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Transport::Plain(s) => s.read(buf),
-            Transport::Tls(t) => read_tls(&mut t.0, &mut t.1, buf),
+            Transport::Tls(t) => read_tls(&mut t.conn, &mut t.sock, buf),
         }
     }
 
@@ -290,7 +313,7 @@ impl<S: Read + AsFd> Read for Transport<S> {
     fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
         let (conn, sock) = match self {
             Transport::Plain(s) => return s.read_vectored(bufs),
-            Transport::Tls(t) => (&mut t.0, &mut t.1),
+            Transport::Tls(t) => (&mut t.conn, &mut t.sock),
         };
         let mut total = 0;
         for buf in bufs.iter_mut().filter(|b| !b.is_empty()) {
@@ -323,15 +346,25 @@ impl<S: Read + Write + AsFd> Write for Transport<S> {
     /// a message's header, its data from the store mapping and its tag leave in one call,
     /// and in one TCP segment where they fit (the default `write_vectored` writes only the
     /// first buffer: one call and one segment per part). TLS: as `write`, every buffer into
-    /// rustls at once, so they share records.
+    /// rustls at once, so they share records; buffers of [`GATHER_MAX`] bytes or fewer in
+    /// all are gathered into one first, which rustls takes without an allocation.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let (conn, sock) = match self {
+        let Tls { conn, sock, gather } = match self {
             Transport::Plain(s) => {
                 return SockRef::from(&*s).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
             }
-            Transport::Tls(t) => (&mut t.0, &mut t.1),
+            Transport::Tls(t) => &mut **t,
         };
-        let n = conn.writer().write_vectored(bufs)?;
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let n = if bufs.len() > 1 && len <= GATHER_MAX {
+            gather.clear();
+            for b in bufs {
+                gather.extend_from_slice(b);
+            }
+            conn.writer().write(gather)?
+        } else {
+            conn.writer().write_vectored(bufs)?
+        };
         let pushed = push(conn, sock);
         if n > 0 {
             // Taken: rustls holds what the socket did not, and sends it at the next push or
@@ -349,10 +382,7 @@ impl<S: Read + Write + AsFd> Write for Transport<S> {
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Transport::Plain(s) => s.flush(),
-            Transport::Tls(t) => {
-                let (conn, sock) = (&mut t.0, &mut t.1);
-                push(conn, sock)
-            }
+            Transport::Tls(t) => push(&mut t.conn, &t.sock),
         }
     }
 }
