@@ -235,6 +235,14 @@ const NAK_LEN: usize = 8 + wire::NakDecoder::BLOCK_LENGTH as usize;
 /// Bytes of one message entry before its payload: template id (the group's block) and the
 /// payload's length.
 const MESSAGE_OVERHEAD: usize = 2 + 2;
+/// The largest UDP payload over IPv4: 65,535 bytes less the IP header's 20 and UDP's 8.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// The longest message (bytes of payload) a datagram carries: one alone in a signed datagram
+/// ([`TRAILER_LEN`]) as large as UDP over IPv4 allows. [`Outbox::offer`](crate::outbox::Outbox::offer)
+/// refuses a longer one (`OfferError::TooLarge`), and a reader finds one in an outbox
+/// corrupt: it could never be sent.
+pub const MAX_MESSAGE_LEN: usize =
+    MAX_UDP_PAYLOAD - DATAGRAM_OVERHEAD - MESSAGE_OVERHEAD - TRAILER_LEN;
 
 struct Link {
     reader: OutboxReader,
@@ -488,7 +496,7 @@ impl Forwarder {
         counters: &CountersWriter,
         mut clock: Clock,
     ) -> Result<Forwarder, Error> {
-        if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > 65_507 {
+        if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > MAX_UDP_PAYLOAD {
             return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
         }
         for r in &cfg.routes {

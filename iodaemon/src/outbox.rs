@@ -53,6 +53,8 @@ mod ring;
 
 use ring::RingFile;
 
+use crate::forwarder::MAX_MESSAGE_LEN;
+
 const MAGIC: [u8; 8] = *b"SEQOUTBX";
 const VERSION: u32 = 1;
 const HEADER: usize = 4096;
@@ -126,13 +128,14 @@ pub enum OfferError {
         /// The stream of this outbox.
         outbox: u32,
     },
-    /// The message can never fit in this ring.
-    #[error("a {len}-byte message does not fit in a ring of {capacity} bytes")]
+    /// The message can never be sent: it is longer than half this ring holds (less a
+    /// record's header), or than one datagram carries ([`MAX_MESSAGE_LEN`]).
+    #[error("a {len}-byte message is longer than the {max} bytes this outbox can send")]
     TooLarge {
         /// The message's length, bytes.
         len: usize,
-        /// The ring's capacity, bytes.
-        capacity: usize,
+        /// The longest message this outbox takes, bytes.
+        max: usize,
     },
     /// The outbox file shrank under its mapping (it was truncated or replaced): nothing can
     /// be offered through it any more. Recreate it.
@@ -277,6 +280,9 @@ impl Outbox {
 
     /// Offers `payload` for `stream_id`; returns its source seq. Never blocks: refuses with
     /// `BackPressured` when the ring is full or the window is, and nothing is written then.
+    /// Refuses for good (`TooLarge`) a payload longer than half the ring less a record's
+    /// header, or than [`MAX_MESSAGE_LEN`] (65,439 bytes: one message alone in a signed
+    /// datagram); `WrongStream` for another stream; `Shrunk` once the file shrank.
     pub fn offer(
         &mut self,
         stream_id: u32,
@@ -289,13 +295,14 @@ impl Outbox {
                 outbox: self.stream_id,
             });
         }
-        let need = span(payload.len());
-        if need > self.capacity / 2 {
+        let max = (self.capacity / 2 - RECORD_HEADER).min(MAX_MESSAGE_LEN);
+        if payload.len() > max {
             return Err(OfferError::TooLarge {
                 len: payload.len(),
-                capacity: self.capacity,
+                max,
             });
         }
+        let need = span(payload.len());
         let head = self.file.atomic_u64(HEAD).load(Ordering::Acquire);
         let at = (self.tail as usize) & (self.capacity - 1);
         let pad = if at + need > self.capacity {
@@ -392,13 +399,16 @@ fn walk(
         let h = file.bytes(HEADER + at, RECORD_HEADER);
         let len = get_u32(h, 0) as usize;
         let need = span(len);
-        if at + need > capacity || at_pos + need as u64 > to {
+        let padding = get_u16(h, 18) & PADDING != 0;
+        // A message longer than a datagram carries was never offered through `offer`.
+        if (!padding && len > MAX_MESSAGE_LEN) || at + need > capacity || at_pos + need as u64 > to
+        {
             return Err(corrupt(
                 file,
                 format!("record of {len} bytes at ring offset {at}"),
             ));
         }
-        if get_u16(h, 18) & PADDING == 0 {
+        if !padding {
             let keep_going = each(Record {
                 stream_id: get_u32(h, 4),
                 source_seq: get_u64(h, 8),

@@ -11,8 +11,10 @@ use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::{Key, Keyring};
-use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
-use seqstream_iodaemon::outbox::Outbox;
+use seqstream_iodaemon::forwarder::{
+    Forwarder, ForwarderConfig, Route, MAX_MESSAGE_LEN, MAX_UDP_PAYLOAD,
+};
+use seqstream_iodaemon::outbox::{OfferError, Outbox};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{StoreConfig, Tailer};
@@ -480,4 +482,27 @@ fn the_iodaemon_refuses_a_key_file_others_may_read() {
         stderr.contains("mode 0644") && stderr.contains("chmod 600"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_longest_message_an_outbox_takes_fills_a_signed_datagram_and_is_sequenced() {
+    let clock = ManualClock::new(1_000_000_000_000, 0);
+    let mut site = Site::new("source three's key, 32 bytes....", &clock);
+    let longer = vec![0u8; MAX_MESSAGE_LEN + 1];
+    assert_eq!(
+        site.outbox.offer(STREAM, 0, &longer),
+        Err(OfferError::TooLarge {
+            len: MAX_MESSAGE_LEN + 1,
+            max: MAX_MESSAGE_LEN
+        })
+    );
+    let longest: Vec<u8> = (0..MAX_MESSAGE_LEN).map(|i| (i % 251) as u8).collect();
+    let d = site.offer_and_pass(&longest);
+    assert_eq!(
+        d.len(),
+        MAX_UDP_PAYLOAD,
+        "one message, signed, fills a datagram"
+    );
+    site.sequence_until("messages sequenced", 1);
+    assert_eq!(site.frames(), vec![(SOURCE, 1, longest)]);
 }

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError, OutboxReader};
+use seqstream_iodaemon::forwarder::MAX_MESSAGE_LEN;
+use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError, OutboxReader, RECORD_HEADER};
 use seqstream_store::pattern;
 
 #[test]
@@ -267,4 +268,29 @@ fn an_outbox_truncated_under_both_sides_is_an_error_on_each_never_a_signal() {
     let e = reader.poll(10, |_| {}).unwrap_err();
     assert!(e.to_string().contains("shrank"), "{e}");
     assert_eq!(out.offer(1, 0, b"after"), Err(OfferError::Shrunk));
+}
+
+/// A record longer than a datagram carries was written by something other than `offer`
+/// (which refuses one): the reader finds the ring corrupt instead of handing the forwarder a
+/// message it could never send.
+#[test]
+fn a_record_longer_than_a_datagram_is_a_corrupt_outbox() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.outbox");
+    let mut out = Outbox::open_or_create(&path, 5, 1, 1 << 20, 100).unwrap();
+    let len = MAX_MESSAGE_LEN / 2 + 8;
+    out.offer(1, 0, &vec![7u8; len]).unwrap();
+    out.offer(1, 0, &vec![7u8; len]).unwrap();
+    // The first record (at the ring's start, offset 4096) made one spanning both to the
+    // published tail: a well-formed record, but for its length.
+    let span = (RECORD_HEADER + len).next_multiple_of(8);
+    let spanning = 2 * span - RECORD_HEADER;
+    assert!(spanning > MAX_MESSAGE_LEN);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&(spanning as u32).to_le_bytes(), 4096)
+        .unwrap();
+    let mut reader = OutboxReader::open(&path).unwrap();
+    let e = reader.poll(10, |_| {}).unwrap_err();
+    assert!(matches!(e, OutboxError::Corrupt { .. }), "{e}");
 }
