@@ -28,6 +28,19 @@ const ANCHOR_TRIES: u32 = 4;
 /// under a µs when the thread is not descheduled between them.
 const ANCHOR_GAP_NS: u64 = 20_000;
 
+/// `d` in ns, `u64::MAX` (about 584 years: never, to a monotonic clock) where it does not fit:
+/// the one conversion of a configured interval or timeout, so that a huge one (a flag of
+/// `u64::MAX` ms, `Duration::MAX` in code) means "never" instead of wrapping to a few µs.
+/// Add it to a reading with `saturating_add`.
+pub const fn saturating_ns(d: std::time::Duration) -> u64 {
+    let ns = d.as_nanos();
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
+    }
+}
+
 /// Wall-clock time, ns since the Unix epoch (`CLOCK_REALTIME`).
 pub fn wall_clock_ns() -> u64 {
     SystemTime::now()
@@ -268,6 +281,18 @@ impl MonotonicStamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interval_too_long_for_u64_ns_saturates() {
+        use std::time::Duration;
+        assert_eq!(saturating_ns(Duration::from_millis(5)), 5_000_000);
+        assert_eq!(saturating_ns(Duration::from_nanos(u64::MAX)), u64::MAX);
+        assert_eq!(
+            saturating_ns(Duration::from_millis(18_446_744_073_710)),
+            u64::MAX
+        );
+        assert_eq!(saturating_ns(Duration::MAX), u64::MAX);
+    }
 
     #[test]
     fn never_goes_backwards() {

@@ -48,7 +48,7 @@ impl LogLimit {
     pub fn new(max_lines: u32, interval: Duration) -> Self {
         LogLimit {
             max_lines,
-            interval_ns: interval.as_nanos().min(u64::MAX as u128) as u64,
+            interval_ns: crate::clock::saturating_ns(interval),
             started_ns: None,
             lines: 0,
             suppressed: 0,

@@ -347,7 +347,8 @@ impl Keyring {
             current: self.current.key.fingerprint(),
             overlap: self.overlap,
         };
-        self.previous = Some((previous, now_ns + self.overlap.as_nanos() as u64));
+        let overlap_ns = u64::try_from(self.overlap.as_nanos()).unwrap_or(u64::MAX);
+        self.previous = Some((previous, now_ns.saturating_add(overlap_ns)));
         Ok(Some(rotation))
     }
 }

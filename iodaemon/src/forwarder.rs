@@ -75,7 +75,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use seqstream_agent::clock::Clock;
+use seqstream_agent::clock::{saturating_ns, Clock};
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping};
@@ -698,7 +698,7 @@ impl Forwarder {
     pub fn confirm_work(&mut self) -> Result<usize, Error> {
         let judged_at = self.cycle_began_ns;
         let mut work = self.follow_copies(judged_at)?;
-        let timeout = self.cfg.resend_timeout.as_nanos() as u64;
+        let timeout = saturating_ns(self.cfg.resend_timeout);
         for i in 0..self.links.len() {
             let l = &self.links[i];
             if l.sent > l.confirmed
@@ -753,7 +753,7 @@ impl Forwarder {
     /// datagrams go to the next of its sequencers (a group's next member), unless it changed
     /// within the timeout before `at`.
     fn next_sequencer(&mut self, r: usize, at: u64) {
-        let timeout = self.cfg.resend_timeout.as_nanos() as u64;
+        let timeout = saturating_ns(self.cfg.resend_timeout);
         let route = &mut self.routes[r];
         let n = route.route.sequencers.len();
         if n > 1 && at.saturating_sub(route.settled_ns) >= timeout {

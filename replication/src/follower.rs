@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
-use seqstream_agent::clock::Clock;
+use seqstream_agent::clock::{saturating_ns, Clock};
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::runner::ErrorChain;
@@ -673,7 +673,7 @@ impl Follower {
                     + self
                         .replica
                         .acknowledge(&mut link, r.wrote, now, &mut self.clock)?;
-                let peer_timeout = self.replica.cfg.peer_timeout.as_nanos() as u64;
+                let peer_timeout = saturating_ns(self.replica.cfg.peer_timeout);
                 if now.saturating_sub(link.last_recv_ns) > peer_timeout {
                     return Err(Error::Protocol(
                         "upstream silent past the peer timeout".into(),
@@ -710,7 +710,8 @@ impl Follower {
                 if e.raw_os_error() == Some(libc::EINPROGRESS)
                     || e.kind() == std::io::ErrorKind::Interrupted =>
             {
-                let deadline_ns = now + self.replica.cfg.connect_timeout.as_nanos() as u64;
+                let deadline_ns =
+                    now.saturating_add(saturating_ns(self.replica.cfg.connect_timeout));
                 Ok((
                     State::Connecting {
                         socket,
@@ -779,7 +780,7 @@ impl Follower {
         });
         Ok(State::Handshaking {
             link,
-            deadline_ns: now + self.replica.cfg.handshake_timeout.as_nanos() as u64,
+            deadline_ns: now.saturating_add(saturating_ns(self.replica.cfg.handshake_timeout)),
         })
     }
 
@@ -825,7 +826,7 @@ impl Follower {
             return State::Disconnected { until_ns: now };
         }
         // Here a whole round has failed, or a probe has: wait, and double the next wait.
-        let until_ns = now + self.delay.as_nanos() as u64;
+        let until_ns = now.saturating_add(saturating_ns(self.delay));
         self.delay = (self.delay * 2).min(self.replica.cfg.reconnect_max);
         State::Disconnected { until_ns }
     }
@@ -1185,13 +1186,13 @@ impl Replica {
             let delay = match self.cfg.ack {
                 AckTiming::Immediate => return self.send_ack(link, now),
                 AckTiming::NextCycle => 0,
-                AckTiming::Delayed(d) => d.as_nanos() as u64,
+                AckTiming::Delayed(d) => saturating_ns(d),
             };
             // The first write not yet acknowledged sets when; later ones wait with it.
-            link.ack_due_ns.get_or_insert(now + delay);
+            link.ack_due_ns.get_or_insert(now.saturating_add(delay));
             return Ok(0);
         }
-        if now.saturating_sub(link.last_send_ns) < self.cfg.heartbeat.as_nanos() as u64 {
+        if now.saturating_sub(link.last_send_ns) < saturating_ns(self.cfg.heartbeat) {
             return Ok(0);
         }
         let heartbeat = Msg::Heartbeat {

@@ -73,7 +73,7 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream as MioStream};
 use mio::{Events, Interest, Poll, Token};
-use seqstream_agent::clock::Clock;
+use seqstream_agent::clock::{saturating_ns, Clock};
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::runner::ErrorChain;
@@ -495,7 +495,7 @@ impl Server {
             stream,
             peer,
             inbox: Inbox::new(4096, MAX_HELLO),
-            deadline_ns: now + self.cfg.handshake_timeout.as_nanos() as u64,
+            deadline_ns: now.saturating_add(saturating_ns(self.cfg.handshake_timeout)),
             stage: Stage::Hello,
             ready: true,
         });
@@ -754,7 +754,7 @@ impl Agent for Server {
     /// Polls once per [`ServerConfig::poll_interval`] of the cycle's clock; the handshake
     /// deadlines run on the configured clock (injected in tests).
     fn do_work(&mut self, cycle: &DutyCycle) -> std::result::Result<usize, AgentError> {
-        let interval = self.cfg.poll_interval.as_nanos() as u64;
+        let interval = saturating_ns(self.cfg.poll_interval);
         if let Some(last) = self.last_poll_ns {
             if cycle.now_ns.saturating_sub(last) < interval {
                 return Ok(0);
@@ -1098,7 +1098,7 @@ impl Session {
         let resume = admitted.resume;
         let mut clock = cfg.clock.clone();
         let start_ns = clock.monotonic_ns();
-        let peer_timeout_ns = u64::try_from(cfg.peer_timeout.as_nanos()).unwrap_or(u64::MAX);
+        let peer_timeout_ns = saturating_ns(cfg.peer_timeout);
         Session {
             cfg,
             stream,
@@ -1306,7 +1306,7 @@ impl Session {
         }
         // Every heartbeat interval, streaming or idle: a replica learns the committed position
         // it must reach to be caught up (`Follower::caught_up`) even under steady load.
-        if now.saturating_sub(self.last_heartbeat_ns) >= self.cfg.heartbeat.as_nanos() as u64 {
+        if now.saturating_sub(self.last_heartbeat_ns) >= saturating_ns(self.cfg.heartbeat) {
             self.scratch.clear();
             protocol::encode_sealed(
                 &Msg::Heartbeat {

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
-use seqstream_agent::clock::Clock;
+use seqstream_agent::clock::{saturating_ns, Clock};
 use seqstream_agent::counters::{Counter, CountersWriter};
 use seqstream_agent::daemon::LimitedWarn;
 use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping, LeaderGate};
@@ -754,7 +754,7 @@ impl Sequencer {
         self.housekeeping_if_due(now)?;
         let mut heartbeats = 0;
         if let Some(every) = self.cfg.heartbeat {
-            if now.saturating_sub(self.last_append_ns) >= every.as_nanos() as u64 {
+            if now.saturating_sub(self.last_append_ns) >= saturating_ns(every) {
                 self.appender.append_heartbeat(None)?;
                 self.counters.heartbeats.incr();
                 self.last_append_ns = now;
@@ -1012,7 +1012,7 @@ impl Sequencer {
         }
         if let Some(from_seq) = gap_at {
             let now = self.clock.monotonic_ns();
-            let interval = self.cfg.nak_interval.as_nanos() as u64;
+            let interval = saturating_ns(self.cfg.nak_interval);
             let due = source
                 .last_nak
                 .is_none_or(|(at, seq)| seq != from_seq || now.saturating_sub(at) >= interval);

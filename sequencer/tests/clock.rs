@@ -217,3 +217,24 @@ fn heartbeats_follow_monotonic_time_only() {
         "timestamps never go back: {a} {b}"
     );
 }
+
+/// A heartbeat interval too long for a u64 of ns (`--heartbeat-ms 18446744073710`) means
+/// never, not the few hundred µs it wraps to.
+#[test]
+fn a_heartbeat_interval_past_u64_ns_never_comes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1 << 40, 1 << 40);
+    let mut s = open(
+        tmp.path(),
+        StoreConfig::new(4)
+            .segment_size(1 << 20)
+            .pretouch(false)
+            .clock(clock.clock()),
+        Some(Duration::from_millis(18_446_744_073_710)),
+    );
+    for _ in 0..100 {
+        clock.advance(1_000_000);
+        s.do_work().unwrap();
+    }
+    assert_eq!(s.appender().next_seq(), 1, "a heartbeat was appended");
+}

@@ -19,7 +19,7 @@ use crate::lock::DirLock;
 use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
 use crate::scan::file_offset;
 use crate::segment::Segment;
-use seqstream_agent::clock::MonotonicStamp;
+use seqstream_agent::clock::{saturating_ns, MonotonicStamp};
 
 mod replica;
 
@@ -537,7 +537,7 @@ impl Appender {
             }
             FlushPolicy::Interval(t) => {
                 let now = self.stamp.clock().monotonic_ns();
-                if now.saturating_sub(self.last_flush_ns) >= t.as_nanos() as u64 {
+                if now.saturating_sub(self.last_flush_ns) >= saturating_ns(t) {
                     self.flush_written()?;
                 }
             }
@@ -595,7 +595,7 @@ impl Appender {
                     .clock()
                     .monotonic_ns()
                     .saturating_sub(self.last_flush_ns)
-                    >= t.as_nanos() as u64
+                    >= saturating_ns(t)
             {
                 self.flush_written()?;
                 return Ok(true);
