@@ -34,6 +34,14 @@ fn open(
     .unwrap()
 }
 
+/// The store of every test here: stream 4, 1 MiB segments, on `clock`.
+fn store_on(clock: &ManualClock) -> StoreConfig {
+    StoreConfig::new(4)
+        .segment_size(1 << 20)
+        .pretouch(false)
+        .clock(clock.clock())
+}
+
 /// Sends `datagram` and runs duty cycles until the sequencer has appended `frames` in all.
 fn deliver(s: &mut Sequencer, datagram: &[u8], frames: u64) {
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -58,11 +66,7 @@ const INTERVAL: Duration = Duration::from_millis(5);
 fn flushing(dir: &std::path::Path, clock: &ManualClock) -> Sequencer {
     let mut s = open(
         dir,
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .flush(FlushPolicy::Interval(INTERVAL))
-            .clock(clock.clock()),
+        store_on(clock).flush(FlushPolicy::Interval(INTERVAL)),
         None,
     );
     deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
@@ -132,10 +136,7 @@ fn a_sequencer_flooded_with_refused_datagrams_still_heartbeats() {
     let clock = ManualClock::new(1 << 40, 1 << 40);
     let mut s = open(
         tmp.path(),
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .clock(clock.clock()),
+        store_on(&clock),
         Some(Duration::from_millis(100)),
     );
     deliver(&mut s, &pattern_datagram(4, 1, 1..3), 2);
@@ -187,10 +188,7 @@ fn heartbeats_follow_monotonic_time_only() {
     let clock = ManualClock::new(10 * hour, 0);
     let mut s = open(
         tmp.path(),
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .clock(clock.clock()),
+        store_on(&clock),
         Some(Duration::from_millis(100)),
     );
     let frames = |s: &Sequencer| s.appender().next_seq() - 1;
@@ -226,10 +224,7 @@ fn a_heartbeat_interval_past_u64_ns_never_comes() {
     let clock = ManualClock::new(1 << 40, 1 << 40);
     let mut s = open(
         tmp.path(),
-        StoreConfig::new(4)
-            .segment_size(1 << 20)
-            .pretouch(false)
-            .clock(clock.clock()),
+        store_on(&clock),
         Some(Duration::from_millis(18_446_744_073_710)),
     );
     for _ in 0..100 {
