@@ -97,15 +97,17 @@ fn dry_run_log4fix() {
     assert_eq!(e.line, 2);
 }
 
+/// A FIX 4.4 message of `body` (fields split by `|`), its BodyLength and CheckSum right.
+fn msg(body: &str) -> Vec<u8> {
+    let body = body.replace('|', "\x01");
+    let mut m = format!("8=FIX.4.4\x019={}\x01{body}", body.len()).into_bytes();
+    let sum = seqstream_feeds::fix::checksum(&m);
+    m.extend_from_slice(format!("10={sum:03}\x01\n").as_bytes());
+    m
+}
+
 #[test]
 fn sequence_resets_gaps_and_duplicates() {
-    fn msg(body: &str) -> Vec<u8> {
-        let body = body.replace('|', "\x01");
-        let mut m = format!("8=FIX.4.4\x019={}\x01{body}", body.len()).into_bytes();
-        let sum = seqstream_feeds::fix::checksum(&m);
-        m.extend_from_slice(format!("10={sum:03}\x01\n").as_bytes());
-        m
-    }
     let mut data = Vec::new();
     for body in [
         "35=A|34=5|49=S|56=T|",              // first: expect 6
@@ -128,6 +130,19 @@ fn sequence_resets_gaps_and_duplicates() {
         (11, 4, 1, 1)
     );
     assert_eq!(r.by_type.get("4"), Some(&2));
+}
+
+/// Gaps as large as an 18-digit MsgSeqNum allows, claimed again and again after each
+/// SequenceReset: the count saturates, never overflows.
+#[test]
+fn huge_claimed_gaps_saturate_the_count() {
+    let mut data = Vec::new();
+    for _ in 0..20 {
+        data.extend(msg("35=4|34=1|49=S|56=T|36=1|"));
+        data.extend(msg("35=0|34=999999999999999999|49=S|56=T|"));
+    }
+    let r = dry_run(&data);
+    assert_eq!((r.messages, r.gaps), (40, u64::MAX));
 }
 
 /// Maps every D, F and 8 of both QuickFIX logs (verified or not) and decodes each back.
