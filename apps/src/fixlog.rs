@@ -8,6 +8,8 @@
 //! one, each symbol gets the next id from 1 in the order it first appears in a D, F or 8
 //! message that is considered for publishing (so the same log always gives the same ids).
 
+use std::collections::HashMap;
+
 use seqstream_feeds::fix::orders::{self, SymbolTable};
 use seqstream_feeds::fix::{Message, Reader};
 
@@ -15,20 +17,31 @@ use seqstream_feeds::fix::{Message, Reader};
 #[derive(Debug, Clone, Default)]
 pub struct Symbols {
     ids: Vec<(Vec<u8>, u32)>,
+    /// `ids` by symbol (a symbol given twice: its first id), so that a lookup does not walk
+    /// the table: a log of many symbols would cost time quadratic in their number.
+    index: HashMap<Vec<u8>, u32>,
     assign: bool,
 }
 
 impl Symbols {
     /// The fixed table `ids`: a symbol not in it is refused (`MapError::UnknownSymbol`).
     pub fn fixed(ids: Vec<(Vec<u8>, u32)>) -> Symbols {
-        Symbols { ids, assign: false }
+        let mut index = HashMap::with_capacity(ids.len());
+        for (symbol, id) in &ids {
+            index.entry(symbol.clone()).or_insert(*id);
+        }
+        Symbols {
+            ids,
+            index,
+            assign: false,
+        }
     }
 
     /// An empty table that assigns 1, 2, … to symbols in order of first appearance.
     pub fn assigned() -> Symbols {
         Symbols {
-            ids: Vec::new(),
             assign: true,
+            ..Symbols::default()
         }
     }
 
@@ -38,19 +51,17 @@ impl Symbols {
     }
 
     fn see(&mut self, symbol: &[u8]) {
-        if self.assign && self.instrument_id(symbol).is_none() {
+        if self.assign && !self.index.contains_key(symbol) {
             let next = self.ids.len() as u32 + 1;
             self.ids.push((symbol.to_vec(), next));
+            self.index.insert(symbol.to_vec(), next);
         }
     }
 }
 
 impl SymbolTable for Symbols {
     fn instrument_id(&self, symbol: &[u8]) -> Option<u32> {
-        self.ids
-            .iter()
-            .find(|(s, _)| s == symbol)
-            .map(|(_, id)| *id)
+        self.index.get(symbol).copied()
     }
 }
 
@@ -148,4 +159,39 @@ pub fn plan(
         }
     }
     (out, stats, symbols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbols_are_assigned_in_order_of_first_appearance() {
+        let mut s = Symbols::assigned();
+        for symbol in [&b"IBM"[..], b"DELL", b"IBM", b"MSFT", b"DELL"] {
+            s.see(symbol);
+        }
+        assert_eq!(
+            s.ids(),
+            [
+                (b"IBM".to_vec(), 1),
+                (b"DELL".to_vec(), 2),
+                (b"MSFT".to_vec(), 3)
+            ]
+        );
+        assert_eq!(s.instrument_id(b"MSFT"), Some(3));
+        assert_eq!(s.instrument_id(b"AAPL"), None);
+    }
+
+    #[test]
+    fn a_fixed_table_maps_a_symbol_given_twice_to_its_first_id() {
+        let mut s = Symbols::fixed(vec![(b"DELL".to_vec(), 42), (b"DELL".to_vec(), 7)]);
+        s.see(b"IBM");
+        assert_eq!(s.instrument_id(b"DELL"), Some(42));
+        assert_eq!(
+            s.instrument_id(b"IBM"),
+            None,
+            "a fixed table assigns nothing"
+        );
+    }
 }
