@@ -468,8 +468,35 @@ pub struct SegmentInfo {
 
 impl SegmentInfo {
     /// The stream position one past the last byte that frames may occupy in this segment.
+    /// Meaningful for a segment whose fields are [`plausible`](Self::plausible).
     pub fn limit_position(&self) -> u64 {
         self.base_position + (self.length - SEGMENT_HEADER_LEN as u64)
+    }
+
+    /// Checks the fields of an active or sealed segment's header beyond its checksum: a length
+    /// of at least the header, a base seq of at least 1 (seqs start at 1), and a frame area
+    /// whose positions fit a `u64`. An appender never writes other values, so a header whose
+    /// checksum matches and that fails this was forged. `Err` carries the reason.
+    pub fn plausible(&self) -> std::result::Result<(), String> {
+        let area = self
+            .length
+            .checked_sub(SEGMENT_HEADER_LEN as u64)
+            .ok_or_else(|| {
+                format!(
+                    "length {} is under the header's {SEGMENT_HEADER_LEN} bytes",
+                    self.length
+                )
+            })?;
+        if self.base_seq == 0 {
+            return Err("base seq 0 (seqs start at 1)".into());
+        }
+        if self.base_position.checked_add(area).is_none() {
+            return Err(format!(
+                "base position {} leaves no room for {area} bytes of frames",
+                self.base_position
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -222,6 +222,11 @@ impl Segment {
                 reason: "header checksum mismatch".into(),
             });
         }
+        info.plausible()
+            .map_err(|reason| StoreError::CorruptHeader {
+                path: self.path().into(),
+                reason,
+            })?;
         Ok(info)
     }
 

@@ -476,3 +476,33 @@ fn storetool_refuses_odd_arguments_without_panicking() {
         assert_ne!(out.status.code(), None, "{args:?} died of a signal: {err}");
     }
 }
+
+/// Rewrites `field` (8 bytes at `off`) of segment `i`'s header and its checksum to match, as
+/// only a crafted file would: the header reads intact.
+fn forge_header_field(dir: &Path, i: u64, off: usize, value: u64) {
+    let path = seg_path(dir, i);
+    let mut h = std::fs::read(&path).unwrap()[..seg::IMMUTABLE_LEN].to_vec();
+    h[off..off + 8].copy_from_slice(&value.to_le_bytes());
+    poke(&path, off as u64, &value.to_le_bytes());
+    poke(
+        &path,
+        seg::HEADER_CRC as u64,
+        &crc32c::crc32c(&h).to_le_bytes(),
+    );
+}
+
+/// A header whose checksum matches but whose fields no appender writes: a base seq of 0, a
+/// base position with no room above it for the segment's frames. Refused, never a panic.
+#[test]
+fn a_forged_header_with_impossible_fields() {
+    for (off, value) in [(seg::BASE_SEQ, 0), (seg::BASE_POSITION, u64::MAX - 100)] {
+        let dir = tempfile::tempdir().unwrap();
+        store_with(dir.path(), 20);
+        forge_header_field(dir.path(), 0, off, value);
+        assert_open_fails(dir.path(), 1, |e| {
+            matches!(e, StoreError::CorruptHeader { .. })
+        });
+        let e = Tailer::open(dir.path()).unwrap_err();
+        assert!(matches!(e, StoreError::CorruptHeader { .. }), "{e}");
+    }
+}

@@ -56,11 +56,18 @@ pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated
                 reason: format!("header says index {}, file name {}", info.index, index),
             });
         }
-        if state != SegmentState::Prepared && !header_ok {
-            return Err(StoreError::CorruptHeader {
-                path: path.clone(),
-                reason: "header checksum mismatch".into(),
-            });
+        if state != SegmentState::Prepared {
+            if !header_ok {
+                return Err(StoreError::CorruptHeader {
+                    path: path.clone(),
+                    reason: "header checksum mismatch".into(),
+                });
+            }
+            info.plausible()
+                .map_err(|reason| StoreError::CorruptHeader {
+                    path: path.clone(),
+                    reason,
+                })?;
         }
         segs.push((path.clone(), s, info, state));
     }
