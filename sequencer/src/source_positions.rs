@@ -85,7 +85,9 @@ impl SourcePositions {
             frames += 1;
             if !f.is_heartbeat() {
                 let next = self.next.entry(f.source_id()).or_insert(1);
-                *next = (*next).max(f.source_seq() + 1);
+                // Saturating: a source seq of u64::MAX comes only from a crafted store, and no
+                // datagram can follow it (its first seq plus its count would overflow).
+                *next = (*next).max(f.source_seq().saturating_add(1));
             }
         }
         Ok(frames)
@@ -181,5 +183,17 @@ mod tests {
         assert_eq!((p.position(), p.next_source_seq(7)), (0, 1));
         assert_eq!(p.read_to_end().unwrap(), 8);
         assert_eq!((p.next_source_seq(7), p.next_source_seq(9)), (7, 41));
+    }
+
+    #[test]
+    fn the_last_source_seq_there_is_expects_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s");
+        let cfg = StoreConfig::new(1).segment_size(1 << 20).pretouch(false);
+        let mut a = Appender::open_or_create(&store, cfg).unwrap();
+        append(&mut a, 7, u64::MAX);
+        let mut p = SourcePositions::new(&store);
+        assert_eq!(p.read_to_end().unwrap(), 1);
+        assert_eq!(p.next_source_seq(7), u64::MAX);
     }
 }
