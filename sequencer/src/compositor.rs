@@ -63,6 +63,24 @@ pub enum Error {
     /// not a component.
     #[error("configuration: {0}")]
     Config(String),
+    /// A component's frame, with the composite's origin prefix, is larger than a frame of the
+    /// composite's segments holds: the composite cannot go past it without losing it. Give
+    /// the composite a larger segment size (its frames hold the segment size less 4,136
+    /// bytes; a composite frame is the component's payload and [`PREFIX_LEN`] more).
+    #[error(
+        "stream {stream_id} seq {seq}: its frame takes {len} bytes in the composite, whose \
+         frames hold at most {max}: give the composite a larger segment size"
+    )]
+    ComponentFrameTooLarge {
+        /// The component's stream.
+        stream_id: u32,
+        /// The frame's seq in that stream.
+        seq: u64,
+        /// Payload bytes of its composite frame: the component's payload and the prefix.
+        len: usize,
+        /// The most payload bytes a composite frame holds.
+        max: usize,
+    },
     /// Under the timestamp policy, a component's tailer no longer stood just past the frame
     /// held as its next: the compositor's own bookkeeping failed (a bug), reported rather
     /// than merging other bytes.
@@ -220,7 +238,8 @@ impl Compositor {
                 fields.flags = flags::COMPOSITE;
                 let mut claim = self
                     .out
-                    .claim_with(fields, PREFIX_LEN + f.payload().len())?;
+                    .claim_with(fields, PREFIX_LEN + f.payload().len())
+                    .map_err(|e| claim_error(e, &origin, PREFIX_LEN + f.payload().len()))?;
                 origin.write(&mut claim[..PREFIX_LEN]);
                 claim[PREFIX_LEN..].copy_from_slice(f.payload());
                 claim.commit()?;
@@ -272,7 +291,8 @@ impl Compositor {
             let f = c.tailer.last_polled().ok_or(Error::HeadLost(c.stream_id))?;
             let mut claim = self
                 .out
-                .claim_with(h.fields, PREFIX_LEN + f.payload().len())?;
+                .claim_with(h.fields, PREFIX_LEN + f.payload().len())
+                .map_err(|e| claim_error(e, &origin, PREFIX_LEN + f.payload().len()))?;
             origin.write(&mut claim[..PREFIX_LEN]);
             claim[PREFIX_LEN..].copy_from_slice(f.payload());
             claim.commit_at(h.timestamp_ns)?;
@@ -280,6 +300,23 @@ impl Compositor {
             work += 1 + refill(c)?;
         }
         Ok(work)
+    }
+}
+
+/// The error of a refused claim of `len` bytes for `origin`'s composite frame: a frame too
+/// large for the composite's segments is named by its stream and seq. Out of line, so the
+/// merge loops carry no error-building code.
+#[cold]
+#[inline(never)]
+fn claim_error(e: StoreError, origin: &Origin, len: usize) -> Error {
+    match e {
+        StoreError::FrameTooLarge { max, .. } => Error::ComponentFrameTooLarge {
+            stream_id: origin.stream_id,
+            seq: origin.seq,
+            len,
+            max,
+        },
+        e => Error::Store(e),
     }
 }
 

@@ -478,3 +478,45 @@ fn the_role_waits_for_a_component_store_that_does_not_exist_yet() {
     assert_eq!(sorted, vec![(1, 1), (2, 1), (2, 2)]);
     agent.on_close().unwrap();
 }
+
+/// A component frame too large for the composite's segments stops the merge at that frame
+/// under either policy, with an error naming its stream and seq: nothing is skipped, and what
+/// came before it is merged.
+#[test]
+fn a_component_frame_the_composite_cannot_hold_is_named_not_skipped() {
+    use seqstream_sequencer::compositor::Error;
+    for policy in [MergePolicy::Arrival, MergePolicy::Timestamp] {
+        let d = tempfile::tempdir().unwrap();
+        let (a_dir, out) = (d.path().join("a"), d.path().join("out"));
+        // The component's segments hold frames the composite's (64 KiB) cannot.
+        let mut a = Appender::open_or_create(&a_dir, cfg(1).segment_size(1 << 20)).unwrap();
+        put(&mut a, Some(1));
+        let big = FrameFields {
+            source_id: 101,
+            source_seq: 2,
+            template_id: 5,
+            flags: 0,
+        };
+        a.append_at(2, &big, &vec![7u8; 70_000]).unwrap();
+        a.append_heartbeat(Some(3)).unwrap();
+        let mut c = compositor(&[&a_dir], &out, policy, &d.path().join("c.counters"));
+        let e = (0..1000)
+            .find_map(|_| c.do_work().err())
+            .expect("the merge never stopped at the frame");
+        assert!(
+            matches!(
+                e,
+                Error::ComponentFrameTooLarge {
+                    stream_id: 1,
+                    seq: 2,
+                    ..
+                }
+            ),
+            "{policy:?}: {e}"
+        );
+        assert!(e.to_string().contains("larger segment size"), "{e}");
+        drop(c);
+        let merged: Vec<_> = read_composite(&out).iter().map(|(o, _)| o.seq).collect();
+        assert_eq!(merged, vec![1], "{policy:?}");
+    }
+}
