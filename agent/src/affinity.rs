@@ -72,14 +72,22 @@ pub fn process_cores() -> Vec<usize> {
     ORIGINAL.get_or_init(current_mask).clone()
 }
 
+/// `NoSuchCore` unless a thread may be pinned to `core` ([`available_cores`]): what a
+/// daemon checks of its configured cores before it starts anything.
+pub fn check_core(core: usize) -> Result<(), PinError> {
+    let available = available_cores();
+    if available.contains(&core) {
+        Ok(())
+    } else {
+        Err(PinError::NoSuchCore { core, available })
+    }
+}
+
 /// Pins the calling thread to `core`; `None` leaves it where the scheduler puts it.
 pub fn pin_current_thread(core: Option<usize>) -> Result<(), PinError> {
     let Some(core) = core else { return Ok(()) };
     ORIGINAL.get_or_init(current_mask);
-    let available = available_cores();
-    if !available.contains(&core) {
-        return Err(PinError::NoSuchCore { core, available });
-    }
+    check_core(core)?;
     if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         Ok(())
     } else {

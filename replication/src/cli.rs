@@ -160,11 +160,11 @@ pub fn keys(c: &Common) -> Result<Keyring> {
         .context("reading the replication key")
 }
 
-/// Fails unless every core of `cores` is one this process may run on.
+/// Fails unless a thread may be pinned to every core of `cores`
+/// ([`seqstream_agent::affinity::check_core`]).
 pub fn check_cores(cores: &[usize]) -> Result<()> {
-    let available = seqstream_agent::affinity::available_cores();
-    if let Some(c) = cores.iter().find(|c| !available.contains(c)) {
-        bail!("core {c} is not available (available: {available:?})");
+    for &core in cores {
+        seqstream_agent::affinity::check_core(core)?;
     }
     Ok(())
 }
