@@ -20,7 +20,8 @@
 //! closes. With [`ServerConfig::sender_host`] it hands each sender to a running
 //! [`CompositeAgent`](seqstream_agent::CompositeAgent) instead (a thread `seqstreamd` shares
 //! among roles), which drops it once its session has ended; closing the acceptor ends those
-//! senders' sessions at their next cycle. Run the acceptor itself on a runner
+//! senders' sessions at their next cycle (an acceptor started again after its close, as
+//! `on_error = "restart"` does, serves new replicas). Run the acceptor itself on a runner
 //! (`AgentRunner::start(server, …)`) or in a composite.
 //!
 //! The server only reads the store: a slow or stalled replica never slows the appender,
@@ -67,7 +68,7 @@
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -267,9 +268,12 @@ struct Shared {
     counters: Counters,
     slots: Mutex<Vec<Option<SlotCounters>>>,
     warns: Mutex<Warns>,
-    /// Set when the acceptor closes: senders on a host's thread end their session at their
-    /// next cycle (those on runners of their own are closed with their runner).
-    closing: AtomicBool,
+    /// The acceptor's closes so far: a sender on a host's thread ends its session at its
+    /// first cycle after the acceptor that admitted it closed (those on runners of their own
+    /// are closed with their runner). A count, not a flag, so that an acceptor restarted
+    /// (`on_error = "restart"`: closed, then started again) serves its new replicas while
+    /// the senders of before its close still end.
+    closes: AtomicU64,
 }
 
 impl Shared {
@@ -438,7 +442,7 @@ impl Server {
                 counters: server_counters,
                 slots: Mutex::new(slots),
                 warns: Mutex::new(Warns::new()),
-                closing: AtomicBool::new(false),
+                closes: AtomicU64::new(0),
             }),
             senders: Vec::new(),
         })
@@ -652,6 +656,7 @@ impl Server {
             session: Some(session),
             opened: false,
             lease: Some(lease),
+            admitted_before: self.shared.closes.load(Ordering::Relaxed),
             shared: self.shared.clone(),
         };
         if let Some(host) = &self.cfg.sender_host {
@@ -767,7 +772,7 @@ impl Agent for Server {
     /// Closes the connections in their handshake, then stops and joins every sender on a
     /// runner of its own, and tells those on a host's thread to end.
     fn on_close(&mut self) -> std::result::Result<(), AgentError> {
-        self.shared.closing.store(true, Ordering::Release);
+        self.shared.closes.fetch_add(1, Ordering::Release);
         for p in self.pending.iter_mut() {
             if let Some(mut p) = p.take() {
                 let _ = self.poll.registry().deregister(p.stream.socket_mut());
@@ -904,6 +909,8 @@ struct Sender {
     session: Option<Session>,
     opened: bool,
     lease: Option<Lease>,
+    /// [`Shared::closes`] when the acceptor admitted it: any more, and it has closed since.
+    admitted_before: u64,
     shared: Arc<Shared>,
 }
 
@@ -995,7 +1002,7 @@ impl Agent for Sender {
     /// A session fault ends the session, never the agent with an error: the server carries
     /// on, and this sender's runner ends.
     fn do_work(&mut self, _: &DutyCycle) -> std::result::Result<usize, AgentError> {
-        if self.shared.closing.load(Ordering::Relaxed) {
+        if self.shared.closes.load(Ordering::Relaxed) != self.admitted_before {
             self.stop();
         }
         Ok(self.step().unwrap_or(0))

@@ -67,11 +67,8 @@ fn runner_cfg() -> RunnerConfig {
     RunnerConfig::default()
 }
 
-fn serve(
-    store: &Path,
-    counters: &Path,
-    tweak: impl FnOnce(&mut ServerConfig),
-) -> (SocketAddr, Running) {
+/// A server of `store` on loopback, its counters in `counters`, not started.
+fn bind(store: &Path, counters: &Path, tweak: impl FnOnce(&mut ServerConfig)) -> Server {
     let mut cfg = ServerConfig::new(
         store.to_path_buf(),
         STREAM,
@@ -81,7 +78,19 @@ fn serve(
     cfg.heartbeat = Duration::from_millis(20);
     tweak(&mut cfg);
     let w = CountersWriter::create(counters, 256).unwrap();
-    let server = Server::bind(cfg, &w).unwrap();
+    Server::bind(cfg, &w).unwrap()
+}
+
+/// [`bind`], started on a runner of its own.
+fn serve(
+    store: &Path,
+    counters: &Path,
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> (SocketAddr, Running) {
+    start(bind(store, counters, tweak))
+}
+
+fn start(server: Server) -> (SocketAddr, Running) {
     let addr = server.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let runner = AgentRunner::start(server, runner_cfg(), stop.clone()).unwrap();
@@ -1910,6 +1919,39 @@ fn connections_silent_in_their_handshake_cannot_keep_a_replica_out() {
     append_pattern(&mut a, 100);
     wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
     drop((_f, _server, silent));
+    drop(a);
+    assert_identical(&d.path("primary"), &d.path("replica"));
+}
+
+/// An acceptor its runner restarts (`on_error = "restart"`: closed after an error, then
+/// started again) serves the replicas that connect after, as before its close.
+#[test]
+fn a_restarted_acceptor_serves_the_replicas_that_come_after() {
+    use seqstream_agent::Agent;
+    let d = Dirs::new();
+    let mut a = Appender::open_or_create(d.path("primary"), store_cfg()).unwrap();
+    append_pattern(&mut a, 100);
+    let mut server = bind(&d.path("primary"), &d.path("s.counters"), |_| {});
+    server.on_close().unwrap();
+    let (addr, _server) = start(server);
+    let _f = follow(&d.path("replica"), &d.path("f.counters"), addr, SECRET);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    // Long enough for a sender that believes its acceptor closed to drain and end (the store
+    // still for 10 ms), as every sender did after a restart: served by one drain after
+    // another, its replica reconnecting each time.
+    std::thread::sleep(Duration::from_millis(200));
+    append_pattern(&mut a, 100);
+    wait_for(&d.path("f.counters"), a.position(), Duration::from_secs(30));
+    let sc = d.path("s.counters");
+    assert_eq!(
+        (
+            counter(&sc, "consumer[0] connections"),
+            counter(&sc, "disconnects")
+        ),
+        (1, 0),
+        "one session throughout"
+    );
+    drop((_f, _server));
     drop(a);
     assert_identical(&d.path("primary"), &d.path("replica"));
 }
