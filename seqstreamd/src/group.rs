@@ -1092,6 +1092,17 @@ impl Agent for Member {
         }
     }
 
+    /// Before the first cycle, and again when a runner restarts the member after an error
+    /// (`on_error = "restart"`): its close resigned, which made it ineligible in the
+    /// election, so it is made as eligible as its store is again (an intact or caught-up
+    /// store), and campaigns or follows from its next steer.
+    fn on_start(&mut self) -> Result<(), AgentError> {
+        self.handover = None;
+        self.resigned_at_ns = None;
+        self.election.set_eligible(self.eligible);
+        Ok(())
+    }
+
     fn on_close(&mut self) -> Result<(), AgentError> {
         self.close_state()?;
         self.election.resign();

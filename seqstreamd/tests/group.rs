@@ -347,6 +347,51 @@ fn kill(p: &mut KillOnDrop) {
     p.0.wait().unwrap();
 }
 
+/// A member whose agent fails under `on_error = "restart"` campaigns again once its runner
+/// has started it again: the close resigned, which made it ineligible in the election, and
+/// the start makes it as eligible as its store is. Here the leader's segments are replaced
+/// by copies of themselves while its process is stopped: its next file check fails the
+/// member's agent (what it appended before that check went into the old file, so member 2
+/// may hold frames the copy lacks, and the in-sync set may no longer name it). Member 1
+/// must lead again: at once, or once member 2, if it took over, is gone.
+#[test]
+fn a_member_restarted_after_an_error_campaigns_again() {
+    let g = Group::new();
+    let restart = "threading = \"shared\"\n[shared]\non_error = \"restart\"";
+    let one = g.start_file(1, true, restart, "");
+    let mut two = g.start_file(2, false, restart, "");
+    g.wait_state(1, 2);
+    g.wait_state(2, 1);
+    wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    pause(&one, true);
+    // Every segment (the active one and the next, prepared ahead).
+    for segment in std::fs::read_dir(g.store(1)).unwrap() {
+        let segment = segment.unwrap().path();
+        if segment.extension().is_some_and(|e| e == "seg") {
+            let copy = g.path("copy.seg");
+            std::fs::copy(&segment, &copy).unwrap();
+            std::fs::rename(&copy, &segment).unwrap();
+        }
+    }
+    pause(&one, false);
+    wait_counter(&g.counters(1), "shared restarts", LONG, |v| v >= 1);
+    let leads = |node| counter(&g.counters(node), STATE) == Some(2);
+    let deadline = Instant::now() + LONG;
+    while !leads(1) && !leads(2) {
+        assert!(
+            Instant::now() < deadline,
+            "no member leads after member 1's restart:\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if leads(2) {
+        g.wait_state(1, 1);
+        kill(&mut two);
+    }
+    g.wait_state(1, 2);
+}
+
 /// A standby that lagged, then led a short term of its own, comes back to a leader whose
 /// history never had that term: its resume position lies among the leader's term-1 frames (a
 /// frame start of another term there, or none: `replicate.rs` pins the second case down). It

@@ -164,13 +164,25 @@ impl Group {
 
     /// Starts member `node`'s seqstreamd with `extra` lines in its `[[sequencer_group]]`.
     pub(crate) fn start_with(&self, node: u32, bootstrap: bool, extra: &str) -> KillOnDrop {
+        self.start_file(node, bootstrap, "", extra)
+    }
+
+    /// Starts member `node`'s seqstreamd with `top` lines before its `[[sequencer_group]]`
+    /// (its threading, say) and `extra` lines in it.
+    pub(crate) fn start_file(
+        &self,
+        node: u32,
+        bootstrap: bool,
+        top: &str,
+        extra: &str,
+    ) -> KillOnDrop {
         let members: Vec<String> = self
             .members
             .iter()
             .map(|m| format!("\"{}={}\"", m.node, SocketAddr::new(m.ip, m.replication)))
             .collect();
         let text = format!(
-            r#"
+            r#"{top}
 [[sequencer_group]]
 name = "md"
 store = "{store}"
