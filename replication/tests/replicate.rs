@@ -138,15 +138,8 @@ fn counter(path: &Path, label: &str) -> u64 {
 
 /// Waits (bounded) until counter `label` of `counters` reaches `at_least`.
 fn wait_counter(counters: &Path, label: &str, at_least: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while counter(counters, label) < at_least {
-        assert!(
-            Instant::now() < deadline,
-            "{label} stayed at {}, expected {at_least}",
-            counter(counters, label)
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let limit = Duration::from_secs(20);
+    seqstream_testkit::wait_counter(counters, label, limit, |v| v >= at_least);
 }
 
 /// Waits (bounded) until the replica's position reaches `position`.
