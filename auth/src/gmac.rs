@@ -13,7 +13,7 @@
 //! `GHASH_H(X₁…Xₙ) = rev(POLYVAL_{mulX(rev(H))}(rev(X₁)…rev(Xₙ)))`, `rev` reversing a block's
 //! 16 bytes. This module reverses each block as it gathers it (one byte swap of a 128-bit
 //! word) and hands POLYVAL's backend whole blocks itself; the `ghash` crate, which does the
-//! same through `universal-hash`'s generic buffering, cost about 200 instructions more a tag
+//! same through `universal-hash`'s generic buffering, cost about 130 instructions more a tag
 //! (`scripts/instructions.sh`).
 //!
 //! **GMAC forgives no repeated nonce under one key**: two tags under one nonce give away `H`,
