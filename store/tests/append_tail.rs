@@ -450,3 +450,54 @@ fn the_last_polled_frame_reads_again_until_the_tailer_moves() {
     t.poll().unwrap().expect("frame 100");
     assert_eq!(t.last_polled().map(|f| f.seq()), Some(100));
 }
+
+/// A store of more segments than the process may have files open is opened for writing:
+/// recovery maps one segment at a time (and repair reopens only the last ones), where it had
+/// held every segment open and mapped at once.
+#[test]
+fn a_store_of_more_segments_than_open_files_allowed_opens_for_writing() {
+    use std::os::unix::process::CommandExt;
+    const SEGMENTS: u64 = 120;
+    const OPEN_FILES: libc::rlim_t = 48;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // Six 2,000-byte frames fill a 16 KiB segment.
+        let mut a = Appender::open_or_create(dir.path(), small(1)).unwrap();
+        for _ in 0..=6 * SEGMENTS {
+            a.append(&[7u8; 2000]).unwrap();
+        }
+    }
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            let path = e.as_ref().unwrap().path();
+            path.extension().is_some_and(|x| x == "seg")
+        })
+        .count();
+    assert!(segments as u64 > SEGMENTS, "{segments} segments");
+    let mut repair = std::process::Command::new(env!("CARGO_BIN_EXE_storetool"));
+    repair
+        .arg("repair")
+        .arg(dir.path())
+        .args(["--stream-id", "1"]);
+    // SAFETY: the closure runs in the forked child before exec and calls only setrlimit(2),
+    // which is async-signal-safe.
+    unsafe {
+        repair.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: OPEN_FILES,
+                rlim_max: OPEN_FILES,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let out = repair.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

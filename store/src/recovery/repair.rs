@@ -1,5 +1,6 @@
 //! Step 3 of opening a store for writing: repair what [`validate`](super::validate) found,
-//! with writable mappings. Deletes interrupted preparations, finishes an interrupted roll,
+//! with writable mappings of the segments it changes (the last two live ones and a prepared
+//! successor; the sealed ones are opened one at a time, read-only, to check their indexes). Deletes interrupted preparations, finishes an interrupted roll,
 //! rebuilds damaged indexes, and cuts the active segment at its valid prefix (zeroing what
 //! follows). Called only once validation has passed, under the store's lock.
 
@@ -9,7 +10,7 @@ use super::validate::{index_is_sound, Store};
 use super::{finish, rebuild_index, remove_leftovers, Recovered, RecoveryReport};
 use crate::config::StoreConfig;
 use crate::error::Result;
-use crate::format::{Activation, SegmentInfo, SegmentState, FORMAT_VERSION};
+use crate::format::{Activation, SegmentState, FORMAT_VERSION};
 use crate::lock::DirLock;
 use crate::scan::{file_offset, ScanEnd};
 use crate::segment::Segment;
@@ -25,37 +26,38 @@ pub(super) fn repair(
     mut report: RecoveryReport,
 ) -> Result<Recovered> {
     let Store {
-        segs,
+        mut heads,
         live,
         active_scan,
         sealed_end,
     } = store;
     remove_leftovers(leftovers, &mut report)?;
-    let mut writable: Vec<(PathBuf, Segment, SegmentInfo, SegmentState)> = Vec::new();
-    for (path, s, info, state) in segs {
-        drop(s);
+    if live >= 2 && heads[live - 2].2 == SegmentState::Active {
         // SAFETY: we hold the store lock: we are the single appender.
-        let w = unsafe { Segment::open_writable(&path) }?;
-        writable.push((path, w, info, state));
-    }
-    if live >= 2 && writable[live - 2].3 == SegmentState::Active {
-        let (_, s, _, _) = &writable[live - 2];
+        let s = unsafe { Segment::open_writable(&heads[live - 2].0) }?;
         s.publish_state(SegmentState::Sealed);
-        writable[live - 2].3 = SegmentState::Sealed;
+        heads[live - 2].2 = SegmentState::Sealed;
         report.completed_roll = true;
     }
-    for (path, s, info, state) in writable.iter().take(live) {
-        if *state == SegmentState::Sealed && !index_is_sound(dir, s, info) {
-            rebuild_index(dir, s, info, cfg.index_stride, path)?;
-            report.indexes_rebuilt.push(info.index);
+    // Each sealed segment's index, one segment open at a time (read-only: rebuilding an
+    // index only reads its segment).
+    for (path, info, state) in heads.iter().take(live) {
+        if *state == SegmentState::Sealed {
+            let s = Segment::open(path)?;
+            if !index_is_sound(dir, &s, info) {
+                rebuild_index(dir, &s, info, cfg.index_stride, path)?;
+                report.indexes_rebuilt.push(info.index);
+            }
         }
     }
-    let prepared = if writable.len() > live {
-        Some(writable.pop().expect("len > live").1)
+    let prepared = if heads.len() > live {
+        // SAFETY: we hold the store lock: we are the single appender.
+        Some(unsafe { Segment::open_writable(&heads[live].0) }?)
     } else {
         None
     };
-    let (_, active, info, _) = writable.pop().expect("live >= 1");
+    let (active_path, info, _) = &heads[live - 1];
+    let info = *info;
     if let Some(end) = sealed_end {
         // The last live segment is sealed (a power loss kept the seal, not the activation of
         // its successor): activate the successor, prepared or new.
@@ -86,6 +88,8 @@ pub(super) fn repair(
         return finish(dir, cfg, lock, next, None, Some(end), report);
     }
     let scan = active_scan.expect("the last live segment is active");
+    // SAFETY: we hold the store lock: we are the single appender.
+    let active = unsafe { Segment::open_writable(active_path) }?;
     if let Some((pos, fault)) = scan.end.fault {
         report.cut = Some((pos, fault.to_string()));
     }

@@ -13,8 +13,11 @@ use crate::layout::Listing;
 use crate::scan::{file_offset, scan, ScanEnd};
 use crate::segment::Segment;
 
-/// One segment as validation opened it (read-only).
-pub(super) type Opened = (PathBuf, Segment, SegmentInfo, SegmentState);
+/// One segment as validation read its header: its file, header fields and state. No file
+/// stays open: validation maps one segment at a time, and repair opens again the few it
+/// changes, so a store of any number of segments opens within a process's file and mapping
+/// limits.
+pub(super) type Head = (PathBuf, SegmentInfo, SegmentState);
 
 /// What validation found.
 pub(super) enum Validated {
@@ -27,7 +30,7 @@ pub(super) enum Validated {
 /// A validated store.
 pub(super) struct Store {
     /// Every segment, in index order.
-    pub(super) segs: Vec<Opened>,
+    pub(super) heads: Vec<Head>,
     /// How many of them are live (all but a trailing prepared one).
     pub(super) live: usize,
     /// The scan of the last live segment when it is active: its valid prefix.
@@ -36,128 +39,91 @@ pub(super) struct Store {
     pub(super) sealed_end: Option<ScanEnd>,
 }
 
-/// Validates the segments of `listing` (not empty) for `cfg`.
+/// Validates the segments of `listing` (not empty) for `cfg`: first every header, then each
+/// live segment's frames, with one segment open at a time.
 pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated> {
-    let mut segs = Vec::with_capacity(listing.segments.len());
+    let mut heads = Vec::with_capacity(listing.segments.len());
     for (index, path) in &listing.segments {
-        let s = Segment::open(path)?;
-        let state = s.state().expect("Segment::open checked the state word");
-        let (info, header_ok) = s.info();
-        if info.stream_id != cfg.stream_id {
-            return Err(StoreError::StreamMismatch {
-                path: path.clone(),
-                expected: cfg.stream_id,
-                found: info.stream_id,
-            });
-        }
-        if info.index != *index {
-            return Err(StoreError::CorruptHeader {
-                path: path.clone(),
-                reason: format!("header says index {}, file name {}", info.index, index),
-            });
-        }
-        if state != SegmentState::Prepared {
-            if !header_ok {
-                return Err(StoreError::CorruptHeader {
-                    path: path.clone(),
-                    reason: "header checksum mismatch".into(),
-                });
-            }
-            info.plausible()
-                .map_err(|reason| StoreError::CorruptHeader {
-                    path: path.clone(),
-                    reason,
-                })?;
-        }
-        segs.push((path.clone(), s, info, state));
+        heads.push(read_head(cfg, *index, path)?);
     }
     // Which segments are live: all but a trailing Prepared one.
-    let live = segs
+    let live = heads
         .iter()
-        .rposition(|(_, _, _, st)| *st != SegmentState::Prepared)
+        .rposition(|(_, _, st)| *st != SegmentState::Prepared)
         .map(|i| i + 1)
         .unwrap_or(0);
     if live == 0 {
         // A crash between preparing segment 0 and activating it, while creating the store.
-        if segs.len() == 1 && segs[0].2.index == 0 {
-            return Ok(Validated::Unactivated(segs.pop().expect("one segment").0));
+        if heads.len() == 1 && heads[0].1.index == 0 {
+            return Ok(Validated::Unactivated(heads.pop().expect("one segment").0));
         }
         return Err(StoreError::CorruptHeader {
-            path: segs[0].0.clone(),
+            path: heads[0].0.clone(),
             reason: "no active segment (only prepared ones)".into(),
         });
     }
-    if segs.len() - live > 1 {
+    if heads.len() - live > 1 {
         return Err(StoreError::CorruptHeader {
-            path: segs[live + 1].0.clone(),
+            path: heads[live + 1].0.clone(),
             reason: "more than one prepared segment after the active one".into(),
         });
     }
-    for k in 0..live {
-        let (path, s, info, state) = &segs[k];
-        let committed = s.committed();
-        if committed < info.base_position || committed > info.limit_position() {
+    for k in 0..live - 1 {
+        let (path, info, state) = &heads[k];
+        let (next_path, next, _) = &heads[k + 1];
+        let s = Segment::open(path)?;
+        let committed = check_committed(&s, info, path)?;
+        // Mid-roll crash: the next segment was activated but this one not yet sealed.
+        let interrupted_roll = *state == SegmentState::Active && k + 2 == live;
+        if *state != SegmentState::Sealed && !interrupted_roll {
             return Err(StoreError::CorruptHeader {
                 path: path.clone(),
+                reason: format!("segment {} is not sealed but not the last", info.index),
+            });
+        }
+        if *state == SegmentState::Sealed && next.base_position != committed {
+            return Err(StoreError::CorruptHeader {
+                path: next_path.clone(),
                 reason: format!(
-                    "committed position {committed} outside [{}, {}]",
-                    info.base_position,
-                    info.limit_position()
+                    "base position {} != end {} of the previous segment",
+                    next.base_position, committed
                 ),
             });
         }
-        if k + 1 < live {
-            let (_, _, next, _) = &segs[k + 1];
-            // Mid-roll crash: the next segment was activated but this one not yet sealed.
-            let interrupted_roll = *state == SegmentState::Active && k + 2 == live;
-            if *state != SegmentState::Sealed && !interrupted_roll {
+        if *state == SegmentState::Sealed {
+            // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
+            // seq), ending exactly where its successor begins.
+            let end = scan_sealed(&s, info, path)?;
+            if end.next_seq != next.base_seq {
                 return Err(StoreError::CorruptHeader {
-                    path: path.clone(),
-                    reason: format!("segment {} is not sealed but not the last", info.index),
-                });
-            }
-            if *state == SegmentState::Sealed && next.base_position != committed {
-                return Err(StoreError::CorruptHeader {
-                    path: segs[k + 1].0.clone(),
+                    path: next_path.clone(),
                     reason: format!(
-                        "base position {} != end {} of the previous segment",
-                        next.base_position, committed
+                        "base seq {} != next seq {} after the previous segment",
+                        next.base_seq, end.next_seq
                     ),
                 });
             }
-            if *state == SegmentState::Sealed {
-                // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
-                // seq), ending exactly where its successor begins.
-                let end = scan_sealed(s, info, path)?;
-                if end.next_seq != next.base_seq {
-                    return Err(StoreError::CorruptHeader {
-                        path: segs[k + 1].0.clone(),
-                        reason: format!(
-                            "base seq {} != next seq {} after the previous segment",
-                            next.base_seq, end.next_seq
-                        ),
-                    });
-                }
-            }
-            if interrupted_roll {
-                let end = scan_committed_region(s, info, path)?;
-                if end.end_position != next.base_position || end.next_seq != next.base_seq {
-                    return Err(StoreError::CorruptHeader {
-                        path: segs[k + 1].0.clone(),
-                        reason: format!(
-                            "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
-                            end.end_position, end.next_seq, next.base_position, next.base_seq
-                        ),
-                    });
-                }
+        }
+        if interrupted_roll {
+            let end = scan_committed_region(&s, info, path)?;
+            if end.end_position != next.base_position || end.next_seq != next.base_seq {
+                return Err(StoreError::CorruptHeader {
+                    path: next_path.clone(),
+                    reason: format!(
+                        "interrupted roll: previous segment ends at position {} seq {}, this one starts at {} seq {}",
+                        end.end_position, end.next_seq, next.base_position, next.base_seq
+                    ),
+                });
             }
         }
     }
     // The last live segment: an active one is scanned frame by frame (its valid prefix is
     // what survives); a sealed one must be whole.
-    let (last_path, last_seg, last_info, last_state) = &segs[live - 1];
+    let (last_path, last_info, last_state) = &heads[live - 1];
+    let last_seg = Segment::open(last_path)?;
+    check_committed(&last_seg, last_info, last_path)?;
     let active_scan = if *last_state == SegmentState::Active {
-        let scan = ActiveScan::run(last_seg, last_info, cfg.index_stride)?;
+        let scan = ActiveScan::run(&last_seg, last_info, cfg.index_stride)?;
         let published = last_seg.committed();
         if scan.end.end_position < published && !cfg.repair {
             let reason = scan
@@ -181,28 +147,81 @@ pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated
         // The appender activates a segment's successor before it seals it, so a sealed last
         // segment with no successor file means that file (and every frame in it, which
         // replicas may hold) is gone: continuing would hand its seqs out again.
-        if segs.len() == live && !cfg.repair {
+        if heads.len() == live && !cfg.repair {
             return Err(StoreError::CorruptHeader {
                 path: last_path.clone(),
                 reason: format!(
                     "segment {} is sealed, but segment {} after it is missing: its frames (from seq {}) may be held by replicas; restore it from a replica, or open with repair to continue from that seq anyway",
                     last_info.index,
                     last_info.index + 1,
-                    scan_sealed(last_seg, last_info, last_path)?.next_seq
+                    scan_sealed(&last_seg, last_info, last_path)?.next_seq
                 ),
             });
         }
-        Some(scan_sealed(last_seg, last_info, last_path)?)
+        Some(scan_sealed(&last_seg, last_info, last_path)?)
     } else {
         None
     };
+    drop(last_seg);
 
     Ok(Validated::Store(Store {
-        segs,
+        heads,
         live,
         active_scan,
         sealed_end,
     }))
+}
+
+/// Segment `index`'s header, at `path`: its stream must be `cfg`'s and its index the file
+/// name's, and an active or sealed one's checksum must match and its fields be plausible.
+/// The file is closed again.
+fn read_head(cfg: &StoreConfig, index: u64, path: &Path) -> Result<Head> {
+    let s = Segment::open(path)?;
+    let state = s.state().expect("Segment::open checked the state word");
+    let (info, header_ok) = s.info();
+    if info.stream_id != cfg.stream_id {
+        return Err(StoreError::StreamMismatch {
+            path: path.into(),
+            expected: cfg.stream_id,
+            found: info.stream_id,
+        });
+    }
+    if info.index != index {
+        return Err(StoreError::CorruptHeader {
+            path: path.into(),
+            reason: format!("header says index {}, file name {}", info.index, index),
+        });
+    }
+    if state != SegmentState::Prepared {
+        if !header_ok {
+            return Err(StoreError::CorruptHeader {
+                path: path.into(),
+                reason: "header checksum mismatch".into(),
+            });
+        }
+        info.plausible()
+            .map_err(|reason| StoreError::CorruptHeader {
+                path: path.into(),
+                reason,
+            })?;
+    }
+    Ok((path.into(), info, state))
+}
+
+/// The committed position of live segment `s`, which must lie within its frame area.
+fn check_committed(s: &Segment, info: &SegmentInfo, path: &Path) -> Result<u64> {
+    let committed = s.committed();
+    if committed < info.base_position || committed > info.limit_position() {
+        return Err(StoreError::CorruptHeader {
+            path: path.into(),
+            reason: format!(
+                "committed position {committed} outside [{}, {}]",
+                info.base_position,
+                info.limit_position()
+            ),
+        });
+    }
+    Ok(committed)
 }
 
 /// The frame-by-frame scan of an active segment: where its valid prefix ends and the index
