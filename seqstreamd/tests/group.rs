@@ -363,6 +363,9 @@ fn a_member_restarted_after_an_error_campaigns_again() {
     g.wait_state(1, 2);
     g.wait_state(2, 1);
     wait_counter(&g.counters(2), "md member eligible", LONG, |v| v == 1);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send(&source, g.datagram_addr(1), 1, 100);
+    wait_messages(&g, &g.store(2), 100);
     pause(&one, true);
     // Every segment (the active one and the next, prepared ahead).
     for segment in std::fs::read_dir(g.store(1)).unwrap() {
@@ -390,6 +393,10 @@ fn a_member_restarted_after_an_error_campaigns_again() {
         kill(&mut two);
     }
     g.wait_state(1, 2);
+    // Every message once, in order, and the source goes on with the new leader.
+    send(&source, g.datagram_addr(1), 101, 110);
+    wait_messages(&g, &g.store(1), 110);
+    assert_eq!(messages(&g.store(1)).0, (1..=110).collect::<Vec<_>>());
 }
 
 /// A standby that lagged, then led a short term of its own, comes back to a leader whose

@@ -500,4 +500,12 @@ fn a_store_of_more_segments_than_open_files_allowed_opens_for_writing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every frame is still there, in order.
+    let mut t = Tailer::open(dir.path()).unwrap();
+    let mut next = 1;
+    while let Some(f) = t.poll().unwrap() {
+        assert_eq!(f.seq(), next);
+        next += 1;
+    }
+    assert_eq!(next - 1, 6 * SEGMENTS + 1);
 }
