@@ -67,6 +67,12 @@ fn pump(what: &str, seq: &mut Sequencer, mut done: impl FnMut(&Sequencer) -> boo
     }
 }
 
+/// Sends source `SOURCE`'s messages `seqs` to `seq` in one datagram.
+fn send(source: &UdpSocket, seq: &Sequencer, seqs: std::ops::Range<u64>) {
+    let datagram = seqstream_testkit::pattern_datagram(STREAM, SOURCE, seqs);
+    source.send_to(&datagram, seq.local_addr()).unwrap();
+}
+
 fn wait(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !done() {
@@ -105,12 +111,7 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
 
     // Node 1 leads term 1: its first cycle writes the term-start frame, then it sequences.
     wait("node 1 leads", || e1.fence().term_if_leading().is_some());
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..41),
-            a.local_addr(),
-        )
-        .unwrap();
+    send(&source, &a, 1..41);
     pump("node 1 sequences 40", &mut a, |s| {
         s.appender().next_seq() == 42
     });
@@ -129,22 +130,12 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
 
     // Node 1 is cut off from etcd. Until its fence lapses it may sequence; after, nothing.
     link.cut();
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 41..51),
-            a.local_addr(),
-        )
-        .unwrap();
+    send(&source, &a, 41..51);
     pump("node 1's fence lapses", &mut a, |_| {
         e1.fence().term_if_leading().is_none()
     });
     let a_end = a.appender().next_seq();
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 51..61),
-            a.local_addr(),
-        )
-        .unwrap();
+    send(&source, &a, 51..61);
     for _ in 0..1000 {
         assert_eq!(a.do_work().unwrap(), 0, "a fenced sequencer does nothing");
     }
@@ -162,18 +153,8 @@ fn a_fenced_leader_stops_and_its_standby_takes_over_in_a_new_term_losing_nothing
     drop(replica);
     let mut b = sequencer(dir.path(), &store_b, Arc::new(e2.fence()));
     // The source resends everything it has not seen confirmed, and goes on.
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..61),
-            b.local_addr(),
-        )
-        .unwrap();
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 61..71),
-            b.local_addr(),
-        )
-        .unwrap();
+    send(&source, &b, 1..61);
+    send(&source, &b, 61..71);
     pump("node 2 sequences up to 70", &mut b, |s| {
         s.appender().next_seq() == 70 + 2 + 1
     });
@@ -222,12 +203,7 @@ fn every_cycle_asks_the_gate_again_after_starting_a_term() {
     });
     let mut seq = sequencer(dir.path(), &store, gate.clone());
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..11),
-            seq.local_addr(),
-        )
-        .unwrap();
+    send(&source, &seq, 1..11);
     // Until the term is started the gate may be asked many times (the next segment may still
     // be in preparation); the cycle that starts it ends there.
     pump("term 1 starts", &mut seq, |s| s.appender().term() == 1);
@@ -263,12 +239,7 @@ fn a_sequencer_its_gate_holds_back_still_flushes() {
         gate.clone(),
     );
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
-    source
-        .send_to(
-            &seqstream_testkit::pattern_datagram(STREAM, SOURCE, 1..11),
-            seq.local_addr(),
-        )
-        .unwrap();
+    send(&source, &seq, 1..11);
     pump("the datagram is sequenced", &mut seq, |s| {
         s.appender().next_seq() == 12
     });
