@@ -122,6 +122,32 @@ impl OmsCounters {
 const FRAMES_PER_CYCLE: usize = 256;
 
 impl Oms {
+    /// An OMS answering the orders `tailer` reads, as source `source_id` of stream
+    /// `stream_id` through `outbox`, from the stream's start (nothing answered yet).
+    fn new(
+        tailer: seqstream_store::Tailer,
+        outbox: Outbox,
+        source_id: u32,
+        stream_id: u32,
+        c: OmsCounters,
+        summary: Option<PathBuf>,
+    ) -> Oms {
+        Oms {
+            tailer,
+            outbox,
+            source_id,
+            stream_id,
+            clock: WallClock::new(),
+            answered: HashSet::new(),
+            backlog: VecDeque::new(),
+            caught_up: false,
+            next_order_id: 1,
+            buf: [0u8; 256],
+            c,
+            summary,
+        }
+    }
+
     /// Reads frames, at most [`FRAMES_PER_CYCLE`]; the work done. The first cycle that
     /// reaches the stream's end marks the OMS caught up, whatever it read before: a stream
     /// that never pauses between two cycles does not hold the answers back.
@@ -283,20 +309,14 @@ fn main() -> Result<()> {
         );
     }
     tracing::info!(orders = %cli.orders.display(), "answering");
-    let oms = Oms {
+    let oms = Oms::new(
         tailer,
         outbox,
-        source_id: cli.source_id,
-        stream_id: cli.stream_id,
-        clock: WallClock::new(),
-        answered: HashSet::new(),
-        backlog: VecDeque::new(),
-        caught_up: false,
-        next_order_id: 1,
-        buf: [0u8; 256],
+        cli.source_id,
+        cli.stream_id,
         c,
-        summary: cli.summary.clone(),
-    };
+        cli.summary.clone(),
+    );
     let runner = AgentRunner::start(
         oms,
         RunnerConfig::placed(cli.core, cli.idle.clone(), &counters),
@@ -344,21 +364,14 @@ mod tests {
         orders.append_with(&fields, &buf[..n]).unwrap();
         let w = CountersWriter::create(&d.path().join("oms.counters"), 16).unwrap();
         let c = OmsCounters::new(&w).unwrap();
-        let mut oms = Oms {
-            tailer: seqstream_store::Tailer::open(d.path().join("orders")).unwrap(),
-            outbox: Outbox::open_or_create(&d.path().join("oms.outbox"), 21, stream, 1 << 20, 64)
-                .unwrap(),
-            source_id: 21,
-            stream_id: stream,
-            clock: WallClock::new(),
-            answered: HashSet::new(),
-            backlog: VecDeque::new(),
-            caught_up: false,
-            next_order_id: 1,
-            buf: [0u8; 256],
+        let mut oms = Oms::new(
+            seqstream_store::Tailer::open(d.path().join("orders")).unwrap(),
+            Outbox::open_or_create(&d.path().join("oms.outbox"), 21, stream, 1 << 20, 64).unwrap(),
+            21,
+            stream,
             c,
-            summary: None,
-        };
+            None,
+        );
         let cycle = DutyCycle {
             now_ns: Clock::system().monotonic_ns(),
         };
