@@ -1,6 +1,7 @@
 //! The appender: the single writer of a store. Assigns each frame its seq and timestamp,
 //! writes it in place in the mapped active segment and publishes the committed position with
-//! release ordering; rolls to the next segment, which a background thread prepared.
+//! release ordering; rolls to the next segment, which a background thread prepared, and has
+//! another make the sealed one durable and write its seal record (`seal`).
 //!
 //! It never blocks on another process, never writes below the committed position, and never
 //! makes a frame visible that it has not completely written.
@@ -18,6 +19,7 @@ use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
 use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
 use crate::scan::file_offset;
+use crate::seal::{self, SealRecord};
 use crate::segment::Segment;
 use seqstream_agent::clock::{saturating_ns, MonotonicStamp};
 
@@ -41,6 +43,11 @@ pub struct AppenderStats {
     pub roll_stalls: u64,
     /// `msync` calls made by the flush policy or `flush()`.
     pub flushes: u64,
+    /// Sealed segments synced and given a seal record in the background, so that the next
+    /// open need not scan them (`store/FORMAT.md`, "Seal record").
+    pub seals_recorded: u64,
+    /// Sealed segments whose sync or record failed (an I/O error): the next open scans them.
+    pub seal_record_failures: u64,
 }
 
 /// How often a writer's duty cycle runs [`Appender::check_file`], busy or idle: 100 ms, in ns.
@@ -87,6 +94,8 @@ pub struct Appender {
     next_index_position: u64,
     prepared: Option<Prepared>,
     preparing: Option<JoinHandle<Result<Prepared>>>,
+    /// The thread that records seals, started at the first.
+    seals: Option<seal::Recorder>,
     frames_since_flush: u32,
     last_flush_ns: u64,
     flushed_position: u64,
@@ -166,6 +175,7 @@ impl Appender {
             next_index_position: r.next_index_position,
             prepared,
             preparing: None,
+            seals: None,
             frames_since_flush: 0,
             last_flush_ns: cfg.clock.clone().monotonic_ns(),
             flushed_position: r.scan.end_position,
@@ -248,7 +258,25 @@ impl Appender {
 
     /// Counters since open.
     pub fn stats(&self) -> AppenderStats {
-        self.stats
+        self.stats_with(self.seals.as_ref().map_or((0, 0), seal::Recorder::counts))
+    }
+
+    /// Closes the store, as dropping the appender does, and returns its final counters: the
+    /// segments it sealed are synced and recorded (or failed) by then. Closing (or dropping)
+    /// waits for those syncs before it releases the store's lock, so that no record is written
+    /// after another process may have cut the store: with `FlushPolicy::None`, up to a
+    /// segment's worth of dirty pages written back if it sealed one just before.
+    pub fn close(mut self) -> AppenderStats {
+        let seals = self.seals.take().map_or((0, 0), seal::Recorder::finish);
+        self.stats_with(seals)
+    }
+
+    fn stats_with(&self, (seals_recorded, seal_record_failures): (u64, u64)) -> AppenderStats {
+        AppenderStats {
+            seals_recorded,
+            seal_record_failures,
+            ..self.stats
+        }
     }
 
     /// The largest payload one frame can carry.
@@ -647,6 +675,19 @@ impl Appender {
         );
     }
 
+    /// Hands the segment just sealed to the seal recorder ([`seal::record`]), started here at
+    /// the first seal.
+    fn start_recording_seal(&mut self) {
+        let record = SealRecord {
+            end_position: self.position,
+            next_seq: self.next_seq,
+            header_crc: self.segment.header_crc(),
+        };
+        self.seals
+            .get_or_insert_with(|| seal::Recorder::start(&self.dir))
+            .seal(self.segment.path().to_path_buf(), self.info.index, record);
+    }
+
     /// The next segment: the one prepared ahead if it is ready and of the configured size
     /// (a store reopened with another segment size discards it), else one prepared now.
     fn take_prepared(&mut self) -> Result<Prepared> {
@@ -692,6 +733,7 @@ impl Appender {
             version,
         });
         self.segment.publish_state(SegmentState::Sealed);
+        self.start_recording_seal();
         self.prior_term = self.info.term;
         let (info, _) = next.segment.info();
         self.segment = next.segment;
@@ -727,6 +769,9 @@ impl Drop for Appender {
         if let Some(h) = self.preparing.take() {
             let _ = h.join();
         }
+        // Its seal records written before the store's lock is released: the next open finds
+        // every segment this appender sealed recorded, unless a sync failed.
+        self.seals = None;
     }
 }
 

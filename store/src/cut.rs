@@ -11,8 +11,10 @@
 //! decimal): written (and synced) before anything changes, removed after everything is
 //! synced; every open for writing completes a cut whose intent it finds before it looks at
 //! anything else. Each step is idempotent:
-//! 1. delete the segments after the one the cut lands in, last first (with their indexes),
-//! 2. make that segment active again (a cut at its end leaves it with no successor),
+//! 1. delete the segments after the one the cut lands in, last first (each after its seal
+//!    record and index),
+//! 2. delete that segment's seal record and make the segment active again (a cut at its end
+//!    leaves it with no successor),
 //! 3. zero its bytes from the cut on (the first frame after the cut first, so a crash during
 //!    it leaves no valid frame past the cut), and store the committed position,
 //! 4. delete its index (rebuilt by the recovery of the open that ends the cut).
@@ -28,6 +30,7 @@ use crate::format::SegmentState;
 use crate::index::index_file_name;
 use crate::lock::DirLock;
 use crate::scan::{file_offset, scan};
+use crate::seal::seal_file_name;
 use crate::segment::Segment;
 
 /// The intent file's name, in the store directory.
@@ -216,11 +219,16 @@ fn plan(dir: &Path, position: u64) -> Result<Plan> {
 fn apply(dir: &Path, position: u64) -> Result<()> {
     let plan = plan(dir, position)?;
     for (index, path) in plan.later.iter().rev() {
-        remove_if_exists(path)?;
+        // The segment last: a crash before it leaves a segment file that the next try of the
+        // cut finds again, never an index or a seal record without one.
+        remove_if_exists(&dir.join(seal_file_name(*index)))?;
         remove_if_exists(&dir.join(index_file_name(*index)))?;
+        remove_if_exists(path)?;
     }
     sync_dir(dir)?;
     let (path, index) = &plan.keep;
+    // Its seal record first: it no longer holds once the segment is active again.
+    remove_if_exists(&dir.join(seal_file_name(*index)))?;
     // SAFETY: the caller holds the store's lock: no appender maps it.
     let s = unsafe { Segment::open_writable(path) }?;
     let info = s.checked_info()?;

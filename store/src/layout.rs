@@ -1,9 +1,11 @@
-//! The files of a store directory: which segment files exist, in which order, and the
-//! leftovers of interrupted preparations. Reads the directory only; changes nothing.
+//! The files of a store directory: which segment files exist, in which order, their seal
+//! records, and the leftovers of interrupted preparations. Reads the directory only; changes
+//! nothing.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
+use crate::seal::{parse_seal_file_name, SEAL_TMP_SUFFIX};
 use crate::segment::{parse_segment_file_name, TMP_SUFFIX};
 
 /// What a store directory holds.
@@ -11,9 +13,11 @@ use crate::segment::{parse_segment_file_name, TMP_SUFFIX};
 pub struct Listing {
     /// `(index, path)` of every segment file, sorted by index, indices contiguous.
     pub segments: Vec<(u64, PathBuf)>,
-    /// Temporary files of segment preparations or index rebuilds a crash interrupted (safe for
-    /// the appender to delete).
+    /// Temporary files of segment preparations, index rebuilds or seal records a crash
+    /// interrupted (safe for the appender to delete).
     pub leftovers: Vec<PathBuf>,
+    /// `(index, path)` of every seal record (`crate::seal`), in no particular order.
+    pub seal_records: Vec<(u64, PathBuf)>,
 }
 
 /// Lists `dir`; a directory that does not exist lists as empty (no store yet: what a
@@ -32,7 +36,12 @@ pub fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = name.to_str() else { continue };
         if let Some(index) = parse_segment_file_name(name) {
             listing.segments.push((index, entry.path()));
-        } else if name.ends_with(TMP_SUFFIX) || name.ends_with(".idx.tmp") {
+        } else if let Some(index) = parse_seal_file_name(name) {
+            listing.seal_records.push((index, entry.path()));
+        } else if name.ends_with(TMP_SUFFIX)
+            || name.ends_with(".idx.tmp")
+            || name.ends_with(SEAL_TMP_SUFFIX)
+        {
             listing.leftovers.push(entry.path());
         }
     }

@@ -34,13 +34,14 @@
 //! | [`appender`] | the single writer |
 //! | [`tailer`] | readers, seeking |
 //! | `recovery` (private; [`RecoveryReport`] is public) | validation, then crash recovery, when an appender opens a store |
+//! | [`seal`] | a sealed segment's seal record: synced, then written, so that recovery need not scan it |
 //! | `lock` (private) | the `flock` that makes an appender the store's single writer |
 //! | [`verify`] | `storetool verify`: every check of a store's files, read-only |
 //!
 //! An application needs [`Appender`], [`Tailer`] and their types, all at the crate root, and a
 //! replication client the appender's replica methods ([`Appender::open_replica`],
-//! [`Appender::append_replicated`], …). `format`, `segment`, `index`, `layout` and `scan` stay
-//! public for `storetool info` and for the tests that craft damaged files; nothing else
+//! [`Appender::append_replicated`], …). `format`, `segment`, `index`, `seal`, `layout` and
+//! `scan` stay public for `storetool info` and for the tests that craft damaged files; nothing else
 //! outside the crate reaches into them.
 
 pub mod appender;
@@ -58,6 +59,7 @@ mod mapped;
 pub mod pattern;
 mod recovery;
 pub mod scan;
+pub mod seal;
 pub mod segment;
 pub mod sigbus;
 pub mod tailer;

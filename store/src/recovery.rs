@@ -5,12 +5,13 @@
 //! 1. take the appender lock (`Locked` if held), and complete a cut a crash interrupted
 //!    ([`crate::cut`]: its intent file says where);
 //! 2. `validate`: list and open every segment read-only and check magic, version, stream id,
-//!    index, header checksum, length and the position and seq chain, scan every frame of every
-//!    sealed segment (length, CRC32C, seq) and the active segment frame by frame: any fault is
-//!    a typed error naming the file and position, and nothing has been written;
+//!    index, header checksum, length and the position and seq chain, scan every frame (length,
+//!    CRC32C, seq) of every sealed segment that has no matching seal record (`crate::seal`) and
+//!    the active segment frame by frame: any fault is a typed error naming the file and
+//!    position, and nothing has been written;
 //! 3. only then `repair`: delete interrupted preparations, cut the active segment at its first
 //!    invalid frame, zero everything after the cut, rebuild its index, finish an interrupted
-//!    roll, and rebuild any damaged index.
+//!    roll, rebuild any damaged index, and record the seals of the sealed segments it scanned.
 //!
 //! This module owns the orchestration, the report and what both steps share; `validate`
 //! never writes, and `repair` runs only on what `validate` accepted.
@@ -21,6 +22,7 @@ use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::format::{Activation, SegmentInfo};
 use crate::index::{Index, IndexEntry};
+use crate::layout::Listing;
 use crate::lock::DirLock;
 use crate::scan::{scan, ScanEnd};
 use crate::segment::Segment;
@@ -49,10 +51,21 @@ pub struct RecoveryReport {
     pub lost_committed: bool,
     /// Segment indices whose index file was missing or damaged and was rebuilt.
     pub indexes_rebuilt: Vec<u64>,
-    /// Temporary files of interrupted preparations that were deleted.
+    /// Temporary files of interrupted preparations that were deleted, and seal records of
+    /// segments that are not sealed (the active one and any after it).
     pub removed_leftovers: Vec<PathBuf>,
     /// `true` when an interrupted roll was completed (previous segment sealed).
     pub completed_roll: bool,
+    /// Sealed segments accepted by their seal record, without a scan of their frames.
+    pub sealed_trusted: usize,
+    /// Segment indices of sealed segments that were scanned frame by frame (no seal record
+    /// matched: sealed by a build without records, or a crash before the record was written)
+    /// and are now synced and recorded, so that the next open need not scan them.
+    pub seals_recorded: Vec<u64>,
+    /// Segment indices of sealed segments that were scanned but whose sync or record failed
+    /// (an I/O error; the open goes on, as a record is only a shortcut): the next open scans
+    /// them again.
+    pub seal_record_failures: Vec<u64>,
 }
 
 /// A store opened for writing, recovered and ready to append.
@@ -89,16 +102,16 @@ pub(crate) fn open_for_append(
         let Some(first) = create else {
             return Err(StoreError::NoStore { path: dir.into() });
         };
-        remove_leftovers(&listing.leftovers, &mut report)?;
+        remove_leftovers(&listing, 0, &mut report)?;
         let active = Segment::prepare(dir, cfg.stream_id, 0, cfg.segment_size, cfg.pretouch)?;
         active.activate(&first);
         report.created = true;
         return finish(dir, cfg, lock, active, None, None, report);
     }
 
-    match validate::validate(cfg, &listing)? {
+    match validate::validate(dir, cfg, &listing)? {
         Validated::Unactivated(path) => {
-            remove_leftovers(&listing.leftovers, &mut report)?;
+            remove_leftovers(&listing, 0, &mut report)?;
             // SAFETY: we hold the store lock: we are the single appender.
             let active = unsafe { Segment::open_writable(&path) }?;
             let first = create.unwrap_or_else(|| {
@@ -112,14 +125,20 @@ pub(crate) fn open_for_append(
             report.created = true;
             finish(dir, cfg, lock, active, None, None, report)
         }
-        Validated::Store(store) => {
-            repair::repair(dir, cfg, lock, store, &listing.leftovers, report)
-        }
+        Validated::Store(store) => repair::repair(dir, cfg, lock, store, &listing, report),
     }
 }
 
-fn remove_leftovers(leftovers: &[PathBuf], report: &mut RecoveryReport) -> Result<()> {
-    for p in leftovers {
+/// Deletes the temporary files of interrupted preparations, index rebuilds and seal records,
+/// and the seal records of segments `from_index` on: the active segment and any after it have
+/// none that holds (left by a crash in a cut, or by a cut of a build before records).
+fn remove_leftovers(listing: &Listing, from_index: u64, report: &mut RecoveryReport) -> Result<()> {
+    let stale = listing
+        .seal_records
+        .iter()
+        .filter(|(index, _)| *index >= from_index)
+        .map(|(_, path)| path);
+    for p in listing.leftovers.iter().chain(stale) {
         std::fs::remove_file(p).map_err(|e| StoreError::io("remove", p, e))?;
         report.removed_leftovers.push(p.clone());
     }

@@ -194,6 +194,11 @@ impl Segment {
         self.file.volatile_copy::<256>(0)
     }
 
+    /// The header's stored CRC32C of its immutable fields (offset 60).
+    pub fn header_crc(&self) -> u32 {
+        u32::from_le_bytes(self.file.volatile_copy::<4>(seg::HEADER_CRC))
+    }
+
     /// The immutable header fields and whether their checksum holds.
     pub fn info(&self) -> (SegmentInfo, bool) {
         format::read_segment_info(&self.header_copy())

@@ -104,6 +104,10 @@ fn killed_mid_roll_after_activating_the_next_segment() {
         open_seg(dir.path(), segs - 2).state(),
         Some(SegmentState::Sealed)
     );
+    // The segments sealed before are taken on their seal records; the one whose roll this
+    // open completed was scanned, and is recorded now.
+    assert_eq!(r.sealed_trusted as u64, segs - 2, "{r:?}");
+    assert_eq!(r.seals_recorded, vec![segs - 2], "{r:?}");
 }
 
 #[test]

@@ -39,6 +39,33 @@ fn frames(dir: &Path) -> Vec<(u64, u64)> {
     out
 }
 
+/// The indices of the seal record files in `dir`, in order.
+fn seal_records(dir: &Path) -> Vec<u64> {
+    let mut out: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".seal")?.parse().ok()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The indices of the sealed segments in `dir`, in order.
+fn sealed_segments(dir: &Path) -> Vec<u64> {
+    seqstream_store::layout::list(dir)
+        .unwrap()
+        .segments
+        .into_iter()
+        .filter(|(_, p)| {
+            seqstream_store::segment::Segment::open(p).unwrap().state()
+                == Some(seqstream_store::format::SegmentState::Sealed)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 fn check_cut_at(k: usize, starts: &[(u64, u64)], dir: &Path) {
     let (position, _) = starts[k];
     let r = cut_to(dir, &cfg(), position).unwrap();
@@ -46,6 +73,11 @@ fn check_cut_at(k: usize, starts: &[(u64, u64)], dir: &Path) {
     assert_eq!(r.frames, (starts.len() - k) as u64);
     assert_eq!(frames(dir), starts[..k]);
     assert!(!dir.join(INTENT).exists());
+    assert_eq!(
+        seal_records(dir),
+        sealed_segments(dir),
+        "seal records remain for the segments still sealed, and only for them"
+    );
     let v = verify::verify(dir).unwrap();
     assert!(v.is_ok(), "{:?}", v.faults);
     // The appender continues at the cut, as if the tail had never been written.

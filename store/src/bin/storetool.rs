@@ -11,6 +11,7 @@ use seqstream_store::composite::Origin;
 use seqstream_store::format::{self, flags, FrameFields, SegmentState};
 use seqstream_store::index::Index;
 use seqstream_store::scan::scan;
+use seqstream_store::seal;
 use seqstream_store::segment::Segment;
 use seqstream_store::{layout, pattern, Appender, FlushPolicy, Frame, StoreConfig, Tailer};
 use serde::Serialize;
@@ -237,6 +238,9 @@ struct SegmentJson {
     created_ns: u64,
     version: u32,
     term: u32,
+    /// A sealed segment whose seal record vouches for it and its live successor: an
+    /// appender's open accepts it without scanning its frames (`store/FORMAT.md`).
+    seal_recorded: bool,
 }
 
 #[derive(Serialize)]
@@ -268,6 +272,9 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
         bail!("{}: no store here (no segment files)", dir.display());
     }
     let mut segments = Vec::new();
+    // Each segment's header, header CRC, committed position, state and seal record: a record
+    // is checked against its segment's successor once all are read.
+    let mut heads = Vec::new();
     let mut stream_id = 0;
     let mut committed = 0;
     let mut term = 0;
@@ -295,7 +302,22 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
             created_ns: i.created_ns,
             version: format::get_u32(&s.header_copy(), format::seg::VERSION),
             term: i.term,
+            seal_recorded: false,
         });
+        let record = (state == Some(SegmentState::Sealed))
+            .then(|| seal::read(dir, *index))
+            .flatten();
+        heads.push((i, s.header_crc(), s.committed(), state, record));
+    }
+    // As recovery: a sealed segment's record counts when it vouches for it and its live
+    // successor.
+    for (k, (i, header_crc, committed, _, record)) in heads.iter().enumerate() {
+        segments[k].seal_recorded = match (record, heads.get(k + 1)) {
+            (Some(r), Some((next, _, _, Some(SegmentState::Active | SegmentState::Sealed), _))) => {
+                r.vouches_for(*header_crc, *committed, i, next)
+            }
+            _ => false,
+        };
     }
     if let Some(s) = segments.iter().find(|s| {
         Segment::open(&dir.join(&s.file)).is_ok_and(|seg| seg.info().0.stream_id != stream_id)
@@ -347,7 +369,7 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
         println!("segments   {}", out.segments.len());
         for s in &out.segments {
             println!(
-                "  {} {:<8} term {:>6} base_seq {:>12} base_position {:>14} committed {:>14} length {} v{}",
+                "  {} {:<8} term {:>6} base_seq {:>12} base_position {:>14} committed {:>14} length {} v{}{}",
                 s.file,
                 s.state,
                 s.term,
@@ -355,7 +377,8 @@ fn info(dir: &Path, json: bool) -> Result<ExitCode> {
                 s.base_position,
                 s.committed_position,
                 s.length,
-                s.version
+                s.version,
+                if s.seal_recorded { " recorded" } else { "" }
             );
         }
     }
@@ -668,12 +691,13 @@ fn append(
             out.flush()?;
         }
     }
-    let s = appender.stats();
+    let last_seq = appender.next_seq() - 1;
+    let rolls = appender.stats();
+    // Closing the appender waits for its last seals to be recorded.
+    let seals = appender.close();
     eprintln!(
-        "storetool: appended {written} frames, last seq {}, {} rolls ({} stalled)",
-        appender.next_seq() - 1,
-        s.rolls,
-        s.roll_stalls
+        "storetool: appended {written} frames, last seq {last_seq}, {} rolls ({} stalled), {} seals recorded ({} failed)",
+        rolls.rolls, rolls.roll_stalls, seals.seals_recorded, seals.seal_record_failures
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,28 +1,31 @@
 //! Step 3 of opening a store for writing: repair what [`validate`](super::validate) found,
 //! with writable mappings of the segments it changes (the last two live ones and a prepared
-//! successor; the sealed ones are opened one at a time, read-only, to check their indexes). Deletes interrupted preparations, finishes an interrupted roll,
-//! rebuilds damaged indexes, and cuts the active segment at its valid prefix (zeroing what
-//! follows). Called only once validation has passed, under the store's lock.
+//! successor; the sealed ones are opened one at a time, read-only, to check their indexes).
+//! Deletes interrupted preparations, finishes an interrupted roll, rebuilds damaged indexes,
+//! records the seals of the sealed segments validation had to scan, and cuts the active
+//! segment at its valid prefix (zeroing what follows). Called only once validation has
+//! passed, under the store's lock.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::validate::{index_is_sound, Store};
 use super::{finish, rebuild_index, remove_leftovers, Recovered, RecoveryReport};
 use crate::config::StoreConfig;
 use crate::error::Result;
 use crate::format::{Activation, SegmentState, FORMAT_VERSION};
+use crate::layout::Listing;
 use crate::lock::DirLock;
 use crate::scan::{file_offset, ScanEnd};
+use crate::seal::{self, SealRecord};
 use crate::segment::Segment;
 
-/// Repairs the validated store in `dir`; `leftovers` are the temporary files of interrupted
-/// preparations.
+/// Repairs the validated store in `dir`, which `listing` lists.
 pub(super) fn repair(
     dir: &Path,
     cfg: &StoreConfig,
     lock: DirLock,
     store: Store,
-    leftovers: &[PathBuf],
+    listing: &Listing,
     mut report: RecoveryReport,
 ) -> Result<Recovered> {
     let Store {
@@ -30,8 +33,11 @@ pub(super) fn repair(
         live,
         active_scan,
         sealed_end,
+        trusted,
+        scanned,
     } = store;
-    remove_leftovers(leftovers, &mut report)?;
+    report.sealed_trusted = trusted;
+    remove_leftovers(listing, heads[live - 1].1.index, &mut report)?;
     if live >= 2 && heads[live - 2].2 == SegmentState::Active {
         // SAFETY: we hold the store lock: we are the single appender.
         let s = unsafe { Segment::open_writable(&heads[live - 2].0) }?;
@@ -40,13 +46,25 @@ pub(super) fn repair(
         report.completed_roll = true;
     }
     // Each sealed segment's index, one segment open at a time (read-only: rebuilding an
-    // index only reads its segment).
-    for (path, info, state) in heads.iter().take(live) {
+    // index only reads its segment), and the seal record of each that had to be scanned.
+    for (k, (path, info, state)) in heads.iter().enumerate().take(live) {
         if *state == SegmentState::Sealed {
             let s = Segment::open(path)?;
             if !index_is_sound(dir, &s, info) {
                 rebuild_index(dir, &s, info, cfg.index_stride, path)?;
                 report.indexes_rebuilt.push(info.index);
+            }
+            if scanned.binary_search(&k).is_ok() {
+                let successor = &heads[k + 1].1;
+                let record = SealRecord {
+                    end_position: successor.base_position,
+                    next_seq: successor.base_seq,
+                    header_crc: s.header_crc(),
+                };
+                match seal::record(dir, path, info.index, &record) {
+                    Ok(()) => report.seals_recorded.push(info.index),
+                    Err(_) => report.seal_record_failures.push(info.index),
+                }
             }
         }
     }

@@ -11,6 +11,7 @@ use crate::format::{SegmentInfo, SegmentState};
 use crate::index::{Index, IndexEntry};
 use crate::layout::Listing;
 use crate::scan::{file_offset, scan, ScanEnd};
+use crate::seal;
 use crate::segment::Segment;
 
 /// One segment as validation read its header: its file, header fields and state. No file
@@ -37,11 +38,17 @@ pub(super) struct Store {
     pub(super) active_scan: Option<ActiveScan>,
     /// The end of the last live segment when it is sealed.
     pub(super) sealed_end: Option<ScanEnd>,
+    /// Sealed segments before the last live one accepted by their seal record, unscanned.
+    pub(super) trusted: usize,
+    /// Positions in `heads` of the segments before the last live one that were scanned (no
+    /// seal record matched, or an interrupted roll): repair records them once sealed.
+    pub(super) scanned: Vec<usize>,
 }
 
-/// Validates the segments of `listing` (not empty) for `cfg`: first every header, then each
-/// live segment's frames, with one segment open at a time.
-pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated> {
+/// Validates the segments of `listing` (not empty), the store in `dir`, for `cfg`: first every
+/// header, then each live segment's frames (a sealed one's by its seal record when it has a
+/// matching one), with one segment open at a time.
+pub(super) fn validate(dir: &Path, cfg: &StoreConfig, listing: &Listing) -> Result<Validated> {
     let mut heads = Vec::with_capacity(listing.segments.len());
     for (index, path) in &listing.segments {
         heads.push(read_head(cfg, *index, path)?);
@@ -68,6 +75,8 @@ pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated
             reason: "more than one prepared segment after the active one".into(),
         });
     }
+    let mut trusted = 0;
+    let mut scanned = Vec::new();
     for k in 0..live - 1 {
         let (path, info, state) = &heads[k];
         let (next_path, next, _) = &heads[k + 1];
@@ -91,20 +100,31 @@ pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated
             });
         }
         if *state == SegmentState::Sealed {
-            // A sealed segment is proven intact by a scan of every frame (length, CRC32C,
+            // A sealed segment is proven intact by its seal record, written once the whole
+            // file was synced (`seal`), or else by a scan of every frame (length, CRC32C,
             // seq), ending exactly where its successor begins.
-            let end = scan_sealed(&s, info, path)?;
-            if end.next_seq != next.base_seq {
+            let next_seq = match seal::trusted_next_seq(dir, &s, info, next) {
+                Some(next_seq) => {
+                    trusted += 1;
+                    next_seq
+                }
+                None => {
+                    scanned.push(k);
+                    scan_sealed(&s, info, path)?.next_seq
+                }
+            };
+            if next_seq != next.base_seq {
                 return Err(StoreError::CorruptHeader {
                     path: next_path.clone(),
                     reason: format!(
-                        "base seq {} != next seq {} after the previous segment",
-                        next.base_seq, end.next_seq
+                        "base seq {} != next seq {next_seq} after the previous segment",
+                        next.base_seq
                     ),
                 });
             }
         }
         if interrupted_roll {
+            scanned.push(k);
             let end = scan_committed_region(&s, info, path)?;
             if end.end_position != next.base_position || end.next_seq != next.base_seq {
                 return Err(StoreError::CorruptHeader {
@@ -169,6 +189,8 @@ pub(super) fn validate(cfg: &StoreConfig, listing: &Listing) -> Result<Validated
         live,
         active_scan,
         sealed_end,
+        trusted,
+        scanned,
     }))
 }
 

@@ -68,3 +68,9 @@ pub(crate) fn check_pattern_store_prefix(dir: &Path, upto: u64) -> u64 {
     }
     n.min(upto)
 }
+
+/// Deletes the seal record of segment `index` of the store in `dir`: the state of a segment
+/// whose record a crash cut short, or that a build without records sealed.
+pub(crate) fn forget_seal_record(dir: &Path, index: u64) {
+    std::fs::remove_file(dir.join(seqstream_store::seal::seal_file_name(index))).unwrap();
+}
