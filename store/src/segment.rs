@@ -360,19 +360,82 @@ impl Segment {
     /// Zeroes whatever non-zero bytes lie from `off` to the end of the file (what a crashed
     /// appender left of an unpublished frame), so that no stale bytes can ever be read as a
     /// frame after new ones are written over part of them. Returns the number of bytes zeroed.
-    /// Reads the tail to find the last non-zero byte; writes only up to it. Appender recovery
-    /// only: the range is above every committed byte.
+    /// Reads the tail's data ranges, last first, to find the last non-zero byte
+    /// ([`data_ranges`]: a preallocated tail never written is not read at all); writes only up
+    /// to it. Appender
+    /// recovery only: the range is above every committed byte.
     pub(crate) fn zero_tail(&self, off: usize) -> usize {
         let len = self.file_len();
-        let tail = self.file.bytes(off, len - off);
-        let Some(last) = tail.iter().rposition(|&b| b != 0) else {
+        // Every range found before any is read: reading one through the mapping reads ahead
+        // into the pages after it, which a later `SEEK_DATA` would then report as data.
+        let ranges: Vec<_> = data_ranges(self.file.file(), off, len).collect();
+        let end = ranges
+            .into_iter()
+            .rev()
+            .find_map(|(from, to)| nonzero_end(self.file.bytes(from, to - from)).map(|e| from + e));
+        let Some(end) = end else {
             return 0;
         };
         // SAFETY: recovery runs before the appender publishes anything further; the range is
         // above every committed byte, so no reader looks at it.
-        unsafe { self.file.bytes_mut(off, last + 1).fill(0) };
-        last + 1
+        unsafe { self.file.bytes_mut(off, end - off).fill(0) };
+        end - off
     }
+}
+
+/// The ranges `[from, to)` of `file` between `from` and `to` that may hold data, in order:
+/// what `lseek(2)`'s `SEEK_DATA` and `SEEK_HOLE` report. Holes, and preallocated extents never
+/// written with no page cached (ext4, XFS), read as zeros and are left out; a file system that
+/// cannot tell reports the whole range as data.
+fn data_ranges(
+    file: &std::fs::File,
+    from: usize,
+    to: usize,
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let seek = move |pos: usize, whence: libc::c_int| -> Option<usize> {
+        // SAFETY: lseek on a descriptor `file` owns; it moves only that descriptor's offset,
+        // which nothing else here uses (every read of the store is through mappings or pread).
+        let r = unsafe { libc::lseek(file.as_raw_fd(), pos as libc::off_t, whence) };
+        usize::try_from(r).ok()
+    };
+    let mut pos = from;
+    std::iter::from_fn(move || {
+        if pos >= to {
+            return None;
+        }
+        let errno = || std::io::Error::last_os_error().raw_os_error();
+        let start = match seek(pos, libc::SEEK_DATA) {
+            Some(d) => d,
+            // ENXIO: no data at or after `pos`.
+            None if errno() == Some(libc::ENXIO) => return None,
+            // Any other failure: read the rest.
+            None => pos,
+        };
+        if start >= to {
+            return None;
+        }
+        let end = seek(start, libc::SEEK_HOLE)
+            .map_or(to, |h| h.min(to))
+            .max(start + 1);
+        pos = end;
+        Some((start, end))
+    })
+}
+
+/// One past the last non-zero byte of `bytes`, or `None` when all are zero. Checks 64 KiB at a
+/// time with an OR of every byte (which the compiler vectorises), front to back so that the
+/// kernel reads ahead, and looks for the byte itself only in the last chunk that has one.
+fn nonzero_end(bytes: &[u8]) -> Option<usize> {
+    const CHUNK: usize = 64 << 10;
+    let mut last_chunk = None;
+    for (k, chunk) in bytes.chunks(CHUNK).enumerate() {
+        if chunk.iter().fold(0u8, |a, &b| a | b) != 0 {
+            last_chunk = Some((k, chunk));
+        }
+    }
+    let (k, chunk) = last_chunk?;
+    let last = chunk.iter().rposition(|&b| b != 0)?;
+    Some(k * CHUNK + last + 1)
 }
 
 /// `posix_fallocate`, which allocates blocks (writing zeros itself on file systems that lack
@@ -423,6 +486,37 @@ mod tests {
         assert_eq!(info.base_seq, 1);
         assert_eq!(r.committed(), 64);
         assert_eq!(r.state(), Some(SegmentState::Active));
+    }
+
+    #[test]
+    fn zero_tail_finds_bytes_on_both_sides_of_a_hole_and_in_the_last_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Segment::prepare(dir.path(), 3, 0, 8 << 20, false).unwrap();
+        for (at, len) in [(100 << 10, 10), (6 << 20, 1), ((8 << 20) - 1, 1)] {
+            // SAFETY: the test's own prepared segment, on this thread only.
+            unsafe { s.mapped().bytes_mut(at, len).fill(0x01) };
+            let zeroed = s.zero_tail(4096);
+            assert_eq!(zeroed, at + len - 4096, "bytes at {at}");
+            assert!(s.bytes(4096, (8 << 20) - 4096).iter().all(|&b| b == 0));
+            assert_eq!(s.zero_tail(4096), 0);
+        }
+        // The same through a file written with holes (no preallocation): data on both sides.
+        let path = dir.path().join("holes");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(8 << 20).unwrap();
+        f.write_all_at(&[7], 5000).unwrap();
+        f.write_all_at(&[9], 7 << 20).unwrap();
+        let ranges: Vec<_> = data_ranges(&f, 4096, 8 << 20).collect();
+        assert!(
+            ranges.iter().any(|&(a, b)| a <= 5000 && 5000 < b),
+            "{ranges:?}"
+        );
+        assert!(
+            ranges.iter().any(|&(a, b)| a <= 7 << 20 && 7 << 20 < b),
+            "{ranges:?}"
+        );
+        assert_eq!(nonzero_end(&[0, 0, 3, 0]), Some(3));
+        assert_eq!(nonzero_end(&vec![0; 200 << 10]), None);
     }
 
     #[test]
