@@ -37,7 +37,7 @@ use std::thread::JoinHandle;
 
 use crate::error::{Result, StoreError};
 use crate::format::{get_u32, get_u64, put_u32, put_u64, SegmentInfo};
-use crate::segment::Segment;
+use crate::segment::{parse_indexed_file_name, Segment};
 
 /// Suffix of a seal record file; the stem is its segment's.
 pub const SEAL_SUFFIX: &str = "seal";
@@ -52,10 +52,7 @@ pub fn seal_file_name(index: u64) -> String {
 
 /// The segment index of a seal record's file name (`{index:012}.seal`), if `name` is one.
 pub fn parse_seal_file_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(SEAL_SUFFIX)?.strip_suffix('.')?;
-    (stem.len() == 12 && stem.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| stem.parse().ok())
-        .flatten()
+    parse_indexed_file_name(name, SEAL_SUFFIX)
 }
 
 /// Set once a sync made for a record fails in this process: no record is written after it.

@@ -34,7 +34,13 @@ pub fn segment_file_name(index: u64) -> String {
 
 /// Parses a segment file name back to its index; `None` for any other file.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".seg")?;
+    parse_indexed_file_name(name, SEGMENT_SUFFIX)
+}
+
+/// The index of a file named `{index:012}.{suffix}` (a segment's, or one of its companions');
+/// `None` for any other name.
+pub(crate) fn parse_indexed_file_name(name: &str, suffix: &str) -> Option<u64> {
+    let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
     if stem.len() != 12 || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

@@ -692,12 +692,11 @@ fn append(
         }
     }
     let last_seq = appender.next_seq() - 1;
-    let rolls = appender.stats();
     // Closing the appender waits for its last seals to be recorded.
-    let seals = appender.close();
+    let s = appender.close();
     eprintln!(
         "storetool: appended {written} frames, last seq {last_seq}, {} rolls ({} stalled), {} seals recorded ({} failed)",
-        rolls.rolls, rolls.roll_stalls, seals.seals_recorded, seals.seal_record_failures
+        s.rolls, s.roll_stalls, s.seals_recorded, s.seal_record_failures
     );
     Ok(ExitCode::SUCCESS)
 }
