@@ -218,6 +218,40 @@ impl Appender {
         self.next_seq
     }
 
+    /// Index of the active segment (its file is `{index:012}.seg`).
+    pub fn segment_index(&self) -> u64 {
+        self.info.index
+    }
+
+    /// The stored CRC32C of the last committed frame (the one that ends at
+    /// [`position`](Self::position)), when it is in the active segment; `None` while the
+    /// active segment holds no frame. What identifies a stream's content up to a position
+    /// beyond the position itself: a tail cut and written again holds other frames there.
+    ///
+    /// Walks frame headers from the last index entry below the position: up to one index
+    /// stride of headers, so call it from housekeeping, never per frame.
+    pub fn last_frame_checksum(&self) -> Option<u32> {
+        if self.position == self.info.base_position {
+            return None;
+        }
+        let mut at = self
+            .index
+            .last_where(|e| e.position < self.position)
+            .map_or(self.info.base_position, |e| e.position);
+        loop {
+            let off = file_offset(&self.info, at);
+            // Committed bytes, below the position: this appender wrote or checked them.
+            let committed = self.segment.bytes(off, (self.position - at) as usize);
+            let h = format::decode_header(committed).ok()?;
+            let next = at + format::align_frame(h.length as usize) as u64;
+            match next.cmp(&self.position) {
+                std::cmp::Ordering::Less => at = next,
+                std::cmp::Ordering::Equal => return Some(h.checksum),
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+    }
+
     /// The timestamp of the last committed frame (0 for an empty stream).
     pub fn last_timestamp_ns(&self) -> u64 {
         self.stamp.last()

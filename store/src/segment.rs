@@ -38,8 +38,9 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 }
 
 /// The index of a file named `{index:012}.{suffix}` (a segment's, or one of its companions');
-/// `None` for any other name.
-pub(crate) fn parse_indexed_file_name(name: &str, suffix: &str) -> Option<u64> {
+/// `None` for any other name. Other crates' files kept beside a store's segments (a
+/// sequencer's source-position checkpoints) are named and parsed the same way.
+pub fn parse_indexed_file_name(name: &str, suffix: &str) -> Option<u64> {
     let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
     if stem.len() != 12 || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -509,3 +509,32 @@ fn a_store_of_more_segments_than_open_files_allowed_opens_for_writing() {
     }
     assert_eq!(next - 1, 6 * SEGMENTS + 1);
 }
+
+#[test]
+fn last_frame_checksum_is_the_tailers_checksum_of_the_frame_before_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Appender::open_or_create(dir.path(), small(9)).unwrap();
+    assert_eq!(a.last_frame_checksum(), None, "an empty store has no frame");
+    let mut t = Tailer::open(dir.path()).unwrap();
+    let mut rolls = 0;
+    for seq in 1..=600u64 {
+        let segment = a.segment_index();
+        let mut buf = vec![0u8; pattern::payload_len(seq, 0, 300)];
+        pattern::fill(seq, &mut buf);
+        a.append(&buf).unwrap();
+        if a.segment_index() != segment {
+            rolls += 1;
+        }
+        let f = t.poll().unwrap().expect("the frame just appended");
+        assert_eq!(f.end_position(), a.position());
+        assert_eq!(
+            a.last_frame_checksum(),
+            Some(f.checksum()),
+            "frame {seq}: found from the index entry below it"
+        );
+    }
+    assert!(rolls >= 3, "the frames rolled over several segments");
+    a.start_term(1, 1).unwrap();
+    let f = t.poll().unwrap().expect("the term-start frame");
+    assert_eq!(a.last_frame_checksum(), Some(f.checksum()));
+}
