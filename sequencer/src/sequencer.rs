@@ -45,6 +45,7 @@ use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError};
 
+use crate::source_checkpoint::{CheckpointWriter, SourceCheckpoint};
 use crate::source_positions::SourcePositions;
 
 /// What a fenced sequencer's duty cycle may do ([`Sequencer::fenced_by`]).
@@ -279,6 +280,9 @@ struct Counters {
     term: Counter,
     /// Gauge: 1 while this sequencer may sequence (always, without a gate).
     leading: Counter,
+    /// Source-position checkpoints written (`source_checkpoint`), and those that failed.
+    checkpoints: Counter,
+    checkpoint_failures: Counter,
 }
 
 /// Why a datagram is dropped whole, before anything about its source changes. Formatted
@@ -494,11 +498,19 @@ pub struct Sequencer {
     /// The sequencer group's permission, when this sequencer is one member of a group
     /// ([`Sequencer::fenced_by`]).
     gate: Option<Arc<dyn LeaderGate>>,
+    /// `(source_id, next source_seq)` of the sources whose frames the store holds but that
+    /// are not listed (nothing of theirs is sequenced): carried into every checkpoint.
+    unlisted: Vec<(u32, u64)>,
+    /// Writes a source-position checkpoint in the background soon after each roll.
+    checkpoints: CheckpointWriter,
+    /// The segment of the newest checkpoint read or written.
+    checkpoint_segment: Option<u64>,
 }
 
 impl Sequencer {
     /// Opens (or creates) the store, recovers each source's last `source_seq` from it (a
-    /// read of every frame), and binds the socket.
+    /// read of the frames after its newest source-position checkpoint, of every frame when it
+    /// has none: [`SourcePositions`]), and binds the socket.
     pub fn open(cfg: SequencerConfig, counters: &CountersWriter) -> Result<Sequencer, Error> {
         let appender = Appender::open_or_create(&cfg.store, cfg.store_config.clone())?;
         let positions = SourcePositions::new(&cfg.store);
@@ -527,14 +539,17 @@ impl Sequencer {
             )));
         }
         appender.set_segment_size(cfg.store_config.segment_size)?;
-        let read = positions.read_to_end();
-        if read.is_err() || positions.position() != appender.position() {
-            // A reader left beyond the store's end (a tail cut it was not told of) fails or
-            // stops elsewhere: read again from the start; a second failure is the store's.
-            tracing::warn!(store = %cfg.store.display(), read_to = positions.position(), end = appender.position(), error = ?read.err(), "source positions disagree with the store's end: reading them again");
-            positions.restart();
-            positions.read_to_end()?;
-        }
+        let read = match positions.read_to_end() {
+            Ok(n) if positions.position() == appender.position() => n,
+            read => {
+                // A reader left beyond the store's end (a tail cut it was not told of) fails
+                // or stops elsewhere: read again; a second failure is the store's.
+                tracing::warn!(store = %cfg.store.display(), read_to = positions.position(), end = appender.position(), error = ?read.err(), "source positions disagree with the store's end: reading them again");
+                positions.restart();
+                positions.read_to_end()?
+            }
+        };
+        tracing::info!(store = %cfg.store.display(), frames_read = read, from_checkpoint_at = ?positions.started_at_checkpoint(), end = appender.position(), "source positions read");
         let mut sources: FxHashMap<u32, Source> = FxHashMap::default();
         for s in &cfg.sources {
             if sources
@@ -571,6 +586,11 @@ impl Sequencer {
         for (id, s) in sources.iter_mut() {
             s.next_source_seq = positions.next_source_seq(*id);
         }
+        let unlisted = positions
+            .sources()
+            .into_iter()
+            .filter(|(id, _)| !sources.contains_key(id))
+            .collect();
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(cfg.listen),
             socket2::Type::DGRAM,
@@ -604,7 +624,14 @@ impl Sequencer {
             heartbeats: c("heartbeats appended")?,
             term: counters.gauge("term")?,
             leading: counters.gauge("leading")?,
+            checkpoints: c("source checkpoints written")?,
+            checkpoint_failures: c("source checkpoints failed")?,
         };
+        // Gauge: how much of the store this open read (about a segment at most, with
+        // checkpoints; `source_checkpoint`).
+        counters
+            .gauge("frames read for source positions at open")?
+            .set(read as u64);
         counters_.term.set(u64::from(appender.term()));
         counters_.leading.set(1);
         let refusals = Refusals::new(counters)?;
@@ -651,6 +678,9 @@ impl Sequencer {
             role,
             key_watch: KeyWatch::new(counters)?,
             gate: None,
+            unlisted,
+            checkpoints: CheckpointWriter::new(),
+            checkpoint_segment: positions.checkpoint_segment(),
         })
     }
 
@@ -830,11 +860,13 @@ impl Sequencer {
 
     /// What a sequencer looks after every millisecond ([`Housekeeping`]), busy or idle, so that
     /// one that is never idle (a flood of datagrams) still does it: the summaries of
-    /// refusals owed, the sources' key files, and its store file.
+    /// refusals owed, the sources' key files, the source-position checkpoint of a new
+    /// segment, and its store file.
     #[inline(never)]
     fn housekeeping(&mut self, now: u64) -> Result<(), Error> {
         self.refusals.tick();
         self.poll_keys(now);
+        self.checkpoint_if_rolled();
         // A store file deleted or replaced under the sequencer: stop numbering into a file
         // no reader will find (its seqs would be handed out again at restart).
         if now.saturating_sub(self.last_file_check_ns) >= CHECK_FILE_EVERY_NS {
@@ -842,6 +874,41 @@ impl Sequencer {
             self.appender.check_file()?;
         }
         Ok(())
+    }
+
+    /// Hands a source-position checkpoint of the store's end to the writing thread when the
+    /// active segment holds a frame and no checkpoint yet: once a segment, within a
+    /// housekeeping interval of its first frame, so that an open reads about a segment at most
+    /// (`source_checkpoint`). The sources' positions and the store's end agree here: a cycle's
+    /// datagrams are all sequenced before its housekeeping.
+    fn checkpoint_if_rolled(&mut self) {
+        self.counters.checkpoints.set(self.checkpoints.written());
+        self.counters
+            .checkpoint_failures
+            .set(self.checkpoints.failed());
+        let segment = self.appender.segment_index();
+        if self.checkpoint_segment == Some(segment) {
+            return;
+        }
+        let Some(checksum) = self.appender.last_frame_checksum() else {
+            return; // no frame in the segment yet
+        };
+        let mut next: Vec<(u32, u64)> = self
+            .sources
+            .iter()
+            .map(|(id, s)| (*id, s.next_source_seq))
+            .chain(self.unlisted.iter().copied())
+            .collect();
+        next.sort_unstable();
+        let checkpoint = SourceCheckpoint {
+            position: self.appender.position(),
+            seq: self.appender.next_seq() - 1,
+            checksum,
+            next,
+        };
+        self.checkpoints
+            .write(self.appender.dir(), segment, &checkpoint);
+        self.checkpoint_segment = Some(segment);
     }
 
     /// Looks at the sources' key files (each at most once a second; see [`KeyWatch`]).

@@ -1,5 +1,6 @@
 //! The sequencer over loopback UDP: in-order acceptance per source, duplicates dropped, NAK on
-//! a gap, recovery of each source's position across a restart, and bad input counted and
+//! a gap, recovery of each source's position across a restart (from a source-position
+//! checkpoint, for the sources listed and those no longer listed), and bad input counted and
 //! dropped while good sources keep being served.
 
 use std::net::{SocketAddr, UdpSocket};
@@ -10,25 +11,36 @@ use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_schemas::wire;
 use seqstream_schemas::DATAGRAM_PROTOCOL_VERSION as PROTOCOL_VERSION;
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
+use seqstream_sequencer::source_checkpoint;
 use seqstream_store::{pattern, StoreConfig, Tailer};
 
 const STREAM: u32 = 4;
 
 fn open(dir: &Path, listen: SocketAddr) -> Sequencer {
+    let sources = vec![
+        "1@127.0.0.1".parse().unwrap(),
+        "2@127.0.0.1".parse().unwrap(),
+        SourceSpec {
+            source_id: 3,
+            address: "127.0.0.9".parse().unwrap(),
+        },
+    ];
+    open_with(dir, listen, sources, 1 << 20)
+}
+
+fn open_with(
+    dir: &Path,
+    listen: SocketAddr,
+    sources: Vec<SourceSpec>,
+    segment_size: u64,
+) -> Sequencer {
     let cfg = SequencerConfig {
         store: dir.join("store"),
         store_config: StoreConfig::new(STREAM)
-            .segment_size(1 << 20)
+            .segment_size(segment_size)
             .pretouch(false),
         listen,
-        sources: vec![
-            "1@127.0.0.1".parse().unwrap(),
-            "2@127.0.0.1".parse().unwrap(),
-            SourceSpec {
-                source_id: 3,
-                address: "127.0.0.9".parse().unwrap(),
-            },
-        ],
+        sources,
         recv_buffer: Some(1 << 20),
         heartbeat: None,
         nak_interval: Duration::from_millis(1),
@@ -179,6 +191,93 @@ fn a_restarted_sequencer_sequences_a_resent_message_once() {
     pump(&mut seq, |s| s.appender().next_seq() == 151);
     let got = frames(d.path());
     assert_eq!(got, (1..=150).map(|s| (1, s)).collect::<Vec<_>>());
+}
+
+/// Sends `source`'s messages `seqs`, ten a datagram, running duty cycles until the store's
+/// next seq is `until`.
+fn send_until(
+    seq: &mut Sequencer,
+    client: &UdpSocket,
+    source: u32,
+    seqs: std::ops::Range<u64>,
+    until: u64,
+) {
+    let to = seq.local_addr();
+    let mut from = seqs.start;
+    pump(seq, |s| {
+        if from < seqs.end {
+            let last = (from + 10).min(seqs.end);
+            let d = datagram(STREAM, source, PROTOCOL_VERSION, from..last);
+            client.send_to(&d, to).unwrap();
+            from = last;
+        }
+        s.appender().next_seq() == until
+    });
+}
+
+/// Runs duty cycles until the store's newest source-position checkpoint is in its active
+/// segment (the sequencer writes one within a housekeeping interval of a roll).
+fn pump_until_checkpointed(seq: &mut Sequencer, dir: &Path) {
+    let store = dir.join("store");
+    pump(seq, |s| {
+        std::thread::sleep(Duration::from_micros(100));
+        source_checkpoint::list(&store)
+            .first()
+            .is_some_and(|(i, _)| *i == s.appender().segment_index())
+    });
+}
+
+#[test]
+fn a_restart_reads_the_frames_after_the_newest_checkpoint_and_still_drops_every_resend() {
+    let d = tempfile::tempdir().unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let spec = |ids: &[u32]| -> Vec<SourceSpec> {
+        ids.iter()
+            .map(|id| format!("{id}@127.0.0.1").parse().unwrap())
+            .collect()
+    };
+    let small = seqstream_store::config::MIN_SEGMENT_SIZE;
+    let mut seq = open_with(
+        d.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        spec(&[1, 2]),
+        small,
+    );
+    let to = seq.local_addr();
+    send_until(&mut seq, &client, 1, 1..301, 301);
+    send_until(&mut seq, &client, 2, 1..301, 601);
+    assert!(
+        seq.appender().segment_index() >= 4,
+        "the 600 frames span segments"
+    );
+    pump_until_checkpointed(&mut seq, d.path());
+    assert!(counter(d.path(), "source checkpoints written") >= 1);
+    drop(seq);
+
+    // Restarted without source 2: its position stays in the checkpoints written meanwhile.
+    let mut seq = open_with(d.path(), to, spec(&[1]), small);
+    let read = counter(d.path(), "frames read for source positions at open");
+    assert!(read < 200, "{read} of the 600 frames read at open");
+    send_until(&mut seq, &client, 1, 250..351, 651);
+    assert_eq!(counter(d.path(), "duplicates dropped"), 51);
+    pump_until_checkpointed(&mut seq, d.path());
+    drop(seq);
+
+    // Source 2 listed again: its resends of what was sequenced before are duplicates still.
+    let mut seq = open_with(d.path(), to, spec(&[1, 2]), small);
+    let read = counter(d.path(), "frames read for source positions at open");
+    assert!(read < 200, "{read} of the 650 frames read at open");
+    send_until(&mut seq, &client, 2, 291..311, 661);
+    assert_eq!(counter(d.path(), "duplicates dropped"), 10);
+    drop(seq);
+
+    let expected: Vec<(u32, u64)> = (1..=300)
+        .map(|s| (1, s))
+        .chain((1..=300).map(|s| (2, s)))
+        .chain((301..=350).map(|s| (1, s)))
+        .chain((301..=310).map(|s| (2, s)))
+        .collect();
+    assert_eq!(frames(d.path()), expected);
 }
 
 #[test]
