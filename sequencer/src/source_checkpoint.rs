@@ -40,6 +40,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use seqstream_store::layout::read_derived;
 use seqstream_store::segment::parse_indexed_file_name;
 
 /// Suffix of a checkpoint file; its stem is the index of the segment holding its last frame.
@@ -138,10 +139,13 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     found
 }
 
-/// Reads and decodes the checkpoint at `path`; `None` when it cannot be read or does not
-/// decode ([`SourceCheckpoint::decode`]).
+/// The longest checkpoint read: that of 1 Mi sources, far more than a sequencer lists.
+pub const MAX_LEN: u64 = (HEAD + ENTRY * (1 << 20) + 4) as u64;
+
+/// Reads and decodes the checkpoint at `path`; `None` when it is not a regular file of at most
+/// [`MAX_LEN`] bytes, cannot be read, or does not decode ([`SourceCheckpoint::decode`]).
 pub fn read(path: &Path) -> Option<SourceCheckpoint> {
-    SourceCheckpoint::decode(&std::fs::read(path).ok()?)
+    SourceCheckpoint::decode(&read_derived(path, MAX_LEN)?)
 }
 
 /// Writes `bytes` as the checkpoint of segment `index` in `dir`: into a temporary file, then
@@ -294,6 +298,30 @@ mod tests {
         assert_eq!(read(&found[0].1), Some(later));
         assert_eq!(read(&found[1].1), Some(sample()));
         assert!(list(&dir.path().join("missing")).is_empty());
+    }
+
+    #[test]
+    fn what_is_no_regular_file_of_a_checkpoints_length_reads_as_none_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join(file_name(1));
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read(&fifo), None, "a FIFO is not opened (that would wait)");
+        let subdir = dir.path().join(file_name(2));
+        std::fs::create_dir(&subdir).unwrap();
+        assert_eq!(read(&subdir), None);
+        let huge = dir.path().join(file_name(3));
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_LEN + 1)
+            .unwrap();
+        assert_eq!(read(&huge), None, "not read at all");
+        assert_eq!(
+            list(dir.path()).len(),
+            3,
+            "listed by name, passed over when read"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The files of a store directory: which segment files exist, in which order, their seal
-//! records, and the leftovers of interrupted preparations. Reads the directory only; changes
-//! nothing.
+//! records, the leftovers of interrupted preparations, and how a derived file beside them is
+//! read. Reads the directory only; changes nothing.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
@@ -59,6 +60,24 @@ pub fn list(dir: &Path) -> Result<Listing> {
         }
     }
     Ok(listing)
+}
+
+/// The bytes of the derived file at `path` (a seal record, a sequencer's checkpoint), when it
+/// is a regular file of at most `max_len` bytes; `None` otherwise, or when it cannot be read.
+/// Checked before it is opened, so that nothing under a derived file's name makes an open wait
+/// (a FIFO) or read without bound (a huge file).
+pub fn read_derived(path: &Path, max_len: u64) -> Option<Vec<u8>> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > max_len {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)
+        .ok()?
+        .take(max_len + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    (bytes.len() as u64 <= max_len).then_some(bytes)
 }
 
 /// Whether `dir` holds a store: a readable directory with at least one segment file (a

@@ -100,11 +100,10 @@ impl SealRecord {
     }
 }
 
-/// Segment `index`'s seal record in `dir`; `None` when there is none, or it is not 24 bytes,
-/// or its checksum fails.
+/// Segment `index`'s seal record in `dir`; `None` when there is none, or it is not a regular
+/// file of 24 bytes, or its checksum fails.
 pub fn read(dir: &Path, index: u64) -> Option<SealRecord> {
-    let b: [u8; LEN] = std::fs::read(dir.join(seal_file_name(index)))
-        .ok()?
+    let b: [u8; LEN] = crate::layout::read_derived(&dir.join(seal_file_name(index)), LEN as u64)?
         .try_into()
         .ok()?;
     (crc32c::crc32c(&b[..20]) == get_u32(&b, 20)).then(|| SealRecord {

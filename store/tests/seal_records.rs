@@ -121,6 +121,44 @@ fn a_record_that_disagrees_with_its_segment_or_successor_is_not_trusted() {
     assert_eq!(check_pattern_store(dir.path()), frames);
 }
 
+/// A FIFO under a record's name would make a plain read wait for a writer forever, and a
+/// directory or a file of another length is no record either: each is passed over, the
+/// segment scanned, and the name recorded over where it can be.
+#[test]
+fn what_is_no_regular_24_byte_file_under_a_records_name_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let frames = store_of(dir.path(), 3);
+    let (good, _) = record_and_successor(dir.path(), 1);
+    let path = dir.path().join(seal::seal_file_name(1));
+    std::fs::remove_file(&path).unwrap();
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let a = Appender::open(dir.path(), small()).unwrap();
+    assert_eq!(a.report().seals_recorded, vec![1], "the FIFO is no record");
+    drop(a);
+    assert_eq!(record_and_successor(dir.path(), 1).0, good);
+
+    let mut longer = std::fs::read(&path).unwrap();
+    longer.push(0);
+    std::fs::write(&path, &longer).unwrap();
+    let a = Appender::open(dir.path(), small()).unwrap();
+    assert_eq!(a.report().seals_recorded, vec![1], "25 bytes are no record");
+    drop(a);
+
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let a = Appender::open(dir.path(), small()).unwrap();
+    assert_eq!(a.report().sealed_trusted, 2);
+    assert_eq!(
+        a.report().seal_record_failures.len(),
+        1,
+        "a directory cannot be recorded over"
+    );
+    drop(a);
+    assert_eq!(check_pattern_store(dir.path()), frames);
+}
+
 /// What a record cannot vouch for: damage done to a segment after it was synced. The open
 /// trusts the record, as designed; `storetool verify`, which scans every frame, finds it.
 #[test]
