@@ -904,6 +904,7 @@ impl Sequencer {
             position: self.appender.position(),
             seq: self.appender.next_seq() - 1,
             checksum,
+            term: self.appender.term(),
             next,
         };
         self.checkpoints

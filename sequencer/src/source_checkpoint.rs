@@ -7,11 +7,14 @@
 //! store (Kafka's producer-state snapshots spare its broker the same rescan).
 //!
 //! A checkpoint is bound to the content it was taken from, not to a position alone: it names
-//! the last frame it includes by seq, end position and stored CRC32C, and
+//! the last frame it includes by seq, end position, stored CRC32C and the leadership term of
+//! its segment, and
 //! [`SourcePositions`](crate::source_positions::SourcePositions) uses it only when the store
 //! holds that very frame there. A tail cut and written again by another leader (a standby
-//! rejoining) holds other frames, with other timestamps, at the same positions: a checkpoint
-//! taken before the cut is then skipped, never believed. Nothing else is checked: the frames
+//! rejoining) holds other frames, of another term, at the same positions: a checkpoint taken
+//! before the cut is then skipped, never believed, even where a frame of the new tail is
+//! byte for byte the old one (a message resent, stamped with the same clamped timestamp). A
+//! cut also deletes the checkpoints of the segments it cuts into (`seqstream_store::cut`). Nothing else is checked: the frames
 //! below a checkpoint were checked when it was taken, on this host; `storetool verify` checks
 //! every frame.
 //!
@@ -25,7 +28,7 @@
 //! | 8 | 8 | position: the end of the last frame included |
 //! | 16 | 8 | that frame's seq |
 //! | 24 | 4 | that frame's stored CRC32C |
-//! | 28 | 4 | zero |
+//! | 28 | 4 | the leadership term of the segment holding that frame |
 //! | 32 | 12 `n` | per source, by `source_id` ascending: `source_id` (u32), next `source_seq` (u64) |
 //! | 32 + 12 `n` | 4 | CRC32C of every byte before it |
 //!
@@ -34,13 +37,14 @@
 //! one fails its checksum or is missing, and costs the next open a longer read). This module
 //! owns the format and the writing thread; it never reads a segment.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use seqstream_store::layout::read_derived;
+use seqstream_store::layout::{create_replacing, read_derived};
 use seqstream_store::segment::parse_indexed_file_name;
 
 /// Suffix of a checkpoint file; its stem is the index of the segment holding its last frame.
@@ -59,9 +63,11 @@ pub struct SourceCheckpoint {
     pub position: u64,
     /// That frame's seq.
     pub seq: u64,
-    /// That frame's stored CRC32C: with `seq` and `position`, what binds the checkpoint to
-    /// the store's content.
+    /// That frame's stored CRC32C: with `seq`, `position` and `term`, what binds the
+    /// checkpoint to the store's content.
     pub checksum: u32,
+    /// The leadership term of the segment holding that frame (0 outside sequencer groups).
+    pub term: u32,
     /// `(source_id, next source_seq)`, by `source_id` ascending, one entry a source.
     pub next: Vec<(u32, u64)>,
 }
@@ -76,7 +82,7 @@ impl SourceCheckpoint {
         b.extend_from_slice(&self.position.to_le_bytes());
         b.extend_from_slice(&self.seq.to_le_bytes());
         b.extend_from_slice(&self.checksum.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.term.to_le_bytes());
         for (id, next) in &self.next {
             b.extend_from_slice(&id.to_le_bytes());
             b.extend_from_slice(&next.to_le_bytes());
@@ -87,7 +93,7 @@ impl SourceCheckpoint {
     }
 
     /// Decodes a file's bytes; `None` unless they are whole and well formed: magic, length,
-    /// checksum, the zero word, and sources in ascending order.
+    /// checksum, and sources in ascending order.
     pub fn decode(b: &[u8]) -> Option<SourceCheckpoint> {
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
@@ -97,9 +103,6 @@ impl SourceCheckpoint {
         let n = u32_at(4) as usize;
         let end = n.checked_mul(ENTRY)?.checked_add(HEAD)?;
         if b.len() != end.checked_add(4)? || crc32c::crc32c(&b[..end]) != u32_at(end) {
-            return None;
-        }
-        if u32_at(28) != 0 {
             return None;
         }
         let next: Vec<(u32, u64)> = (0..n)
@@ -112,6 +115,7 @@ impl SourceCheckpoint {
             position: u64_at(8),
             seq: u64_at(16),
             checksum: u32_at(24),
+            term: u32_at(28),
             next,
         })
     }
@@ -148,14 +152,15 @@ pub fn read(path: &Path) -> Option<SourceCheckpoint> {
     SourceCheckpoint::decode(&read_derived(path, MAX_LEN)?)
 }
 
-/// Writes `bytes` as the checkpoint of segment `index` in `dir`: into a temporary file, then
-/// renamed over any earlier one, so a reader finds the old file, none, or the new one whole.
+/// Writes `bytes` as the checkpoint of segment `index` in `dir`: into a temporary file created
+/// anew ([`create_replacing`]), then renamed over any earlier one, so a reader finds the old
+/// file, none, or the new one whole.
 ///
 /// # Errors
 /// The `io::Error` of the write or the rename.
 fn write(dir: &Path, index: u64, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{index:012}.{TMP_SUFFIX}"));
-    std::fs::write(&tmp, bytes)?;
+    create_replacing(&tmp)?.write_all(bytes)?;
     std::fs::rename(&tmp, dir.join(file_name(index)))
 }
 
@@ -242,6 +247,7 @@ mod tests {
             position: 4096,
             seq: 37,
             checksum: 0xdead_beef,
+            term: 3,
             next: vec![(1, 12), (7, 1), (9, u64::MAX)],
         }
     }
@@ -322,6 +328,27 @@ mod tests {
             3,
             "listed by name, passed over when read"
         );
+    }
+
+    #[test]
+    fn the_temporary_name_is_created_anew_never_waited_on_nor_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = |index: u64| dir.path().join(format!("{index:012}.{TMP_SUFFIX}"));
+        let c = std::ffi::CString::new(tmp(1).as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, tmp(2)).unwrap();
+        let mut w = CheckpointWriter::new();
+        w.write(dir.path(), 1, &sample());
+        w.write(dir.path(), 2, &sample());
+        drop(w);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        for index in [1, 2] {
+            assert_eq!(read(&dir.path().join(file_name(index))), Some(sample()));
+            assert!(!tmp(index).exists());
+        }
     }
 
     #[test]

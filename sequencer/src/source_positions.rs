@@ -106,7 +106,7 @@ impl SourcePositions {
                 *next = (*next).max(f.source_seq().saturating_add(1));
             }
         }
-        let segment = tailer.segment_index();
+        let (segment, term) = (tailer.segment_index(), tailer.segment_term());
         let last = tailer
             .last_polled()
             .map(|f| (f.end_position(), f.seq(), f.checksum()));
@@ -116,6 +116,7 @@ impl SourcePositions {
                     position,
                     seq,
                     checksum,
+                    term,
                     next: self.sources(),
                 };
                 self.checkpoints.write(&self.dir, segment, &checkpoint);
@@ -146,7 +147,8 @@ impl SourcePositions {
             let holds = tailer.seek_seq(c.seq).is_ok()
                 && tailer.poll().ok().flatten().is_some_and(|f| {
                     f.seq() == c.seq && f.end_position() == c.position && f.checksum() == c.checksum
-                });
+                })
+                && tailer.segment_term() == c.term;
             if holds {
                 self.next = c.next.into_iter().collect();
                 self.started_at_checkpoint = Some(c.position);
@@ -462,6 +464,79 @@ mod tests {
         p.read_to_end().unwrap();
         assert_ne!(p.started_at_checkpoint(), Some(stale));
         assert_eq!(p.sources(), sorted(&rewritten));
+    }
+
+    /// The worst case of a tail cut and written again: its last frame byte for byte the old
+    /// tail's (a message resent, stamped with the prefix's timestamp because the clock is
+    /// behind it), at the same seq and position, after other frames. The cut deletes the
+    /// checkpoints of the segment it lands in.
+    #[test]
+    fn a_tail_cut_and_written_again_to_the_same_last_frame_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s");
+        let mut a = Appender::open_or_create(&store, small()).unwrap();
+        let fields = |source_id, source_seq| FrameFields {
+            source_id,
+            source_seq,
+            ..FrameFields::default()
+        };
+        let ahead = a.now_ns() + 10_000_000_000;
+        for seq in 1..=50 {
+            a.append_at(ahead, &fields(1, seq), &[1; 100]).unwrap();
+        }
+        let cut_at = a.position();
+        for seq in 1..=20 {
+            a.append_at(0, &fields(2, seq), &[2; 100]).unwrap();
+        }
+        a.append_at(0, &fields(1, 51), &[1; 100]).unwrap();
+        let (p, _) = fresh_read(&store);
+        assert_eq!(p.sources(), vec![(1, 52), (2, 21)]);
+        drop(a);
+
+        seqstream_store::cut::cut_to(&store, &small(), cut_at).unwrap();
+        assert!(
+            source_checkpoint::list(&store).is_empty(),
+            "deleted by the cut"
+        );
+        let mut a = Appender::open(&store, small()).unwrap();
+        for seq in 1..=20 {
+            a.append_at(0, &fields(3, seq), &[3; 100]).unwrap();
+        }
+        a.append_at(0, &fields(1, 51), &[1; 100]).unwrap();
+        let (p, n) = fresh_read(&store);
+        assert_eq!((n, p.started_at_checkpoint()), (71, None));
+        assert_eq!(p.sources(), vec![(1, 52), (3, 21)]);
+    }
+
+    #[test]
+    fn a_checkpoint_that_names_another_term_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s");
+        let mut a = Appender::open_or_create(&store, small()).unwrap();
+        a.start_term(4, 1).unwrap();
+        let mut expected = HashMap::new();
+        append_frames(&mut a, 40, 3, &mut expected);
+        let (p, _) = fresh_read(&store);
+        drop(p);
+        let (_, path) = source_checkpoint::list(&store).remove(0);
+        let good = source_checkpoint::read(&path).unwrap();
+        assert_eq!(good.term, 4);
+        let (p, n) = fresh_read(&store);
+        assert_eq!((n, p.started_at_checkpoint()), (0, Some(good.position)));
+        drop(p);
+        let other = SourceCheckpoint {
+            term: 5,
+            ..good.clone()
+        };
+        std::fs::write(&path, other.encode()).unwrap();
+        let mut p = SourcePositions::new(&store);
+        assert_eq!(
+            p.read_to_end().unwrap(),
+            41,
+            "every frame, the term-start frame too"
+        );
+        assert_eq!(p.started_at_checkpoint(), None);
+        assert_eq!(p.sources(), sorted(&expected));
     }
 
     #[test]

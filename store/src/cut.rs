@@ -12,9 +12,10 @@
 //! synced; every open for writing completes a cut whose intent it finds before it looks at
 //! anything else. Each step is idempotent:
 //! 1. delete the segments after the one the cut lands in, last first (each after its seal
-//!    record and index),
-//! 2. delete that segment's seal record and make the segment active again (a cut at its end
-//!    leaves it with no successor),
+//!    record, its index and every other file named for it, such as a sequencer's
+//!    source-position checkpoint `NNN.srcpos`),
+//! 2. delete that segment's seal record and the other files named for it but its index, and
+//!    make the segment active again (a cut at its end leaves it with no successor),
 //! 3. zero its bytes from the cut on (the first frame after the cut first, so a crash during
 //!    it leaves no valid frame past the cut), and store the committed position,
 //! 4. delete its index (rebuilt by the recovery of the open that ends the cut).
@@ -30,8 +31,7 @@ use crate::format::SegmentState;
 use crate::index::index_file_name;
 use crate::lock::DirLock;
 use crate::scan::{file_offset, scan};
-use crate::seal::seal_file_name;
-use crate::segment::Segment;
+use crate::segment::{segment_file_name, Segment};
 
 /// The intent file's name, in the store directory.
 pub const INTENT: &str = "CUT-TO";
@@ -221,14 +221,14 @@ fn apply(dir: &Path, position: u64) -> Result<()> {
     for (index, path) in plan.later.iter().rev() {
         // The segment last: a crash before it leaves a segment file that the next try of the
         // cut finds again, never an index or a seal record without one.
-        remove_if_exists(&dir.join(seal_file_name(*index)))?;
+        remove_companions(dir, *index)?;
         remove_if_exists(&dir.join(index_file_name(*index)))?;
         remove_if_exists(path)?;
     }
     sync_dir(dir)?;
     let (path, index) = &plan.keep;
     // Its seal record first: it no longer holds once the segment is active again.
-    remove_if_exists(&dir.join(seal_file_name(*index)))?;
+    remove_companions(dir, *index)?;
     // SAFETY: the caller holds the store's lock: no appender maps it.
     let s = unsafe { Segment::open_writable(path) }?;
     let info = s.checked_info()?;
@@ -243,6 +243,25 @@ fn apply(dir: &Path, position: u64) -> Result<()> {
     sync_dir(dir)?;
     remove_if_exists(&dir.join(INTENT))?;
     sync_dir(dir)
+}
+
+/// Removes every file named for segment `index` (`{index:012}.*`) except the segment file and
+/// its index: its seal record, and what other crates keep beside it (a sequencer's
+/// source-position checkpoints, `NNN.srcpos`), none of which holds once the segment is cut
+/// into or removed.
+fn remove_companions(dir: &Path, index: u64) -> Result<()> {
+    let stem = format!("{index:012}.");
+    let (segment, idx) = (segment_file_name(index), index_file_name(index));
+    let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("read_dir", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| StoreError::io("read_dir", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(&stem) && name != segment && name != idx {
+            remove_if_exists(&entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 fn remove_if_exists(path: &Path) -> Result<()> {

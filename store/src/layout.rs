@@ -80,6 +80,25 @@ pub fn read_derived(path: &Path, max_len: u64) -> Option<Vec<u8>> {
     (bytes.len() as u64 <= max_len).then_some(bytes)
 }
 
+/// Creates `path` anew for writing a derived file's temporary copy: whatever is at that name
+/// is removed first (a leftover of a failed write, or anything else), and the file is then
+/// created exclusively (`O_EXCL`), so that the write never waits on a FIFO nor writes through
+/// a symbolic link to another file.
+///
+/// # Errors
+/// The `io::Error` of the removal (a directory at that name, say) or of the creation.
+pub fn create_replacing(path: &Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
 /// Whether `dir` holds a store: a readable directory with at least one segment file (a
 /// replica's directory holds none until its first segment arrives).
 pub fn holds_store(dir: &Path) -> bool {

@@ -27,7 +27,6 @@
 //! files (`layout::live_files`), each host writes its own, and losing one costs the next open
 //! a scan of its segment.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,12 +122,8 @@ pub fn read(dir: &Path, index: u64) -> Option<SealRecord> {
 pub fn write(dir: &Path, index: u64, record: &SealRecord) -> Result<()> {
     let path = dir.join(seal_file_name(index));
     let tmp = dir.join(format!("{index:012}.{SEAL_TMP_SUFFIX}"));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| StoreError::io("create", &tmp, e))?;
+    let mut f =
+        crate::layout::create_replacing(&tmp).map_err(|e| StoreError::io("create", &tmp, e))?;
     f.write_all(&record.encode())
         .map_err(|e| StoreError::io("write", &tmp, e))?;
     f.sync_data()

@@ -290,6 +290,12 @@ impl Tailer {
         self.info.index
     }
 
+    /// The leadership term of the segment the tailer is in (0 before any term was started):
+    /// right after a [`poll`](Self::poll), the term of the frame it returned.
+    pub fn segment_term(&self) -> u32 {
+        self.info.term
+    }
+
     /// Returns the next committed frame, or `None` when the tailer has read everything
     /// committed so far. Never blocks.
     ///

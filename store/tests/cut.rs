@@ -121,6 +121,43 @@ fn a_cut_at_a_segment_end_reopens_that_segment() {
     check_cut_at(k, &starts, dir.path());
 }
 
+/// Files other crates keep beside the segments under their names (a sequencer's
+/// source-position checkpoints) go with the segments a cut removes and with the one it cuts
+/// into; the segments before keep theirs.
+#[test]
+fn a_cut_removes_every_file_named_for_the_segments_it_cuts_into_or_removes() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = store(dir.path(), 300);
+    let segments = seqstream_store::layout::list(dir.path()).unwrap().segments;
+    assert!(segments.len() >= 4);
+    let companion = |index: u64, suffix: &str| dir.path().join(format!("{index:012}.{suffix}"));
+    for (index, _) in &segments {
+        std::fs::write(companion(*index, "srcpos"), b"derived").unwrap();
+        std::fs::write(companion(*index, "srcpos.tmp"), b"").unwrap();
+    }
+    // A frame of segment 1, not its first.
+    let info = seqstream_store::segment::Segment::open(&segments[1].1)
+        .unwrap()
+        .checked_info()
+        .unwrap();
+    let k = starts
+        .iter()
+        .position(|&(p, _)| p > info.base_position)
+        .unwrap();
+    cut_to(dir.path(), &cfg(), starts[k].0).unwrap();
+    for (index, _) in &segments {
+        let kept = *index < 1;
+        for suffix in ["srcpos", "srcpos.tmp"] {
+            assert_eq!(companion(*index, suffix).exists(), kept, "{index} {suffix}");
+        }
+    }
+    assert!(
+        companion(1, "seg").exists() && !companion(2, "seg").exists(),
+        "the segment cut into stays, the later ones go"
+    );
+    assert_eq!(frames(dir.path()), starts[..k].to_vec());
+}
+
 /// A replica's follower cuts with a configuration that does not know its segment size (the
 /// upstream's): the cut must write no segment of the configured size, and wait for none.
 #[test]

@@ -193,17 +193,19 @@ fn damage_after_the_record_is_found_by_verify() {
 fn a_seal_that_cannot_be_recorded_is_counted_and_scanned_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = Appender::open_or_create(dir.path(), small()).unwrap();
-    // Segment 0's seal record is written through a link to a device that refuses every write
-    // (ENOSPC), so the record after the seal fails.
-    std::os::unix::fs::symlink("/dev/full", dir.path().join("000000000000.seal.tmp")).unwrap();
+    // A directory holding a file at the temporary name of segment 0's seal record: the record
+    // cannot be created there, so the record after the seal fails.
+    let tmp = dir.path().join("000000000000.seal.tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::write(tmp.join("in the way"), b"").unwrap();
     append_until_rolls(&mut a, 2);
     let frames = a.next_seq() - 1;
     let stats = a.close();
     assert_eq!((stats.seals_recorded, stats.seal_record_failures), (1, 1));
+    std::fs::remove_dir_all(&tmp).unwrap();
     let a = Appender::open(dir.path(), small()).unwrap();
     assert_eq!(a.report().sealed_trusted, 1);
     assert_eq!(a.report().seals_recorded, vec![0]);
-    assert!(!dir.path().join("000000000000.seal.tmp").exists());
     drop(a);
     assert!(record_and_successor(dir.path(), 0).0.is_some());
     assert_eq!(check_pattern_store(dir.path()), frames);
