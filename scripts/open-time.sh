@@ -2,7 +2,8 @@
 # Time to open a store, for writing and for sequencing, with and without what spares an open
 # its reads: seal records (store/FORMAT.md, "Seal record") and source-position checkpoints
 # (sequencer/src/source_checkpoint.rs). On a store of FRAMES frames (default 4,000,000,
-# payloads of 100..140 bytes) in 64 MiB segments, ROUNDS times (default 3), each round:
+# payloads of 100..140 bytes) in segments of SEGMENT_BYTES (default 64 MiB), ROUNDS times
+# (default 3), each round:
 #
 #   records            `storetool append DIR --count 1`, every sealed segment with its seal
 #                      record: the open scans the active segment
@@ -21,21 +22,30 @@
 #
 #   {"bench":"store_open","case":"records_warm","metric":"p50","value":…,"unit":"s","floor":…,"ratio":…}
 #
-# Usage: scripts/open-time.sh [FRAMES] [ROUNDS]   Builds storetool and sequencer in release.
-# Works from any directory; the store lives in a temporary directory, deleted at the end.
+# Both opens pretouch the active segment from its end on (the default), which reads as data
+# from then on: with large segments the cold cases read and fault in most of a segment.
+#
+# Usage: scripts/open-time.sh [FRAMES] [ROUNDS] [SEGMENT_BYTES]   Builds storetool and
+# sequencer in release, unless STORETOOL and SEQUENCER name binaries to time instead (another
+# build's, say). Works from any directory; the store lives in a temporary directory, deleted
+# at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 frames=${1:-4000000}
 rounds=${2:-3}
-CARGO_INCREMENTAL=0 cargo build --quiet --release -p seqstream-store --bin storetool
-CARGO_INCREMENTAL=0 cargo build --quiet --release -p seqstream-sequencer --bin sequencer
-tool="${CARGO_TARGET_DIR:-target}/release/storetool"
-sequencer="${CARGO_TARGET_DIR:-target}/release/sequencer"
+segment=${3:-67108864}
+if [ -z "${STORETOOL:-}" ] || [ -z "${SEQUENCER:-}" ]; then
+  CARGO_INCREMENTAL=0 cargo build --quiet --release -p seqstream-store --bin storetool \
+    -p seqstream-sequencer --bin sequencer
+fi
+tool=${STORETOOL:-${CARGO_TARGET_DIR:-target}/release/storetool}
+sequencer=${SEQUENCER:-${CARGO_TARGET_DIR:-target}/release/sequencer}
 dir=$(mktemp -d)
 seq_pid=
 trap '[ -z "$seq_pid" ] || kill -9 "$seq_pid" 2>/dev/null; rm -rf "$dir"' EXIT
 store="$dir/store"
-"$tool" append "$store" --count "$frames" --min-size 100 --max-size 140 >/dev/null 2>&1
+"$tool" append "$store" --count "$frames" --min-size 100 --max-size 140 \
+  --segment-size "$segment" >/dev/null 2>&1
 active=$("$tool" info "$store" --json | python3 -c '
 import json, sys
 print(next(s["file"] for s in json.load(sys.stdin)["segments"] if s["state"] == "active"))')
@@ -52,7 +62,7 @@ cold() {
   sync
   echo 3 >/proc/sys/vm/drop_caches
 }
-open_store() { "$tool" append "$store" --count 1; }
+open_store() { "$tool" append "$store" --count 1 --segment-size "$segment"; }
 forget_records() { rm -f "$store"/*.seal; }
 forget_checkpoints() { rm -f "$store"/*.srcpos; }
 
@@ -62,7 +72,8 @@ open_sequencer() {
   local log="$dir/sequencer.log" start end
   start=$(date +%s%N)
   RUST_LOG=info "$sequencer" --store "$store" --stream-id 1 --listen 127.0.0.1:0 \
-    --source 1@127.0.0.1 --no-heartbeat --counters "$dir/sequencer.counters" >"$log" 2>&1 &
+    --source 1@127.0.0.1 --no-heartbeat --segment-size "$segment" \
+    --counters "$dir/sequencer.counters" >"$log" 2>&1 &
   seq_pid=$!
   for _ in $(seq 20000); do
     grep -q "source positions read" "$log" && break
@@ -117,7 +128,7 @@ for temp in "${temps[@]}"; do
   floor=$(echo "${times[floor.$temp]}" | median)
   for case in "${cases[@]:1}"; do
     value=$(echo "${times[$case.$temp]}" | median)
-    printf '{"bench":"store_open","case":"%s_%s","metric":"p50","value":%s,"unit":"s","floor":%s,"ratio":%s,"frames":%d,"rounds":%d}\n' \
-      "$case" "$temp" "$value" "$floor" "$(awk -v v="$value" -v f="$floor" 'BEGIN { printf "%.1f", v / f }')" "$frames" "$rounds"
+    printf '{"bench":"store_open","case":"%s_%s","metric":"p50","value":%s,"unit":"s","floor":%s,"ratio":%s,"frames":%d,"rounds":%d,"segment_bytes":%d}\n' \
+      "$case" "$temp" "$value" "$floor" "$(awk -v v="$value" -v f="$floor" 'BEGIN { printf "%.1f", v / f }')" "$frames" "$rounds" "$segment"
   done
 done
