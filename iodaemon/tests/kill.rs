@@ -1,6 +1,7 @@
 //! `kill -9` of the sequencer and, separately, of the iodaemon, as processes, while
 //! applications keep offering: after restarts every message is in the stream exactly once,
-//! in per-source order.
+//! in per-source order (the sequencer's restarts reading its sources' positions from
+//! checkpoints in a store of many small segments).
 
 mod common;
 
@@ -33,8 +34,10 @@ fn sequencer_child_role() {
     let mut s = Sequencer::open(
         SequencerConfig {
             store: store.into(),
+            // Small segments, so that each restart resumes from a source-position
+            // checkpoint a roll or two back, not from the store's first frame.
             store_config: StoreConfig::new(STREAM)
-                .segment_size(4 << 20)
+                .segment_size(64 << 10)
                 .pretouch(false),
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             sources: (1..=2)
