@@ -106,22 +106,24 @@ impl SourcePositions {
                 *next = (*next).max(f.source_seq().saturating_add(1));
             }
         }
-        let (segment, term) = (tailer.segment_index(), tailer.segment_term());
+        let segment = tailer.segment_index();
+        if frames == 0 || self.checkpoint_segment == Some(segment) {
+            return Ok(frames);
+        }
+        let term = tailer.segment_term();
         let last = tailer
             .last_polled()
             .map(|f| (f.end_position(), f.seq(), f.checksum()));
-        if let Some((position, seq, checksum)) = last.filter(|_| frames > 0) {
-            if self.checkpoint_segment != Some(segment) {
-                let checkpoint = SourceCheckpoint {
-                    position,
-                    seq,
-                    checksum,
-                    term,
-                    next: self.sources(),
-                };
-                self.checkpoints.write(&self.dir, segment, &checkpoint);
-                self.checkpoint_segment = Some(segment);
-            }
+        if let Some((position, seq, checksum)) = last {
+            let checkpoint = SourceCheckpoint {
+                position,
+                seq,
+                checksum,
+                term,
+                next: self.sources(),
+            };
+            self.checkpoints.write(&self.dir, segment, &checkpoint);
+            self.checkpoint_segment = Some(segment);
         }
         Ok(frames)
     }

@@ -18,7 +18,7 @@ use crate::format::{
 use crate::index::{Index, IndexEntry};
 use crate::lock::DirLock;
 use crate::recovery::{next_boundary, open_for_append, RecoveryReport};
-use crate::scan::file_offset;
+use crate::scan::{file_offset, scan};
 use crate::seal::{self, SealRecord};
 use crate::segment::Segment;
 use seqstream_agent::clock::{saturating_ns, MonotonicStamp};
@@ -228,28 +228,33 @@ impl Appender {
     /// active segment holds no frame. What identifies a stream's content up to a position
     /// beyond the position itself: a tail cut and written again holds other frames there.
     ///
-    /// Walks frame headers from the last index entry below the position: up to one index
-    /// stride of headers, so call it from housekeeping, never per frame.
+    /// Scans the frames from the last index entry below the position (`scan`): up to one
+    /// index stride of frames, so call it from housekeeping, never per frame.
     pub fn last_frame_checksum(&self) -> Option<u32> {
         if self.position == self.info.base_position {
             return None;
         }
-        let mut at = self
+        let (position, seq) = self
             .index
             .last_where(|e| e.position < self.position)
-            .map_or(self.info.base_position, |e| e.position);
-        loop {
-            let off = file_offset(&self.info, at);
-            // Committed bytes, below the position: this appender wrote or checked them.
-            let committed = self.segment.bytes(off, (self.position - at) as usize);
-            let h = format::decode_header(committed).ok()?;
-            let next = at + format::align_frame(h.length as usize) as u64;
-            match next.cmp(&self.position) {
-                std::cmp::Ordering::Less => at = next,
-                std::cmp::Ordering::Equal => return Some(h.checksum),
-                std::cmp::Ordering::Greater => return None,
-            }
-        }
+            .map_or((self.info.base_position, self.info.base_seq), |e| {
+                (e.position, e.seq)
+            });
+        let mut last = None;
+        let end = scan(
+            &self.segment,
+            &self.info,
+            position,
+            seq,
+            0,
+            self.position,
+            |_, h| {
+                last = Some(h.checksum);
+                true
+            },
+        )
+        .ok()?;
+        last.filter(|_| end.end_position == self.position)
     }
 
     /// The timestamp of the last committed frame (0 for an empty stream).

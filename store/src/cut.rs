@@ -218,17 +218,18 @@ fn plan(dir: &Path, position: u64) -> Result<Plan> {
 /// it again. Removes the intent file last.
 fn apply(dir: &Path, position: u64) -> Result<()> {
     let plan = plan(dir, position)?;
+    let names = file_names(dir)?;
     for (index, path) in plan.later.iter().rev() {
         // The segment last: a crash before it leaves a segment file that the next try of the
         // cut finds again, never an index or a seal record without one.
-        remove_companions(dir, *index)?;
+        remove_companions(dir, &names, *index)?;
         remove_if_exists(&dir.join(index_file_name(*index)))?;
         remove_if_exists(path)?;
     }
     sync_dir(dir)?;
     let (path, index) = &plan.keep;
     // Its seal record first: it no longer holds once the segment is active again.
-    remove_companions(dir, *index)?;
+    remove_companions(dir, &names, *index)?;
     // SAFETY: the caller holds the store's lock: no appender maps it.
     let s = unsafe { Segment::open_writable(path) }?;
     let info = s.checked_info()?;
@@ -245,20 +246,29 @@ fn apply(dir: &Path, position: u64) -> Result<()> {
     sync_dir(dir)
 }
 
-/// Removes every file named for segment `index` (`{index:012}.*`) except the segment file and
-/// its index: its seal record, and what other crates keep beside it (a sequencer's
-/// source-position checkpoints, `NNN.srcpos`), none of which holds once the segment is cut
-/// into or removed.
-fn remove_companions(dir: &Path, index: u64) -> Result<()> {
-    let stem = format!("{index:012}.");
-    let (segment, idx) = (segment_file_name(index), index_file_name(index));
+/// The names of the files in `dir` (those that are UTF-8: every name the store gives is).
+fn file_names(dir: &Path) -> Result<Vec<String>> {
     let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("read_dir", dir, e))?;
+    let mut names = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| StoreError::io("read_dir", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.starts_with(&stem) && name != segment && name != idx {
-            remove_if_exists(&entry.path())?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Removes every file of `names` (the directory's, listed once per cut) named for segment
+/// `index` (`{index:012}.*`) except the segment file and its index: its seal record, and what
+/// other crates keep beside it (a sequencer's source-position checkpoints, `NNN.srcpos`), none
+/// of which holds once the segment is cut into or removed.
+fn remove_companions(dir: &Path, names: &[String], index: u64) -> Result<()> {
+    let stem = format!("{index:012}.");
+    let (segment, idx) = (segment_file_name(index), index_file_name(index));
+    for name in names {
+        if name.starts_with(&stem) && *name != segment && *name != idx {
+            remove_if_exists(&dir.join(name))?;
         }
     }
     Ok(())
