@@ -23,7 +23,9 @@
 #   {"bench":"store_open","case":"records_warm","metric":"p50","value":…,"unit":"s","floor":…,"ratio":…}
 #
 # Both opens pretouch the active segment from its end on (the default), which reads as data
-# from then on: with large segments the cold cases read and fault in most of a segment.
+# from then on. With large segments, a cold open has the file system zero those pages unread
+# (they are not cached) and faults them in anew: the page-cache zeroing of most of a segment,
+# where a warm open reads it.
 #
 # Usage: scripts/open-time.sh [FRAMES] [ROUNDS] [SEGMENT_BYTES]   Builds storetool and
 # sequencer in release, unless STORETOOL and SEQUENCER name binaries to time instead (another

@@ -19,6 +19,13 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::error::{Result, StoreError};
 use crate::sigbus;
 
+/// The kernel's page size in bytes (`sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the running kernel.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
 /// A whole file mapped `MAP_SHARED`.
 ///
 /// Invariant: `map` covers `len` bytes and lives as long as `self`, so every pointer derived
@@ -247,6 +254,61 @@ impl MappedFile {
             // no write and changes no data.
             unsafe { std::ptr::write_volatile(p, byte) };
             off += 4096;
+        }
+    }
+
+    /// Which pages of `[off, off + len)` the page cache holds (`mincore(2)`; for a shared
+    /// file mapping that is the file's cache, mapped in this process or not): one `bool` a
+    /// page ([`page_size`]), the last possibly partial. `None` where the kernel refuses.
+    /// Panics unless `off` is page-aligned and the range inside the mapping.
+    pub fn cached_pages(&self, off: usize, len: usize) -> Option<Vec<bool>> {
+        let page = page_size();
+        assert!(off.is_multiple_of(page), "unaligned offset");
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "range outside file"
+        );
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        // SAFETY: off < len is page-aligned and the mapping's base is too (map invariant), so
+        // the address is a page of this mapping; `vec` holds a byte for each page of the range.
+        let rc = unsafe { libc::mincore(self.ptr().add(off).cast(), len, vec.as_mut_ptr()) };
+        (rc == 0).then(|| vec.into_iter().map(|b| b & 1 != 0).collect())
+    }
+
+    /// Makes `[off, off + len)` of the file read as zeros without writing them:
+    /// `fallocate(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)`, which on ext4 and XFS marks the
+    /// blocks unwritten and drops any cached page of the range, reading nothing. `Err` where
+    /// the file system does not support it (tmpfs: `EOPNOTSUPP`); nothing changed then.
+    /// Panics unless the range is page-aligned and inside the mapping.
+    ///
+    /// # Safety
+    /// As for [`bytes_mut`](Self::bytes_mut): the caller is the single appender, holds no
+    /// reference into the range, and no reader looks at it.
+    pub unsafe fn zero_range(&self, off: usize, len: usize) -> std::io::Result<()> {
+        assert!(self.writable, "file is mapped read-only");
+        assert!(
+            off.is_multiple_of(page_size()) && len.is_multiple_of(page_size()),
+            "unaligned range"
+        );
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "range outside file"
+        );
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a syscall on a descriptor we own; the kernel unmaps the range from every
+        // mapping before zeroing it, so no reference of ours sees it change (caller contract).
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                off as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
         }
     }
 

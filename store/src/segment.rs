@@ -14,7 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::format::{
     self, seg, Activation, SegmentInfo, SegmentState, FORMAT_VERSION, SEGMENT_HEADER_LEN,
 };
-use crate::mapped::MappedFile;
+use crate::mapped::{page_size, MappedFile};
 
 /// How long [`Segment::checked_info`] reads a mismatching header of an active segment again
 /// before it reports it: 50 ms.
@@ -366,28 +366,91 @@ impl Segment {
 
     /// Zeroes whatever non-zero bytes lie from `off` to the end of the file (what a crashed
     /// appender left of an unpublished frame), so that no stale bytes can ever be read as a
-    /// frame after new ones are written over part of them. Returns the number of bytes zeroed.
-    /// Reads the tail's data ranges, last first, to find the last non-zero byte
-    /// ([`data_ranges`]: a preallocated tail never written is not read at all); writes only up
-    /// to it. Appender
-    /// recovery only: the range is above every committed byte.
-    pub(crate) fn zero_tail(&self, off: usize) -> usize {
-        let len = self.file_len();
-        // Every range found before any is read: reading one through the mapping reads ahead
-        // into the pages after it, which a later `SEEK_DATA` would then report as data.
-        let ranges: Vec<_> = data_ranges(self.file.file(), off, len).collect();
-        let end = ranges
-            .into_iter()
-            .rev()
-            .find_map(|(from, to)| nonzero_end(self.file.bytes(from, to - from)).map(|e| from + e));
-        let Some(end) = end else {
-            return 0;
+    /// frame after new ones are written over part of them. Appender recovery only: the range
+    /// is above every committed byte.
+    ///
+    /// Touches only the tail's data ranges ([`data_ranges`]: a preallocated tail never
+    /// written is left alone). Whole pages of them that the page cache does not hold are
+    /// zeroed unread ([`release_uncached`](Self::release_uncached)); the rest is read, and
+    /// written from the start of each range up to its last non-zero byte.
+    pub(crate) fn zero_tail(&self, off: usize) -> ZeroedTail {
+        let (released, to_read) = self.release_uncached(off);
+        let mut done = ZeroedTail {
+            released,
+            ..ZeroedTail::default()
         };
-        // SAFETY: recovery runs before the appender publishes anything further; the range is
-        // above every committed byte, so no reader looks at it.
-        unsafe { self.file.bytes_mut(off, end - off).fill(0) };
-        end - off
+        for (from, to) in to_read {
+            done.read += to - from;
+            if let Some(end) = nonzero_end(self.file.bytes(from, to - from)) {
+                // SAFETY: recovery runs before the appender publishes anything further; the
+                // range is above every committed byte, so no reader looks at it.
+                unsafe { self.file.bytes_mut(from, end).fill(0) };
+                done.written += end;
+            }
+        }
+        done
     }
+
+    /// Makes the whole pages from `off` on that hold data on the disk but not in the page
+    /// cache read as zeros, without reading them ([`MappedFile::zero_range`]): after a
+    /// restart, a pretouched tail was written back as zeros, and reading it back only to find
+    /// zeros, or to pretouch it, would read most of a segment from the disk. Returns the
+    /// bytes so zeroed and the data ranges left, in order: those cached, the page holding
+    /// `off` (it may hold committed bytes), and any the file system could not zero (tmpfs).
+    /// The appender's only, above every committed byte.
+    pub(crate) fn release_uncached(&self, off: usize) -> (usize, Vec<(usize, usize)>) {
+        let len = self.file_len();
+        let page = page_size();
+        let mut released = 0;
+        // Every range found, and which pages are cached, before any is read: reading one
+        // through the mapping reads ahead into the pages after it, which a later `SEEK_DATA`
+        // would then report as data, and `mincore` as cached.
+        let ranges: Vec<_> = data_ranges(self.file.file(), off, len).collect();
+        let mut left: Vec<(usize, usize)> = Vec::new();
+        let mut keep = |from: usize, to: usize| match left.last_mut() {
+            Some((_, end)) if *end == from => *end = to,
+            _ if from < to => left.push((from, to)),
+            _ => {}
+        };
+        for (from, to) in ranges {
+            // Whole pages, the first at or above `off`.
+            let first = from.next_multiple_of(page).min(to);
+            let last = (to / page * page).max(first);
+            keep(from, first);
+            let cached = self.file.cached_pages(first, last - first);
+            let is_cached = |p: usize| cached.as_ref().is_none_or(|c| c[(p - first) / page]);
+            let mut at = first;
+            while at < last {
+                let run_cached = is_cached(at);
+                let mut end = at + page;
+                while end < last && is_cached(end) == run_cached {
+                    end += page;
+                }
+                // SAFETY: the caller is the appender and the range is above every committed
+                // byte, so no reader looks at it; no reference of ours covers it.
+                if run_cached || unsafe { self.file.zero_range(at, end - at) }.is_err() {
+                    keep(at, end);
+                } else {
+                    released += end - at;
+                }
+                at = end;
+            }
+            keep(last, to);
+        }
+        (released, left)
+    }
+}
+
+/// What [`Segment::zero_tail`] did, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ZeroedTail {
+    /// Read through the mapping: the cached part of the tail's data ranges, and any uncached
+    /// part the file system could not zero.
+    pub read: usize,
+    /// Written with zeros: in each range read, up to its last non-zero byte.
+    pub written: usize,
+    /// Zeroed by the file system without being read (uncached whole pages).
+    pub released: usize,
 }
 
 /// The ranges `[from, to)` of `file` between `from` and `to` that may hold data, in order:
@@ -502,10 +565,15 @@ mod tests {
         for (at, len) in [(100 << 10, 10), (6 << 20, 1), ((8 << 20) - 1, 1)] {
             // SAFETY: the test's own prepared segment, on this thread only.
             unsafe { s.mapped().bytes_mut(at, len).fill(0x01) };
+            // The page written is cached: read, and written up to the last byte.
             let zeroed = s.zero_tail(4096);
-            assert_eq!(zeroed, at + len - 4096, "bytes at {at}");
+            assert!(
+                zeroed.written >= len && zeroed.written <= at + len - 4096,
+                "bytes at {at}: {zeroed:?}"
+            );
+            assert_eq!(zeroed.released, 0, "bytes at {at}");
             assert!(s.bytes(4096, (8 << 20) - 4096).iter().all(|&b| b == 0));
-            assert_eq!(s.zero_tail(4096), 0);
+            assert_eq!(s.zero_tail(4096).written, 0);
         }
         // The same through a file written with holes (no preallocation): data on both sides.
         let path = dir.path().join("holes");
@@ -526,14 +594,78 @@ mod tests {
         assert_eq!(nonzero_end(&vec![0; 200 << 10]), None);
     }
 
+    /// Whether the file system of `dir` zeroes a range in place (`FALLOC_FL_ZERO_RANGE`).
+    fn zeroes_ranges(dir: &Path) -> bool {
+        let f = std::fs::File::create(dir.join("probe")).unwrap();
+        f.set_len(1 << 16).unwrap();
+        // SAFETY: fallocate on a descriptor we own.
+        let rc = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                1 << 16,
+            )
+        };
+        rc == 0
+    }
+
+    #[test]
+    fn zero_tail_reads_no_page_the_cache_does_not_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = page_size();
+        let path = Segment::prepare(dir.path(), 3, 0, 8 << 20, true)
+            .unwrap()
+            .path()
+            .to_path_buf();
+        // A pretouched tail written back, with bytes of an unpublished frame in its middle
+        // and in its last byte, then dropped from the page cache (unmapped first: mapped
+        // pages stay cached): a cold open's.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0xCD; 300], 3 << 20).unwrap();
+        f.write_all_at(&[0xCD], (8 << 20) - 1).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: fadvise on a descriptor we own.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: the test's own segment; nothing else maps it.
+        let s = unsafe { Segment::open_writable(&path) }.unwrap();
+        // Opening read the header, and the kernel read ahead of it.
+        let off: usize = 5000; // inside the second page, which is read
+        let whole = off.next_multiple_of(page);
+        let cached = s.mapped().cached_pages(whole, (8 << 20) - whole).unwrap();
+        let uncached = cached.iter().filter(|&&c| !c).count() * page;
+        assert!(
+            uncached > (4 << 20),
+            "the page cache kept {} of the segment's bytes",
+            (8 << 20) - whole - uncached
+        );
+        let zeroed = s.zero_tail(off);
+        if zeroes_ranges(dir.path()) {
+            assert_eq!(zeroed.released, uncached, "{zeroed:?}");
+        } else {
+            assert_eq!(zeroed.released, 0, "{zeroed:?}");
+        }
+        // The whole tail is data (pretouched): what was not released was read.
+        assert_eq!(zeroed.read + zeroed.released, (8 << 20) - off, "{zeroed:?}");
+        assert!(s.bytes(off, (8 << 20) - off).iter().all(|&b| b == 0));
+        let mut back = vec![1u8; (8 << 20) - off];
+        s.mapped()
+            .file()
+            .read_exact_at(&mut back, off as u64)
+            .unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        assert_eq!(std::fs::metadata(s.path()).unwrap().len(), 8 << 20);
+    }
+
     #[test]
     fn zero_tail_zeroes_and_keeps_size() {
         let dir = tempfile::tempdir().unwrap();
         let s = Segment::prepare(dir.path(), 3, 0, 1 << 16, false).unwrap();
         // SAFETY: the test's own prepared segment, on this thread only; no reader has it open.
         unsafe { s.mapped().bytes_mut(5000, 20000).fill(0xAB) };
-        assert_eq!(s.zero_tail(5001), 19999);
-        assert_eq!(s.zero_tail(5001), 0);
+        assert_eq!(s.zero_tail(5001).written, 19999);
+        assert_eq!(s.zero_tail(5001).written, 0);
         assert_eq!(s.bytes(5000, 1), &[0xAB]);
         assert!(s.bytes(5001, 19999).iter().all(|&b| b == 0));
         assert_eq!(std::fs::metadata(s.path()).unwrap().len(), 1 << 16);
