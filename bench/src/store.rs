@@ -277,6 +277,7 @@ fn latency(dir: &std::path::Path, samples: u64, args: &Args, reporter: &Reporter
         &sdir,
         TailerOptions {
             verify_checksums: true,
+            ..TailerOptions::default()
         },
     )?;
     let store = append_to_tailer(samples, pins, appender, tailer)?;

@@ -1219,6 +1219,7 @@ fn open_at(cfg: &ServerConfig, resume: u64) -> Result<Tailer> {
         &cfg.store,
         TailerOptions {
             verify_checksums: false,
+            ..TailerOptions::default()
         },
     )?;
     tailer.seek_position(resume)?;

@@ -632,8 +632,24 @@ fn frames_larger_than_a_batch_are_replicated_in_pieces() {
 }
 
 /// The cores of this process's sender runners' threads, `repl-send[<slot>]` (from
-/// `/proc/self/task/*/status`).
+/// `/proc/self/task/*/status`), once two readings 20 ms apart agree: a thread a sender has
+/// just spawned (its tailer's `seg-prefault`) carries the sender's name and core until its
+/// first instructions set its own.
 fn sender_cores() -> Vec<String> {
+    let mut last = sender_cores_now();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = sender_cores_now();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+/// [`sender_cores`] as read now.
+fn sender_cores_now() -> Vec<String> {
     let mut cores = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap() {
         let dir = task.unwrap().path();

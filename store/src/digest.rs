@@ -54,6 +54,7 @@ pub fn digest(dir: &Path) -> Result<StoreDigest> {
         dir,
         TailerOptions {
             verify_checksums: true,
+            ..TailerOptions::default()
         },
     )?;
     let mut d = StoreDigest {

@@ -57,6 +57,7 @@ pub mod layout;
 mod lock;
 mod mapped;
 pub mod pattern;
+mod prefault;
 mod recovery;
 pub mod scan;
 pub mod seal;

@@ -15,6 +15,7 @@ use crate::format::{
     self, seg, Activation, SegmentInfo, SegmentState, FORMAT_VERSION, SEGMENT_HEADER_LEN,
 };
 use crate::mapped::{page_size, MappedFile};
+use crate::prefault::Prefault;
 
 /// How long [`Segment::checked_info`] reads a mismatching header of an active segment again
 /// before it reports it: 50 ms.
@@ -51,6 +52,10 @@ pub fn parse_indexed_file_name(name: &str, suffix: &str) -> Option<u64> {
 /// A mapped segment file, read-only (tailers) or writable (the appender).
 #[derive(Debug)]
 pub struct Segment {
+    /// The background population of `file` for a reader, once started
+    /// ([`prefault`](Segment::prefault)). Declared before `file`: fields drop in order, so
+    /// the job is stopped and joined before the mapping it populates is unmapped.
+    prefault: Option<Prefault>,
     file: MappedFile,
 }
 
@@ -93,7 +98,10 @@ impl Segment {
         match result {
             Ok(mut file) => {
                 file.set_path(final_path);
-                Ok(Segment { file })
+                Ok(Segment {
+                    prefault: None,
+                    file,
+                })
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp_path);
@@ -143,7 +151,10 @@ impl Segment {
             });
         }
         let file = MappedFile::map(file, path.to_path_buf(), actual as usize, writable)?;
-        let segment = Segment { file };
+        let segment = Segment {
+            prefault: None,
+            file,
+        };
         // Only the fields written at preparation: the base fields may be being written by an
         // activation right now, and are read only after an acquire load of the state word.
         let h = segment.file.volatile_copy::<32>(0);
@@ -194,6 +205,28 @@ impl Segment {
     /// The mapped file.
     pub fn mapped(&self) -> &MappedFile {
         &self.file
+    }
+
+    /// Starts mapping the pages of the segment from file offset `from` to its end into this
+    /// process's page tables on a background thread (`crate::prefault`), so that a reader's
+    /// loads there take no page fault. Once per segment: later calls do nothing. For a
+    /// reader's mapping; the appender pretouches its own.
+    pub fn prefault(&mut self, from: usize) {
+        if self.prefault.is_none() {
+            let len = self.file.file_len();
+            let from = (from / page_size() * page_size()).min(len);
+            // SAFETY: the mapping covers `len` bytes from its page-aligned base, so `[from,
+            // len)` from a page-aligned `from`, and lives as long as `self`; the `Prefault` is
+            // a field of `self`, dropped before it.
+            self.prefault = Some(unsafe {
+                Prefault::start(self.file.bytes(from, len - from).as_ptr(), len - from)
+            });
+        }
+    }
+
+    /// `true` while a [`prefault`](Self::prefault) started on this segment is still running.
+    pub fn prefault_pending(&self) -> bool {
+        self.prefault.as_ref().is_some_and(|p| !p.is_done())
     }
 
     /// A copy of the first 256 header bytes (volatile loads).

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
-use crate::format::{self, FrameFault, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN};
+use crate::format::{
+    self, FrameFault, FrameFields, SegmentInfo, SegmentState, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
 use crate::index::Index;
 use crate::scan::{file_offset, scan};
 use crate::segment::{segment_file_name, Segment};
@@ -133,12 +135,20 @@ impl FrameRange<'_> {
 pub struct TailerOptions {
     /// Check each frame's CRC32C before returning it (lengths and seqs are always checked).
     pub verify_checksums: bool,
+    /// Map the pages of each segment it reads, and of the successor it finds prepared, into
+    /// this process's page tables ahead of the reads, on a short-lived background thread
+    /// (`seg-prefault`, off a pinned reader's core), so that reading takes no page fault
+    /// (`Segment::prefault`). Costs the page tables of the segment (2 MiB a GiB) for as long
+    /// as it is mapped.
+    pub prefault: bool,
 }
 
 impl Default for TailerOptions {
+    /// Checksums verified, pages prefaulted.
     fn default() -> Self {
         TailerOptions {
             verify_checksums: true,
+            prefault: true,
         }
     }
 }
@@ -246,7 +256,10 @@ impl Tailer {
             }
             return Err(StoreError::NoStore { path: dir });
         }
-        let (segment, info) = check_live(segment, path, None)?;
+        let (mut segment, info) = check_live(segment, path, None)?;
+        if options.prefault {
+            segment.prefault(SEGMENT_HEADER_LEN);
+        }
         Ok(Tailer {
             next_path: dir.join(segment_file_name(info.index + 1)),
             next: None,
@@ -283,6 +296,12 @@ impl Tailer {
     /// store's committed position whenever the tailer is in the active segment.
     pub fn committed_position(&self) -> u64 {
         self.segment.committed()
+    }
+
+    /// `true` while the background prefault of the segment the tailer is in
+    /// ([`TailerOptions::prefault`]) is still mapping its pages: reads may fault until then.
+    pub fn prefault_pending(&self) -> bool {
+        self.segment.prefault_pending()
     }
 
     /// Index of the segment the tailer is in.
@@ -452,7 +471,13 @@ impl Tailer {
             // The stat first: a missing one then costs no error and no allocation.
             None if !self.next_path.exists() => return Ok(()),
             None => match Segment::open(&self.next_path) {
-                Ok(next) => self.next.insert(next),
+                Ok(mut next) => {
+                    // Its pages mapped before the roll into it, which then takes this mapping.
+                    if self.options.prefault {
+                        next.prefault(SEGMENT_HEADER_LEN);
+                    }
+                    self.next.insert(next)
+                }
                 Err(_) => return Ok(()),
             },
         };
@@ -512,11 +537,18 @@ impl Tailer {
         }
     }
 
-    /// Moves to the segment after this one, found by name (`next_path`).
+    /// Moves to the segment after this one, found by name (`next_path`): the successor
+    /// [`check_end`](Self::check_end) mapped, while that file still has the name, else the
+    /// file opened now.
     fn enter_next_segment(&mut self) -> Result<()> {
         // The next file is found by name: it must belong to the store this one came from.
         self.segment.check_file()?;
-        let (segment, info) = open_live(&self.next_path, Some(self.stream_id))?;
+        let (segment, info) = match self.next.take() {
+            Some(next) if next.check_file().is_ok() => {
+                check_live(next, &self.next_path, Some(self.stream_id))?
+            }
+            _ => open_live(&self.next_path, Some(self.stream_id))?,
+        };
         if info.base_position != self.position || info.base_seq != self.next_seq {
             return Err(StoreError::CorruptHeader {
                 path: self.next_path.clone(),
@@ -527,7 +559,17 @@ impl Tailer {
             });
         }
         self.set_segment(segment, info);
+        self.prefault_from_position();
         Ok(())
+    }
+
+    /// Starts prefaulting the segment the tailer is in from its position on, when the options
+    /// ask for it ([`TailerOptions::prefault`]): the pages before it are not read again.
+    fn prefault_from_position(&mut self) {
+        if self.options.prefault {
+            let from = file_offset(&self.info, self.position);
+            self.segment.prefault(from);
+        }
     }
 
     /// Makes `segment` the one the tailer reads, with what depends on it: the successor's
@@ -763,6 +805,7 @@ impl Tailer {
             }
             break; // end of the stream
         }
+        self.prefault_from_position();
         if let Some(requested) = target_seq.filter(|&t| t > self.next_seq) {
             return Err(StoreError::SeqBeyondEnd {
                 requested,

@@ -1,6 +1,8 @@
 //! A segment that an earlier appender prepared, found by the next open: readied in the
 //! background as a new one is, so that the roll into it costs the appender no page faults.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use seqstream_store::{Appender, StoreConfig};
@@ -11,16 +13,6 @@ fn cfg() -> StoreConfig {
 }
 
 const PAYLOAD: [u8; 200] = [7; 200];
-
-/// Minor page faults taken so far by the calling thread.
-fn thread_minor_faults() -> i64 {
-    // SAFETY: rusage is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD is Linux's.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    assert_eq!(rc, 0);
-    usage.ru_minflt
-}
 
 /// Waits (at most 60 s) until `a`'s next segment is ready.
 fn wait_prepared(a: &Appender) {
@@ -38,11 +30,11 @@ fn wait_prepared(a: &Appender) {
 /// this thread took while appending.
 fn fill_active(a: &mut Appender) -> i64 {
     let from = a.segment_index();
-    let before = thread_minor_faults();
+    let before = common::thread_minor_faults();
     while a.segment_index() == from {
         a.append(&PAYLOAD).unwrap();
     }
-    thread_minor_faults() - before
+    common::thread_minor_faults() - before
 }
 
 /// A store whose active segment 0 has a frame and whose segment 1 was prepared ahead; the
