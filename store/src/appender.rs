@@ -720,19 +720,29 @@ impl Appender {
     }
 
     /// Readies the segment that an earlier appender prepared and that the open found after
-    /// the active one, as [`prepare`] readies a new one: its pages were never mapped by this
-    /// process (and after a restart may not even be cached), so without this every first
-    /// write to a page after the roll into it would fault on the appender's thread (about
-    /// 2,700 faults a 64 MiB segment). In the background when preparing ahead, else now.
+    /// the active one, as [`prepare`] readies a new one, in the background: its pages were
+    /// never mapped by this process (and after a restart may not even be cached), so without
+    /// this every first write to a page after the roll into it would fault on the appender's
+    /// thread (about 2,700 faults a 64 MiB segment).
+    ///
+    /// Without preparing ahead it is kept as found, as a roll then prepares on the
+    /// appender's thread anyway: such opens mostly only recover (a cut, `storetool repair`),
+    /// with a configuration that may not even know the store's segment size, and readying
+    /// (or replacing) the segment would be work done in vain.
     fn ready_found(&mut self, segment: Segment) -> Result<()> {
+        if !self.cfg.prepare_ahead {
+            let index = Index::create(
+                &self.dir,
+                segment.info().0.index,
+                segment.file_len() as u64,
+                self.cfg.index_stride,
+            )?;
+            self.prepared = Some(Prepared { segment, index });
+            return Ok(());
+        }
         let dir = self.dir.clone();
         let cfg = self.cfg.clone();
-        let ready = move || ready_found(&dir, &cfg, segment);
-        if self.cfg.prepare_ahead {
-            self.spawn_preparer(ready);
-        } else {
-            self.prepared = Some(ready()?);
-        }
+        self.spawn_preparer(move || ready_found(&dir, &cfg, segment));
         Ok(())
     }
 

@@ -446,9 +446,10 @@ impl Segment {
             _ => {}
         };
         for (from, to) in ranges {
-            // Whole pages, the first at or above `off`.
-            let first = from.next_multiple_of(page).min(to);
-            let last = (to / page * page).max(first);
+            let Some((first, last)) = whole_pages(from, to, page) else {
+                keep(from, to);
+                continue;
+            };
             keep(from, first);
             let cached = self.file.cached_pages(first, last - first);
             let is_cached = |p: usize| cached.as_ref().is_none_or(|c| c[(p - first) / page]);
@@ -472,6 +473,15 @@ impl Segment {
         }
         (released, left)
     }
+}
+
+/// The whole pages of `[from, to)` (pages of `page` bytes), as `(first, last)` offsets, or
+/// `None` when it holds none: a range within one page, which a file system with blocks
+/// smaller than a page (ext4 with 1 KiB blocks) may report as data between holes.
+fn whole_pages(from: usize, to: usize, page: usize) -> Option<(usize, usize)> {
+    let first = from.next_multiple_of(page);
+    let last = to / page * page;
+    (first < last).then_some((first, last))
 }
 
 /// What [`Segment::zero_tail`] did, in bytes.
@@ -689,6 +699,16 @@ mod tests {
             .unwrap();
         assert!(back.iter().all(|&b| b == 0));
         assert_eq!(std::fs::metadata(s.path()).unwrap().len(), 8 << 20);
+    }
+
+    #[test]
+    fn whole_pages_of_a_range_are_aligned_and_none_within_a_page() {
+        assert_eq!(whole_pages(5000, 20000, 4096), Some((8192, 16384)));
+        assert_eq!(whole_pages(4096, 16384, 4096), Some((4096, 16384)));
+        // 1 KiB blocks: data at [4096, 5120) between holes, or [5000, 8000).
+        assert_eq!(whole_pages(4096, 5120, 4096), None);
+        assert_eq!(whole_pages(5000, 8000, 4096), None);
+        assert_eq!(whole_pages(5000, 8192, 4096), None);
     }
 
     #[test]

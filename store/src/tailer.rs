@@ -139,7 +139,9 @@ pub struct TailerOptions {
     /// this process's page tables ahead of the reads, on a short-lived background thread
     /// (`seg-prefault`, off a pinned reader's core), so that reading takes no page fault
     /// (`Segment::prefault`). Costs the page tables of the segment (2 MiB a GiB) for as long
-    /// as it is mapped.
+    /// as it is mapped, and the process's resident size then counts the whole segment (the
+    /// page cache's pages, shared, not copies). Where the appender does not pretouch, the
+    /// pages past the end are created in the page cache here instead of at its writes.
     pub prefault: bool,
 }
 

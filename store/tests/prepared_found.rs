@@ -67,3 +67,20 @@ fn the_roll_into_a_segment_found_prepared_takes_no_page_faults() {
         "the segment found prepared took {found} page faults, a fresh one {fresh}"
     );
 }
+
+#[test]
+fn an_open_that_only_recovers_keeps_a_segment_found_prepared_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_prepared_segment(dir.path());
+    let path = dir.path().join("000000000001.seg");
+    // As `storetool repair` opens: the default (1 GiB) segment size, nothing prepared ahead.
+    let repair = StoreConfig::new(5).prepare_ahead(false);
+    drop(Appender::open(dir.path(), repair.clone()).unwrap());
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 8 << 20);
+    // And as a cut does.
+    let end = seqstream_store::Tailer::open(dir.path())
+        .unwrap()
+        .committed_position();
+    seqstream_store::cut::cut_to(dir.path(), &repair, end).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 8 << 20);
+}
