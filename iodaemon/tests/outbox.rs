@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use seqstream_iodaemon::forwarder::MAX_MESSAGE_LEN;
 use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError, OutboxReader, RECORD_HEADER};
 use seqstream_store::pattern;
+use seqstream_testkit::thread_minor_faults;
 
 #[test]
 fn a_producer_and_a_consumer_thread_exchange_every_message_in_order() {
@@ -293,16 +294,6 @@ fn a_record_longer_than_a_datagram_is_a_corrupt_outbox() {
     let mut reader = OutboxReader::open(&path).unwrap();
     let e = reader.poll(10, |_| {}).unwrap_err();
     assert!(matches!(e, OutboxError::Corrupt { .. }), "{e}");
-}
-
-/// Minor page faults taken so far by the calling thread.
-fn thread_minor_faults() -> i64 {
-    // SAFETY: rusage is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD is Linux's.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    assert_eq!(rc, 0);
-    usage.ru_minflt
 }
 
 #[test]

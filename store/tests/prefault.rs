@@ -1,11 +1,10 @@
 //! A tailer maps the pages of the segment it reads on a background thread, so that its own
 //! reads take no page fault (`TailerOptions::prefault`).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use seqstream_store::{Appender, StoreConfig, Tailer, TailerOptions};
+use seqstream_testkit::thread_minor_faults;
 
 /// The page faults this thread takes reading every frame of the store in `dir` with
 /// `prefault` as given, after waiting (at most 60 s) for the prefault to finish.
@@ -23,12 +22,12 @@ fn faults_reading(dir: &std::path::Path, prefault: bool) -> (i64, u64) {
         assert!(Instant::now() < deadline, "the prefault never finished");
         std::thread::sleep(Duration::from_millis(2));
     }
-    let before = common::thread_minor_faults();
+    let before = thread_minor_faults();
     let mut frames = 0;
     while t.poll().unwrap().is_some() {
         frames += 1;
     }
-    (common::thread_minor_faults() - before, frames)
+    (thread_minor_faults() - before, frames)
 }
 
 #[test]

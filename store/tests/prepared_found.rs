@@ -1,11 +1,10 @@
 //! A segment that an earlier appender prepared, found by the next open: readied in the
 //! background as a new one is, so that the roll into it costs the appender no page faults.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use seqstream_store::{Appender, StoreConfig};
+use seqstream_testkit::thread_minor_faults;
 
 /// 8 MiB segments (2,048 pages), pretouched.
 fn cfg() -> StoreConfig {
@@ -30,11 +29,11 @@ fn wait_prepared(a: &Appender) {
 /// this thread took while appending.
 fn fill_active(a: &mut Appender) -> i64 {
     let from = a.segment_index();
-    let before = common::thread_minor_faults();
+    let before = thread_minor_faults();
     while a.segment_index() == from {
         a.append(&PAYLOAD).unwrap();
     }
-    common::thread_minor_faults() - before
+    thread_minor_faults() - before
 }
 
 /// A store whose active segment 0 has a frame and whose segment 1 was prepared ahead; the

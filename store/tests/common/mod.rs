@@ -74,13 +74,3 @@ pub(crate) fn check_pattern_store_prefix(dir: &Path, upto: u64) -> u64 {
 pub(crate) fn forget_seal_record(dir: &Path, index: u64) {
     std::fs::remove_file(dir.join(seqstream_store::seal::seal_file_name(index))).unwrap();
 }
-
-/// Minor page faults taken so far by the calling thread.
-pub(crate) fn thread_minor_faults() -> i64 {
-    // SAFETY: rusage is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD is Linux's.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    assert_eq!(rc, 0);
-    usage.ru_minflt
-}
