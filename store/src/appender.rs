@@ -59,6 +59,20 @@ struct Prepared {
     index: Index,
 }
 
+impl Prepared {
+    /// `segment` (prepared, not yet active) with a new, empty index of its own, entries every
+    /// `stride` bytes.
+    fn indexed(dir: &Path, segment: Segment, stride: u64) -> Result<Prepared> {
+        let index = Index::create(
+            dir,
+            segment.info().0.index,
+            segment.file_len() as u64,
+            stride,
+        )?;
+        Ok(Prepared { segment, index })
+    }
+}
+
 fn prepare(dir: &Path, cfg: &StoreConfig, seg_index: u64) -> Result<Prepared> {
     let segment = Segment::prepare(
         dir,
@@ -67,8 +81,7 @@ fn prepare(dir: &Path, cfg: &StoreConfig, seg_index: u64) -> Result<Prepared> {
         cfg.segment_size,
         cfg.pretouch,
     )?;
-    let index = Index::create(dir, seg_index, cfg.segment_size, cfg.index_stride)?;
-    Ok(Prepared { segment, index })
+    Prepared::indexed(dir, segment, cfg.index_stride)
 }
 
 /// Readies `segment`, prepared by an earlier appender and found by the open: pretouches it
@@ -92,8 +105,7 @@ fn ready_found(dir: &Path, cfg: &StoreConfig, segment: Segment) -> Result<Prepar
                 .pretouch(SEGMENT_HEADER_LEN, segment.file_len())
         };
     }
-    let index = Index::create(dir, seg_index, segment.file_len() as u64, cfg.index_stride)?;
-    Ok(Prepared { segment, index })
+    Prepared::indexed(dir, segment, cfg.index_stride)
 }
 
 /// The single writer of a store. See the module docs.
@@ -731,13 +743,11 @@ impl Appender {
     /// (or replacing) the segment would be work done in vain.
     fn ready_found(&mut self, segment: Segment) -> Result<()> {
         if !self.cfg.prepare_ahead {
-            let index = Index::create(
+            self.prepared = Some(Prepared::indexed(
                 &self.dir,
-                segment.info().0.index,
-                segment.file_len() as u64,
+                segment,
                 self.cfg.index_stride,
-            )?;
-            self.prepared = Some(Prepared { segment, index });
+            )?);
             return Ok(());
         }
         let dir = self.dir.clone();

@@ -6,7 +6,7 @@
 //! pages is a minor fault, about one per 140 KiB of stream on the development machine, a few
 //! µs each on the reader's thread. `MADV_POPULATE_READ` (Linux 5.14+) maps them all ahead,
 //! here on a short-lived `seg-prefault` thread, so that the reader's loads never fault. With
-//! it, `bench store`'s `append_to_tailer_64B` p99.9 went from 2.0–2.4 µs to 0.66–0.72 µs.
+//! it, `bench store`'s `append_to_tailer_64B` p99.9 went from 2.0–2.4 µs to 0.59–0.72 µs.
 //!
 //! This module owns that thread and nothing else. It never outlives the mapping it
 //! populates: a [`Prefault`] is held by the [`Segment`](crate::segment::Segment) whose

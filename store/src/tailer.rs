@@ -258,11 +258,8 @@ impl Tailer {
             }
             return Err(StoreError::NoStore { path: dir });
         }
-        let (mut segment, info) = check_live(segment, path, None)?;
-        if options.prefault {
-            segment.prefault(SEGMENT_HEADER_LEN);
-        }
-        Ok(Tailer {
+        let (segment, info) = check_live(segment, path, None)?;
+        let mut tailer = Tailer {
             next_path: dir.join(segment_file_name(info.index + 1)),
             next: None,
             dir,
@@ -276,7 +273,9 @@ impl Tailer {
             last_end_check: None,
             lengths: format::LengthChecksum::default(),
             last: None,
-        })
+        };
+        tailer.prefault_from_position();
+        Ok(tailer)
     }
 
     /// The stream id, from the segment headers.
