@@ -82,6 +82,7 @@ use seqstream_agent::{Agent, AgentError, DutyCycle, Housekeeping};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, ReplayWindow};
+use seqstream_schemas::datagram::{self, ENTRY_OVERHEAD, MAX_UDP_PAYLOAD};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::format::TermStart;
 use seqstream_store::{StoreError, Tailer, TailerOptions};
@@ -228,21 +229,10 @@ pub const NAK_POLL_IN_FLIGHT_NS: u64 = 5_000;
 /// The most datagrams one read of the NAK socket takes.
 pub const NAKS_PER_READ: usize = 64;
 
-/// Bytes of a datagram before its messages: SBE header, block, group header.
-const DATAGRAM_OVERHEAD: usize = 8 + 24 + 4;
 /// Bytes of a NAK: SBE header and block.
 const NAK_LEN: usize = 8 + wire::NakDecoder::BLOCK_LENGTH as usize;
-/// Bytes of one message entry before its payload: template id (the group's block) and the
-/// payload's length.
-const MESSAGE_OVERHEAD: usize = 2 + 2;
-/// The largest UDP payload over IPv4: 65,535 bytes less the IP header's 20 and UDP's 8.
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
-/// The longest message (bytes of payload) a datagram carries: one alone in a signed datagram
-/// ([`TRAILER_LEN`]) as large as UDP over IPv4 allows. [`Outbox::offer`](crate::outbox::Outbox::offer)
-/// refuses a longer one (`OfferError::TooLarge`), and a reader finds one in an outbox
-/// corrupt: it could never be sent.
-pub const MAX_MESSAGE_LEN: usize =
-    MAX_UDP_PAYLOAD - DATAGRAM_OVERHEAD - MESSAGE_OVERHEAD - TRAILER_LEN;
+// The datagram's sizes (`seqstream_schemas::datagram`) count the trailer this forwarder seals.
+const _: () = assert!(TRAILER_LEN == datagram::TRAILER_LEN);
 
 struct Link {
     reader: OutboxReader,
@@ -496,7 +486,7 @@ impl Forwarder {
         counters: &CountersWriter,
         mut clock: Clock,
     ) -> Result<Forwarder, Error> {
-        if cfg.mtu < DATAGRAM_OVERHEAD + 64 || cfg.mtu > MAX_UDP_PAYLOAD {
+        if cfg.mtu < datagram::HEADER_LEN + 64 || cfg.mtu > MAX_UDP_PAYLOAD {
             return Err(Error::Config(format!("mtu {} out of range", cfg.mtu)));
         }
         for r in &cfg.routes {
@@ -1020,7 +1010,7 @@ impl Forwarder {
         );
         let source_id = self.links[i].reader.source_id();
         let signed = self.links[i].auth.is_some();
-        let overhead = DATAGRAM_OVERHEAD + if signed { TRAILER_LEN } else { 0 };
+        let overhead = datagram::HEADER_LEN + if signed { TRAILER_LEN } else { 0 };
         let mut start = 0;
         while start < self.batch.len() {
             // Take messages while they fit (each costs its entry: template id and length) and
@@ -1030,10 +1020,10 @@ impl Forwarder {
             let mut end = start;
             while end < self.batch.len()
                 && (end == start
-                    || (size + MESSAGE_OVERHEAD + self.batch[end].len() <= self.cfg.mtu
+                    || (size + ENTRY_OVERHEAD + self.batch[end].len() <= self.cfg.mtu
                         && self.batch[end].source_seq == self.batch[end - 1].source_seq + 1))
             {
-                size += MESSAGE_OVERHEAD + self.batch[end].len();
+                size += ENTRY_OVERHEAD + self.batch[end].len();
                 end += 1;
             }
             if size > self.out.len() {

@@ -53,7 +53,7 @@ mod ring;
 
 use ring::RingFile;
 
-use crate::forwarder::MAX_MESSAGE_LEN;
+use seqstream_schemas::datagram::MAX_MESSAGE_LEN;
 
 const MAGIC: [u8; 8] = *b"SEQOUTBX";
 const VERSION: u32 = 1;

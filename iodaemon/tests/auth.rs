@@ -11,10 +11,9 @@ use seqstream_agent::clock::ManualClock;
 use seqstream_agent::counters::{self, CountersWriter};
 use seqstream_auth::trailer::{self, Kind, Sealer, TrailerScope, TRAILER_LEN};
 use seqstream_auth::{Key, Keyring};
-use seqstream_iodaemon::forwarder::{
-    Forwarder, ForwarderConfig, Route, MAX_MESSAGE_LEN, MAX_UDP_PAYLOAD,
-};
+use seqstream_iodaemon::forwarder::{Forwarder, ForwarderConfig, Route};
 use seqstream_iodaemon::outbox::{OfferError, Outbox};
+use seqstream_schemas::datagram::{MAX_MESSAGE_LEN, MAX_UDP_PAYLOAD};
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
 use seqstream_store::{StoreConfig, Tailer};

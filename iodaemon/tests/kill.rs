@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_iodaemon::outbox::Outbox;
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, MIN_SEGMENT_SIZE};
 use seqstream_store::StoreConfig;
 use seqstream_testkit::{free_udp_port, KillOnDrop as Proc};
 
@@ -37,7 +37,7 @@ fn sequencer_child_role() {
             // Small segments, so that each restart resumes from a source-position
             // checkpoint a roll or two back, not from the store's first frame.
             store_config: StoreConfig::new(STREAM)
-                .segment_size(64 << 10)
+                .segment_size(MIN_SEGMENT_SIZE)
                 .pretouch(false),
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             sources: (1..=2)

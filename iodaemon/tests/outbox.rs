@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use seqstream_iodaemon::forwarder::MAX_MESSAGE_LEN;
 use seqstream_iodaemon::outbox::{OfferError, Outbox, OutboxError, OutboxReader, RECORD_HEADER};
+use seqstream_schemas::datagram::MAX_MESSAGE_LEN;
 use seqstream_store::pattern;
 use seqstream_testkit::thread_minor_faults;
 

@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 
 pub mod codec;
+pub mod datagram;
 
 macro_rules! generated {
     ($(#[$doc:meta])* $name:ident, $file:literal) => {

@@ -40,7 +40,8 @@ pub struct SequencerArgs {
     /// Never append heartbeat frames.
     #[arg(long, conflicts_with = "heartbeat_ms")]
     pub no_heartbeat: bool,
-    /// Segment size of the store, bytes.
+    /// Segment size of the store, bytes (at least 68 KiB, whose frames carry any message a
+    /// datagram can).
     #[arg(long, default_value_t = 1 << 30)]
     pub segment_size: u64,
     /// Flush policy: none, frames:N, ms:T.

@@ -41,6 +41,7 @@ use seqstream_auth::trailer::{self, Kind, Sealer, TrailerError, TrailerScope, TR
 use seqstream_auth::watch::KeyWatch;
 use seqstream_auth::{Keyring, Replay, ReplayWindow};
 use seqstream_schemas::codec::DecodeError;
+use seqstream_schemas::datagram;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError};
@@ -307,10 +308,6 @@ enum Refusal {
         epoch: u32,
         highest: u32,
     },
-    TooLarge {
-        source: u32,
-        len: usize,
-    },
     /// Bytes after the last message: a datagram has no other framing, so they are not ours.
     TrailingBytes(usize),
     /// A datagram of no message: it sequences nothing, so it may change nothing (its epoch
@@ -336,14 +333,13 @@ enum Refusal {
 }
 
 /// The causes refusals are counted and logged by: their counters' labels.
-const CAUSES: [&str; 11] = [
+const CAUSES: [&str; 10] = [
     "bad datagrams: undecodable",
     "bad datagrams: protocol version",
     "bad datagrams: other stream",
     "bad datagrams: unknown source",
     "bad datagrams: wrong address",
     "bad datagrams: stale epoch",
-    "bad datagrams: message too large",
     "bad datagrams: no message",
     "bad datagrams: unsigned",
     "bad datagrams: bad tag",
@@ -363,11 +359,10 @@ impl Refusal {
             Refusal::UnknownSource(_) => 3,
             Refusal::WrongAddress { .. } => 4,
             Refusal::StaleEpoch { .. } => 5,
-            Refusal::TooLarge { .. } => 6,
-            Refusal::Empty { .. } => 7,
-            Refusal::Unsigned { .. } => 8,
-            Refusal::BadTag { .. } => 9,
-            Refusal::Replayed { .. } => 10,
+            Refusal::Empty { .. } => 6,
+            Refusal::Unsigned { .. } => 7,
+            Refusal::BadTag { .. } => 8,
+            Refusal::Replayed { .. } => 9,
         }
     }
 }
@@ -391,9 +386,6 @@ impl std::fmt::Display for Refusal {
                 epoch,
                 highest,
             } => write!(f, "source {source} epoch {epoch}, below {highest}"),
-            Refusal::TooLarge { source, len } => {
-                write!(f, "source {source}: a message of {len} bytes")
-            }
             Refusal::TrailingBytes(n) => write!(f, "{n} bytes after the last message"),
             Refusal::Empty { source } => write!(f, "source {source}: a datagram of no message"),
             Refusal::Unsigned {
@@ -507,11 +499,44 @@ pub struct Sequencer {
     checkpoint_segment: Option<u64>,
 }
 
+// The datagram's sizes (`seqstream_schemas::datagram`) count the trailer this sequencer opens.
+const _: () = assert!(TRAILER_LEN == datagram::TRAILER_LEN);
+
+/// The longest message a datagram read into a [`MAX_DATAGRAM`]-byte slot can carry (65,496
+/// bytes, more than an outbox accepts: [`datagram::MAX_MESSAGE_LEN`]).
+const LONGEST_MESSAGE: usize = MAX_DATAGRAM - datagram::HEADER_LEN - datagram::ENTRY_OVERHEAD;
+
+/// The shortest segments (bytes) a sequencer's store may have: 68 KiB, whose frames carry
+/// the longest message a datagram can (65,496 bytes, in a datagram of 65,536: the most a
+/// sequencer reads).
+pub const MIN_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(LONGEST_MESSAGE);
+
+/// Refuses segments shorter than [`MIN_SEGMENT_SIZE`], so that every message of a valid
+/// datagram fits a frame. Were such a message refused instead, its source would resend it
+/// forever, holding back every message after it.
+fn check_segment_size(store: &StoreConfig) -> Result<(), Error> {
+    if store.segment_size >= MIN_SEGMENT_SIZE {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "segments of {} bytes hold messages of up to {} bytes, but a datagram carries up to {}: \
+         use segments of at least {MIN_SEGMENT_SIZE} bytes",
+        store.segment_size,
+        store.max_payload(),
+        LONGEST_MESSAGE,
+    )))
+}
+
 impl Sequencer {
     /// Opens (or creates) the store, recovers each source's last `source_seq` from it (a
     /// read of the frames after its newest source-position checkpoint, of every frame when it
     /// has none: [`SourcePositions`]), and binds the socket.
+    ///
+    /// Errors: `Config` when the store's segments (`cfg.store_config`) are too short to hold
+    /// the longest message a datagram carries (under [`MIN_SEGMENT_SIZE`]), before anything
+    /// is created; those of the store and the socket otherwise.
     pub fn open(cfg: SequencerConfig, counters: &CountersWriter) -> Result<Sequencer, Error> {
+        check_segment_size(&cfg.store_config)?;
         let appender = Appender::open_or_create(&cfg.store, cfg.store_config.clone())?;
         let positions = SourcePositions::new(&cfg.store);
         Sequencer::resume(cfg, counters, appender, positions)
@@ -522,8 +547,8 @@ impl Sequencer {
     /// point: only the frames after it are read. The appender takes `cfg.store_config`'s
     /// segment size for the segments it creates from now on, and keeps its other settings.
     ///
-    /// Errors: `Config` when `appender` or `positions` is of another store; those of
-    /// [`open`](Self::open) otherwise.
+    /// Errors: `Config` when `appender` or `positions` is of another store, or the segment
+    /// size is too short (as in [`open`](Self::open)); those of `open` otherwise.
     pub fn resume(
         cfg: SequencerConfig,
         counters: &CountersWriter,
@@ -538,6 +563,7 @@ impl Sequencer {
                 positions.dir().display()
             )));
         }
+        check_segment_size(&cfg.store_config)?;
         appender.set_segment_size(cfg.store_config.segment_size)?;
         let read = match positions.read_to_end() {
             Ok(n) if positions.position() == appender.position() => n,
@@ -991,12 +1017,6 @@ impl Sequencer {
         let (mut count, mut last) = (0, None);
         for m in messages.clone() {
             let p = m.and_then(|m| m.payload()).map_err(Refusal::Undecodable)?;
-            if p.len() > self.appender.max_payload() {
-                return Err(Refusal::TooLarge {
-                    source: source_id,
-                    len: p.len(),
-                });
-            }
             count += 1;
             last = Some(p);
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::LeaderGate;
 use seqstream_election::{Election, ElectionConfig, NodeSet};
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, MIN_SEGMENT_SIZE};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 use seqstream_testkit::etcd::Etcd;
 use seqstream_testkit::proxy::TcpProxy;
@@ -22,7 +22,7 @@ const SOURCE: u32 = 1;
 
 fn store_config() -> StoreConfig {
     StoreConfig::new(STREAM)
-        .segment_size(64 << 10)
+        .segment_size(MIN_SEGMENT_SIZE)
         .pretouch(false)
 }
 

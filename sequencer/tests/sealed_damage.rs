@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use seqstream_agent::counters::CountersWriter;
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, MIN_SEGMENT_SIZE};
 use seqstream_store::format::{frame, SEGMENT_HEADER_LEN};
 use seqstream_store::{Appender, FrameFields, StoreConfig, Tailer};
 
@@ -45,7 +45,8 @@ fn the_sequencer_refuses_a_store_with_a_damaged_sealed_segment() {
     let e = Sequencer::open(
         SequencerConfig {
             store: store.clone(),
-            store_config: cfg,
+            // Its own segments are as short as a sequencer's may be; those written above stay.
+            store_config: cfg.segment_size(MIN_SEGMENT_SIZE),
             listen: "127.0.0.1:0".parse().unwrap(),
             sources: vec!["1@127.0.0.1".parse().unwrap()],
             recv_buffer: None,

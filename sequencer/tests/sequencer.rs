@@ -8,13 +8,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use seqstream_agent::counters::{self, CountersWriter};
-use seqstream_schemas::wire;
 use seqstream_schemas::DATAGRAM_PROTOCOL_VERSION as PROTOCOL_VERSION;
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec};
+use seqstream_schemas::{datagram, wire};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, SourceSpec, MIN_SEGMENT_SIZE};
 use seqstream_sequencer::source_checkpoint;
 use seqstream_store::{pattern, StoreConfig, Tailer};
 
 const STREAM: u32 = 4;
+/// The longest test payload (bytes; each is 1 to this long): a few hundred frames span
+/// several of a sequencer's shortest segments.
+const PAYLOAD_MAX: usize = 1000;
 
 fn open(dir: &Path, listen: SocketAddr) -> Sequencer {
     let sources = vec![
@@ -73,7 +76,7 @@ fn datagram_of_epoch(
     {
         let mut g = e.messages().unwrap();
         for s in seqs {
-            let mut p = vec![0u8; pattern::payload_len(s * 31 + source as u64, 1, 200)];
+            let mut p = vec![0u8; pattern::payload_len(s * 31 + source as u64, 1, PAYLOAD_MAX)];
             pattern::fill(s * 31 + source as u64, &mut p);
             g.next_entry().unwrap().set_payload(&p).unwrap();
         }
@@ -236,7 +239,7 @@ fn a_restart_reads_the_frames_after_the_newest_checkpoint_and_still_drops_every_
             .map(|id| format!("{id}@127.0.0.1").parse().unwrap())
             .collect()
     };
-    let small = seqstream_store::config::MIN_SEGMENT_SIZE;
+    let small = MIN_SEGMENT_SIZE;
     let mut seq = open_with(
         d.path(),
         "127.0.0.1:0".parse().unwrap(),
@@ -449,12 +452,12 @@ fn a_malformed_datagram_changes_nothing_about_its_source() {
 }
 
 #[test]
-fn a_message_too_large_for_a_frame_is_refused_and_the_sequencer_keeps_going() {
+fn segments_too_short_for_the_longest_message_are_refused_and_the_shortest_takes_it() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = SequencerConfig {
+    let cfg = |segment_size| SequencerConfig {
         store: d.path().join("store"),
         store_config: StoreConfig::new(STREAM)
-            .segment_size(16 << 10)
+            .segment_size(segment_size)
             .pretouch(false),
         listen: "127.0.0.1:0".parse().unwrap(),
         sources: vec!["1@127.0.0.1".parse().unwrap()],
@@ -464,27 +467,41 @@ fn a_message_too_large_for_a_frame_is_refused_and_the_sequencer_keeps_going() {
         keys: Default::default(),
     };
     let w = CountersWriter::create(&d.path().join("seq.counters"), 64).unwrap();
-    let mut seq = Sequencer::open(cfg, &w).unwrap();
+    let e = Sequencer::open(cfg(MIN_SEGMENT_SIZE - 4096), &w)
+        .err()
+        .expect("segments too short for a datagram's longest message");
+    assert!(
+        e.to_string().contains(&format!(
+            "use segments of at least {MIN_SEGMENT_SIZE} bytes"
+        )),
+        "{e}"
+    );
+    assert!(!d.path().join("store").exists(), "nothing is created");
+
+    // The longest message one UDP datagram over IPv4 carries fits the shortest segments.
+    let mut seq = Sequencer::open(cfg(MIN_SEGMENT_SIZE), &w).unwrap();
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut buf = vec![0u8; 65_000];
+    let longest = datagram::MAX_UDP_PAYLOAD - datagram::HEADER_LEN - datagram::ENTRY_OVERHEAD;
+    let mut buf = vec![0u8; datagram::MAX_UDP_PAYLOAD];
     let mut e = wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
     e.set_protocol_version(PROTOCOL_VERSION)
         .set_stream_id(STREAM)
         .set_source_id(1)
-        .set_session_epoch(2)
+        .set_session_epoch(1)
         .set_first_source_seq(1);
     {
+        let mut p = vec![0u8; longest];
+        pattern::fill(31 + 1, &mut p);
         let mut g = e.messages().unwrap();
-        g.next_entry().unwrap().set_payload(&[7u8; 20_000]).unwrap();
+        g.next_entry().unwrap().set_payload(&p).unwrap();
     }
-    let n = e.encoded_length();
-    deliver(&mut seq, d.path(), &client, &buf[..n]);
-    assert_eq!(counter(d.path(), "bad datagrams: message too large"), 1);
+    assert_eq!(e.encoded_length(), datagram::MAX_UDP_PAYLOAD);
+    deliver(&mut seq, d.path(), &client, &buf);
     deliver(
         &mut seq,
         d.path(),
         &client,
-        &datagram(STREAM, 1, PROTOCOL_VERSION, 1..3),
+        &datagram(STREAM, 1, PROTOCOL_VERSION, 2..4),
     );
-    assert_eq!(frames(d.path()), vec![(1, 1), (1, 2)]);
+    assert_eq!(frames(d.path()), vec![(1, 1), (1, 2), (1, 3)]);
 }

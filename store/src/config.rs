@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Result, StoreError};
-use crate::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::format::{self, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 use seqstream_agent::clock::Clock;
 
 /// 1 GiB, the default segment size.
@@ -159,7 +159,18 @@ impl StoreConfig {
 
     /// The largest payload one frame can carry with this segment size.
     pub fn max_payload(&self) -> usize {
-        self.segment_size as usize - SEGMENT_HEADER_LEN - FRAME_HEADER_LEN
+        format::max_payload(self.segment_size as usize)
+    }
+
+    /// The smallest valid segment size (bytes: a multiple of 4096, at least
+    /// [`MIN_SEGMENT_SIZE`]) whose frames can carry `payload_len` bytes.
+    pub const fn segment_size_for(payload_len: usize) -> u64 {
+        let size = (SEGMENT_HEADER_LEN + FRAME_HEADER_LEN + payload_len).next_multiple_of(4096);
+        if (size as u64) < MIN_SEGMENT_SIZE {
+            MIN_SEGMENT_SIZE
+        } else {
+            size as u64
+        }
     }
 
     /// Checks every field; `StoreError::Config` says which is wrong.
@@ -213,5 +224,19 @@ mod tests {
         assert!(StoreConfig::new(1).validate().is_ok());
         assert!(StoreConfig::new(1).segment_size(5000).validate().is_err());
         assert!(StoreConfig::new(1).index_stride(1000).validate().is_err());
+    }
+
+    #[test]
+    fn segment_size_for_is_the_smallest_that_holds_the_payload() {
+        assert_eq!(StoreConfig::segment_size_for(0), MIN_SEGMENT_SIZE);
+        for payload in [1, 4096, 65_439, 1 << 20] {
+            let size = StoreConfig::segment_size_for(payload);
+            let cfg = StoreConfig::new(1).segment_size(size);
+            assert!(cfg.validate().is_ok(), "{size}");
+            assert!(cfg.max_payload() >= payload, "{size} for {payload}");
+            let smaller = StoreConfig::new(1).segment_size(size - 4096);
+            assert!(size == MIN_SEGMENT_SIZE || smaller.max_payload() < payload);
+        }
+        assert_eq!(StoreConfig::segment_size_for(65_439), 68 << 10);
     }
 }

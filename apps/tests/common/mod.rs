@@ -148,8 +148,8 @@ pub(crate) fn finish(
     (status, out)
 }
 
-/// Runs the demo small and on loopback (1,000 CME frames, 64 KiB segments so that every
-/// store rolls, a short floor, `--idle backoff:100us`) with `extra` arguments, in a new work
+/// Runs the demo small and on loopback (1,000 CME frames, 68 KiB segments, a sequencer's
+/// shortest, so that every store rolls, a short floor, `--idle backoff:100us`) with `extra` arguments, in a new work
 /// directory it keeps, on ports from `port_base`. Asserts the audit every run must pass:
 /// `"demo": "ok"` and exit 0, nothing lost, duplicated or missing, stores verified, replicas
 /// identical, every order answered by exactly one report, and the CME capture's A/B
@@ -160,7 +160,7 @@ pub(crate) fn small_demo(port_base: u16, extra: &[&str]) -> (serde_json::Value, 
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_demo"))
         .args(["--network", "loopback", "--max-frames", "1000"])
         .args(extra)
-        .args(["--segment-size", "65536", "--floor-count", "300"])
+        .args(["--segment-size", "69632", "--floor-count", "300"])
         .args(["--timeout-s", "150", "--idle", "backoff:100us"])
         .arg("--port-base")
         .arg(port_base.to_string())

@@ -144,7 +144,8 @@ struct Cli {
     /// First of the ports used (about 32 above it).
     #[arg(long, default_value_t = 47100)]
     port_base: u16,
-    /// Segment size of every store, bytes (small segments exercise rolls).
+    /// Segment size of every store, bytes (small segments exercise rolls; a sequencer takes
+    /// 68 KiB at least).
     #[arg(long, default_value_t = 4 << 20)]
     segment_size: u64,
     /// Round trips timed by netfloor.
