@@ -12,7 +12,7 @@ use seqstream_agent::daemon::{Role, RoleContext};
 use seqstream_agent::host::{Hosted, Placement};
 use seqstream_agent::{Idle, OnError};
 use seqstream_auth::Keyring;
-use seqstream_store::FlushPolicy;
+use seqstream_store::{FlushPolicy, TailerOptions};
 
 use crate::follower::{
     AckTiming, Follower, FollowerConfig, DEFAULT_MAX_SEGMENT_SIZE, GROUP_RECONNECT_MIN,
@@ -213,7 +213,7 @@ impl Role for ServeArgs {
         // Fail at start, not on each connection, when the store cannot be served. A store
         // not created yet (a replica this host follows and serves further) is served once it
         // exists: replicas are refused until then.
-        match seqstream_store::Tailer::open(&c.store) {
+        match seqstream_store::Tailer::open_with(&c.store, TailerOptions::probe()) {
             Ok(t) if t.stream_id() != c.stream_id => bail!(
                 "{} holds stream {}, not {}",
                 c.store.display(),

@@ -402,7 +402,7 @@ pub fn catching_up_marker(store: &Path) -> PathBuf {
 
 /// Whether the store at `dir` exists and holds at least one frame.
 fn store_holds_frames(dir: &Path) -> Result<bool> {
-    match seqstream_store::Tailer::open(dir) {
+    match seqstream_store::Tailer::open_with(dir, seqstream_store::TailerOptions::probe()) {
         Ok(t) => Ok(t.committed_position() > 0),
         Err(seqstream_store::StoreError::NoStore { .. }) => Ok(false),
         Err(e) => Err(e).with_context(|| format!("opening {}", dir.display())),

@@ -236,11 +236,12 @@ fn promote(file: &HostFile, cli: &Cli) -> Result<()> {
 /// Where the store in `dir` ends: its end position, the seq its next frame would get, and the
 /// term of its last frame (zeros and 1 for a store not created yet).
 fn store_end(dir: &std::path::Path) -> Result<(u64, u64, u32)> {
-    let mut t = match seqstream_store::Tailer::open(dir) {
-        Ok(t) => t,
-        Err(seqstream_store::StoreError::NoStore { .. }) => return Ok((0, 1, 0)),
-        Err(e) => return Err(e.into()),
-    };
+    let mut t =
+        match seqstream_store::Tailer::open_with(dir, seqstream_store::TailerOptions::probe()) {
+            Ok(t) => t,
+            Err(seqstream_store::StoreError::NoStore { .. }) => return Ok((0, 1, 0)),
+            Err(e) => return Err(e.into()),
+        };
     // Past the end: the tailer stops at the end of the stream (BadPosition says so).
     match t.seek_position(u64::MAX) {
         Ok(()) | Err(seqstream_store::StoreError::BadPosition { .. }) => {}

@@ -155,6 +155,18 @@ impl Default for TailerOptions {
     }
 }
 
+impl TailerOptions {
+    /// For a look at a store's header, length or end rather than a read of its frames (a
+    /// daemon's checks at start): nothing prefaulted, so that opening it starts no
+    /// `seg-prefault` thread that dropping it must stop.
+    pub fn probe() -> Self {
+        TailerOptions {
+            prefault: false,
+            ..TailerOptions::default()
+        }
+    }
+}
+
 /// Empty polls between two looks at whether the periodic end check is due: that the segment
 /// file was neither shortened nor replaced (an `fstat` and a `stat` each) and that no
 /// successor holds frames (an `open` of the next segment's name). The first look of a tailer
