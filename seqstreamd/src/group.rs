@@ -298,6 +298,9 @@ impl Role for GroupArgs {
     fn build(&self, ctx: RoleContext) -> Result<Vec<Hosted>> {
         let (me, others) = self.split_members()?;
         let s = &self.sequencer;
+        // Checked before anything starts: a standby with a configuration its sequencer would
+        // refuse must fail now, not when it is promoted.
+        let sequencer = s.config()?;
         let keys = seqstream_auth::Keyring::open(
             &self.secret_file,
             Duration::from_millis(s.keys.key_overlap_ms),
@@ -352,7 +355,7 @@ impl Role for GroupArgs {
             node_id: self.node_id,
             fence: election.fence(),
             election,
-            sequencer: s.config()?,
+            sequencer,
             positions: SourcePositions::new(&s.store),
             follow,
             others,

@@ -824,6 +824,19 @@ allow = ["10.0.0.9"]
 "#;
 
     #[test]
+    fn a_sequencer_on_segments_too_short_for_a_datagram_is_refused_at_parse() {
+        let min = seqstream_sequencer::sequencer::MIN_SEGMENT_SIZE;
+        for role in [SEQ, GROUP] {
+            let short = format!("{role}segment_size = {}\n", min - 4096);
+            assert!(
+                err(&short).contains(&format!("is not in {min}..")),
+                "{role}"
+            );
+            HostFile::parse(&format!("{role}segment_size = {min}\n")).unwrap();
+        }
+    }
+
+    #[test]
     fn a_sequencer_group_member_parses_and_checks_its_members() {
         let f = HostFile::parse(GROUP).unwrap();
         let RoleSpec::Group(g) = &f.roles[0].1 else {

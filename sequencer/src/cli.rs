@@ -14,7 +14,7 @@ use seqstream_auth::sources::SourceKeyArgs;
 use seqstream_store::{FlushPolicy, StoreConfig};
 
 use crate::compositor::{CompositorAgent, CompositorConfig, MergePolicy};
-use crate::sequencer::{Sequencer, SequencerConfig, SourceSpec};
+use crate::sequencer::{Sequencer, SequencerConfig, SourceSpec, MIN_SEGMENT_SIZE};
 
 /// The sequencer role: UDP datagrams of allow-listed sources into one gap-free stream.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,9 +40,9 @@ pub struct SequencerArgs {
     /// Never append heartbeat frames.
     #[arg(long, conflicts_with = "heartbeat_ms")]
     pub no_heartbeat: bool,
-    /// Segment size of the store, bytes (at least 68 KiB, whose frames carry any message a
-    /// datagram can).
-    #[arg(long, default_value_t = 1 << 30)]
+    /// Segment size of the store, bytes (at least 69632, 68 KiB, whose frames carry any
+    /// message a datagram can).
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(MIN_SEGMENT_SIZE..))]
     pub segment_size: u64,
     /// Flush policy: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
@@ -56,9 +56,10 @@ pub struct SequencerArgs {
 }
 
 impl SequencerArgs {
-    /// The sequencer's configuration (the sources' key files read now).
+    /// The sequencer's configuration (the sources' key files read now), checked
+    /// ([`SequencerConfig::validate`]).
     pub fn config(&self) -> Result<SequencerConfig> {
-        Ok(SequencerConfig {
+        let cfg = SequencerConfig {
             store: self.store.clone(),
             store_config: StoreConfig::new(self.stream_id)
                 .segment_size(self.segment_size)
@@ -69,7 +70,9 @@ impl SequencerArgs {
             heartbeat: (!self.no_heartbeat).then(|| Duration::from_millis(self.heartbeat_ms)),
             nak_interval: Duration::from_millis(1),
             keys: self.keys.open().context("reading the sources' key files")?,
-        })
+        };
+        cfg.validate()?;
+        Ok(cfg)
     }
 }
 

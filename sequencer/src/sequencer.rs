@@ -236,6 +236,38 @@ pub struct SequencerConfig {
     pub keys: HashMap<u32, Keyring>,
 }
 
+/// The longest message a datagram read into a [`MAX_DATAGRAM`]-byte slot can carry (65,496
+/// bytes, more than an outbox accepts: [`datagram::MAX_MESSAGE_LEN`]).
+const LONGEST_MESSAGE: usize = MAX_DATAGRAM - datagram::HEADER_LEN - datagram::ENTRY_OVERHEAD;
+
+/// The shortest segments (bytes) a sequencer's store may have: 68 KiB, whose frames carry
+/// the longest message a datagram can (65,496 bytes, in a datagram of 65,536: the most a
+/// sequencer reads).
+pub const MIN_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(LONGEST_MESSAGE);
+
+impl SequencerConfig {
+    /// Checks what can be checked before anything is opened: that the store's segments are
+    /// at least [`MIN_SEGMENT_SIZE`], so that every message of a valid datagram fits a frame.
+    /// Were such a message refused instead, its source would resend it forever, holding back
+    /// every message after it. [`Sequencer::open`] and [`Sequencer::resume`] check it too;
+    /// a standby calls it at start, not only when it is promoted.
+    ///
+    /// Errors: `Config`, saying which value is wrong and what it must be.
+    pub fn validate(&self) -> Result<(), Error> {
+        let store = &self.store_config;
+        if store.segment_size >= MIN_SEGMENT_SIZE {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "segments of {} bytes hold messages of up to {} bytes, but a datagram carries up \
+             to {}: use segments of at least {MIN_SEGMENT_SIZE} bytes",
+            store.segment_size,
+            store.max_payload(),
+            LONGEST_MESSAGE,
+        )))
+    }
+}
+
 /// Errors that stop a sequencer (bad datagrams never do).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -502,31 +534,6 @@ pub struct Sequencer {
 // The datagram's sizes (`seqstream_schemas::datagram`) count the trailer this sequencer opens.
 const _: () = assert!(TRAILER_LEN == datagram::TRAILER_LEN);
 
-/// The longest message a datagram read into a [`MAX_DATAGRAM`]-byte slot can carry (65,496
-/// bytes, more than an outbox accepts: [`datagram::MAX_MESSAGE_LEN`]).
-const LONGEST_MESSAGE: usize = MAX_DATAGRAM - datagram::HEADER_LEN - datagram::ENTRY_OVERHEAD;
-
-/// The shortest segments (bytes) a sequencer's store may have: 68 KiB, whose frames carry
-/// the longest message a datagram can (65,496 bytes, in a datagram of 65,536: the most a
-/// sequencer reads).
-pub const MIN_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(LONGEST_MESSAGE);
-
-/// Refuses segments shorter than [`MIN_SEGMENT_SIZE`], so that every message of a valid
-/// datagram fits a frame. Were such a message refused instead, its source would resend it
-/// forever, holding back every message after it.
-fn check_segment_size(store: &StoreConfig) -> Result<(), Error> {
-    if store.segment_size >= MIN_SEGMENT_SIZE {
-        return Ok(());
-    }
-    Err(Error::Config(format!(
-        "segments of {} bytes hold messages of up to {} bytes, but a datagram carries up to {}: \
-         use segments of at least {MIN_SEGMENT_SIZE} bytes",
-        store.segment_size,
-        store.max_payload(),
-        LONGEST_MESSAGE,
-    )))
-}
-
 impl Sequencer {
     /// Opens (or creates) the store, recovers each source's last `source_seq` from it (a
     /// read of the frames after its newest source-position checkpoint, of every frame when it
@@ -536,7 +543,7 @@ impl Sequencer {
     /// the longest message a datagram carries (under [`MIN_SEGMENT_SIZE`]), before anything
     /// is created; those of the store and the socket otherwise.
     pub fn open(cfg: SequencerConfig, counters: &CountersWriter) -> Result<Sequencer, Error> {
-        check_segment_size(&cfg.store_config)?;
+        cfg.validate()?;
         let appender = Appender::open_or_create(&cfg.store, cfg.store_config.clone())?;
         let positions = SourcePositions::new(&cfg.store);
         Sequencer::resume(cfg, counters, appender, positions)
@@ -563,7 +570,7 @@ impl Sequencer {
                 positions.dir().display()
             )));
         }
-        check_segment_size(&cfg.store_config)?;
+        cfg.validate()?;
         appender.set_segment_size(cfg.store_config.segment_size)?;
         let read = match positions.read_to_end() {
             Ok(n) if positions.position() == appender.position() => n,
