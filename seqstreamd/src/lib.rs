@@ -824,15 +824,19 @@ allow = ["10.0.0.9"]
 "#;
 
     #[test]
-    fn a_sequencer_on_segments_too_short_for_a_datagram_is_refused_at_parse() {
+    fn a_sequencer_segment_size_it_would_refuse_is_refused_at_parse() {
         let min = seqstream_sequencer::sequencer::MIN_SEGMENT_SIZE;
         for role in [SEQ, GROUP] {
-            let short = format!("{role}segment_size = {}\n", min - 4096);
-            assert!(
-                err(&short).contains(&format!("is not in {min}..")),
-                "{role}"
-            );
-            HostFile::parse(&format!("{role}segment_size = {min}\n")).unwrap();
+            let with = |bytes: u64| format!("{role}segment_size = {bytes}\n");
+            for bad in [0, 4096, min - 4096] {
+                let e = err(&with(bad));
+                assert!(e.contains(&format!("at least {min} bytes")), "{e}");
+            }
+            for bad in [min + 1, 4 << 30] {
+                let e = err(&with(bad));
+                assert!(e.contains(&format!("segment_size {bad}")), "{e}");
+            }
+            HostFile::parse(&with(min)).unwrap();
         }
     }
 

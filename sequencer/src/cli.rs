@@ -14,7 +14,7 @@ use seqstream_auth::sources::SourceKeyArgs;
 use seqstream_store::{FlushPolicy, StoreConfig};
 
 use crate::compositor::{CompositorAgent, CompositorConfig, MergePolicy};
-use crate::sequencer::{Sequencer, SequencerConfig, SourceSpec, MIN_SEGMENT_SIZE};
+use crate::sequencer::{check_segment_size, Sequencer, SequencerConfig, SourceSpec};
 
 /// The sequencer role: UDP datagrams of allow-listed sources into one gap-free stream.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,9 +40,9 @@ pub struct SequencerArgs {
     /// Never append heartbeat frames.
     #[arg(long, conflicts_with = "heartbeat_ms")]
     pub no_heartbeat: bool,
-    /// Segment size of the store, bytes (at least 69632, 68 KiB, whose frames carry any
-    /// message a datagram can).
-    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(MIN_SEGMENT_SIZE..))]
+    /// Segment size of the store, bytes: a multiple of 4096 from 69632 (68 KiB, whose frames
+    /// carry any message a datagram can) to under 4 GiB.
+    #[arg(long, default_value_t = 1 << 30, value_parser = parse_segment_size)]
     pub segment_size: u64,
     /// Flush policy: none, frames:N, ms:T.
     #[arg(long, default_value = "none")]
@@ -53,6 +53,15 @@ pub struct SequencerArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub placement: PlacementArgs,
+}
+
+/// Parses a sequencer's segment size (bytes) and checks it ([`check_segment_size`]), so that
+/// a command line or a host's file (`seqstreamd --check`) with one the sequencer would refuse
+/// is refused as it is read.
+pub fn parse_segment_size(s: &str) -> std::result::Result<u64, String> {
+    let bytes = s.parse::<u64>().map_err(|e| e.to_string())?;
+    check_segment_size(bytes).map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 impl SequencerArgs {

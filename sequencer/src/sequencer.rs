@@ -245,26 +245,50 @@ const LONGEST_MESSAGE: usize = MAX_DATAGRAM - datagram::HEADER_LEN - datagram::E
 /// sequencer reads).
 pub const MIN_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(LONGEST_MESSAGE);
 
+/// The most bytes of frames one duty cycle can append: two batches of datagrams, each of
+/// [`MAX_DATAGRAM`] bytes holding as many empty messages as fit (16,375 frames of 40 bytes
+/// a datagram), about 42 MB.
+const MAX_CYCLE_FRAME_BYTES: usize = 2 * BATCH * (MAX_DATAGRAM - datagram::HEADER_LEN)
+    / datagram::ENTRY_OVERHEAD
+    * seqstream_store::format::frame_span(0);
+
+/// The shortest segments (bytes) on which a fenced sequencer ([`Sequencer::fenced_by`]) rolls
+/// at most once a duty cycle, so that no cycle waits for a segment's preparation: about
+/// 40 MiB, the most frames one cycle appends (64 datagrams of 65,536 bytes, each as many
+/// empty messages as fit). Shorter ones work, but a cycle of many datagrams may roll several
+/// times, and from the second roll on wait for the next segment, which the fence's margin
+/// must then cover.
+pub const MIN_FENCED_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(MAX_CYCLE_FRAME_BYTES);
+
+/// Checks a sequencer's segment size (bytes): at least [`MIN_SEGMENT_SIZE`], so that every
+/// message of a valid datagram fits a frame (were such a message refused instead, its source
+/// would resend it forever, holding back every message after it), and one the store takes
+/// (`StoreConfig::validate`: a multiple of 4096, under 4 GiB).
+///
+/// Errors: `Config`, saying what the size must be; `Store(Config)` for the store's rules.
+pub fn check_segment_size(bytes: u64) -> Result<(), Error> {
+    if bytes < MIN_SEGMENT_SIZE {
+        return Err(Error::Config(format!(
+            "segments of {bytes} bytes cannot hold every message a datagram carries (up to \
+             {LONGEST_MESSAGE} bytes): use segments of at least {MIN_SEGMENT_SIZE} bytes"
+        )));
+    }
+    StoreConfig::new(0).segment_size(bytes).validate()?;
+    Ok(())
+}
+
 impl SequencerConfig {
-    /// Checks what can be checked before anything is opened: that the store's segments are
-    /// at least [`MIN_SEGMENT_SIZE`], so that every message of a valid datagram fits a frame.
-    /// Were such a message refused instead, its source would resend it forever, holding back
-    /// every message after it. [`Sequencer::open`] and [`Sequencer::resume`] check it too;
-    /// a standby calls it at start, not only when it is promoted.
+    /// Checks what can be checked before anything is opened: the segment size
+    /// ([`check_segment_size`]) and the rest of the store's configuration.
+    /// [`Sequencer::open`] and [`Sequencer::resume`] check it too; a standby calls it at
+    /// start, not only when it is promoted.
     ///
-    /// Errors: `Config`, saying which value is wrong and what it must be.
+    /// Errors: `Config`, saying which value is wrong and what it must be; `Store(Config)`
+    /// for the store's rules.
     pub fn validate(&self) -> Result<(), Error> {
-        let store = &self.store_config;
-        if store.segment_size >= MIN_SEGMENT_SIZE {
-            return Ok(());
-        }
-        Err(Error::Config(format!(
-            "segments of {} bytes hold messages of up to {} bytes, but a datagram carries up \
-             to {}: use segments of at least {MIN_SEGMENT_SIZE} bytes",
-            store.segment_size,
-            store.max_payload(),
-            LONGEST_MESSAGE,
-        )))
+        check_segment_size(self.store_config.segment_size)?;
+        self.store_config.validate()?;
+        Ok(())
     }
 }
 
@@ -733,7 +757,13 @@ impl Sequencer {
     /// (`Appender::roll_would_wait`). What is left is a flush policy's `msync` at a roll:
     /// with one set, the margin must cover it. The store must prepare segments ahead (the
     /// default): without, a fenced sequencer stops sequencing near each segment's end.
+    /// Segments shorter than [`MIN_FENCED_SEGMENT_SIZE`] may roll more than once in a cycle,
+    /// and wait: a warning says so.
     pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Self {
+        let segment_size = self.cfg.store_config.segment_size;
+        if segment_size < MIN_FENCED_SEGMENT_SIZE {
+            tracing::warn!(role = %self.role, segment_size, advised = MIN_FENCED_SEGMENT_SIZE, "segments shorter than one duty cycle's frames: a cycle may roll more than once and wait for the next segment's preparation, which the fence's margin must cover");
+        }
         self.gate = Some(gate);
         self.counters.leading.set(0);
         self

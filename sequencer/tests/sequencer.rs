@@ -477,6 +477,12 @@ fn segments_too_short_for_the_longest_message_are_refused_and_the_shortest_takes
         "{e}"
     );
     assert!(!d.path().join("store").exists(), "nothing is created");
+    for bad in [0, 4096, MIN_SEGMENT_SIZE + 1, 4 << 30] {
+        let e = cfg(bad)
+            .validate()
+            .expect_err("a segment size the store refuses");
+        assert!(e.to_string().contains("segment"), "{e}");
+    }
 
     // The longest message one UDP datagram over IPv4 carries fits the shortest segments.
     let mut seq = Sequencer::open(cfg(MIN_SEGMENT_SIZE), &w).unwrap();

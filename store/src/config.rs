@@ -175,9 +175,15 @@ impl StoreConfig {
 
     /// Checks every field; `StoreError::Config` says which is wrong.
     pub fn validate(&self) -> Result<()> {
-        if self.segment_size < MIN_SEGMENT_SIZE || !self.segment_size.is_multiple_of(4096) {
+        if self.segment_size < MIN_SEGMENT_SIZE {
             return Err(StoreError::Config(format!(
-                "segment_size {} must be a multiple of 4096 and at least {MIN_SEGMENT_SIZE}",
+                "segment_size {} must be at least {MIN_SEGMENT_SIZE}",
+                self.segment_size
+            )));
+        }
+        if !self.segment_size.is_multiple_of(4096) {
+            return Err(StoreError::Config(format!(
+                "segment_size {} must be a multiple of 4096",
                 self.segment_size
             )));
         }

@@ -144,9 +144,9 @@ struct Cli {
     /// First of the ports used (about 32 above it).
     #[arg(long, default_value_t = 47100)]
     port_base: u16,
-    /// Segment size of every store, bytes (small segments exercise rolls; at least 69632,
-    /// 68 KiB, the shortest a sequencer takes).
-    #[arg(long, default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(seqstream_sequencer::sequencer::MIN_SEGMENT_SIZE..))]
+    /// Segment size of every store, bytes (small segments exercise rolls): a multiple of 4096
+    /// from 69632 (68 KiB, the shortest a sequencer takes) to under 4 GiB.
+    #[arg(long, default_value_t = 4 << 20, value_parser = seqstream_sequencer::cli::parse_segment_size)]
     segment_size: u64,
     /// Round trips timed by netfloor.
     #[arg(long, default_value_t = 5000)]
