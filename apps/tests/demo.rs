@@ -7,8 +7,10 @@
 //! `shared` threading, and `dedicated` threading with a SIGKILL of the leaders half way
 //! (`--failover`), end with the same audit.
 //!
-//! Segments of 64 KiB make every store roll several times during the run. The demo kills its
-//! processes when it ends in any way; this test kills the demo if it overruns its time.
+//! Segments of 68 KiB make the composite store and its replicas roll several times during the
+//! run (the groups' stores, and their replicas, take 884 KiB: a group member's shortest). The
+//! demo kills its processes when it ends in any way; this test kills the demo if it overruns
+//! its time.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

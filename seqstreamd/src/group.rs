@@ -972,7 +972,7 @@ impl Member {
             Some(a) => Sequencer::resume(self.sequencer.clone(), &self.counters, a, positions)?,
             None => Sequencer::open(self.sequencer.clone(), &self.counters)?,
         }
-        .fenced_by(Arc::new(self.fence.clone()));
+        .fenced_by(Arc::new(self.fence.clone()))?;
         self.stats.promotions.incr();
         // A new epoch: standbys' acks of an earlier leadership name positions of a history
         // this member may have cut since. Every standby gates until it leaves the set; one

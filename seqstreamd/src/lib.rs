@@ -39,6 +39,7 @@ use seqstream_agent::{AgentInvoker, AgentRunner, CompositeAgent, Idle, OnError};
 use seqstream_iodaemon::cli::{check_routes, ForwardArgs};
 use seqstream_replication::cli::{FollowArgs, ServeArgs};
 use seqstream_sequencer::cli::{CompositorArgs, SequencerArgs};
+use seqstream_sequencer::sequencer::check_fenced_segment_size;
 use serde::Deserialize;
 
 pub mod group;
@@ -482,6 +483,8 @@ impl HostFile {
                 RoleSpec::Group(g) => {
                     g.split_members()
                         .with_context(|| format!("[[sequencer_group]] {name}"))?;
+                    check_fenced_segment_size(g.sequencer.segment_size)
+                        .with_context(|| format!("[[sequencer_group]] {name}"))?;
                     let listen = g.sequencer.listen;
                     if listen.port() != 0 {
                         if let Some((other, _)) = listens.iter().find(|(_, l)| *l == listen) {
@@ -836,7 +839,13 @@ allow = ["10.0.0.9"]
                 let e = err(&with(bad));
                 assert!(e.contains(&format!("segment_size {bad}")), "{e}");
             }
-            HostFile::parse(&with(min)).unwrap();
+            let fenced = seqstream_sequencer::sequencer::MIN_FENCED_SEGMENT_SIZE;
+            let shortest = if role == GROUP { fenced } else { min };
+            HostFile::parse(&with(shortest)).unwrap();
+            if role == GROUP {
+                let e = err(&with(fenced - 4096));
+                assert!(e.contains(&format!("at least {fenced} bytes")), "{e}");
+            }
         }
     }
 

@@ -44,6 +44,7 @@ use seqstream_schemas::codec::DecodeError;
 use seqstream_schemas::datagram;
 use seqstream_schemas::{wire, DATAGRAM_PROTOCOL_VERSION};
 use seqstream_store::appender::CHECK_FILE_EVERY_NS;
+use seqstream_store::format::{self, FRAME_ALIGNMENT, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 use seqstream_store::{Appender, FrameFields, StoreConfig, StoreError};
 
 use crate::source_checkpoint::{CheckpointWriter, SourceCheckpoint};
@@ -140,8 +141,9 @@ impl BatchReceiver {
         r
     }
 
-    /// Receives up to `BATCH` datagrams without blocking; returns how many (0 when none).
-    fn recv(&mut self, socket: &UdpSocket) -> std::io::Result<usize> {
+    /// Receives up to `limit` datagrams (at most `BATCH`) without blocking; returns how many
+    /// (0 when none, or when `limit` is 0).
+    fn recv(&mut self, socket: &UdpSocket, limit: usize) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
         // The kernel wrote each used entry's address length (the source's, which may be
         // shorter than the next one's) and message length; it changes nothing else.
@@ -158,8 +160,8 @@ impl BatchReceiver {
             libc::recvmmsg(
                 socket.as_raw_fd(),
                 self.msgs.as_mut_ptr(),
-                // `BATCH`, or 0 for the empty default (which receives nothing).
-                self.msgs.len() as libc::c_uint,
+                // At most the `BATCH` entries there are.
+                limit.min(self.msgs.len()) as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -245,20 +247,37 @@ const LONGEST_MESSAGE: usize = MAX_DATAGRAM - datagram::HEADER_LEN - datagram::E
 /// sequencer reads).
 pub const MIN_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(LONGEST_MESSAGE);
 
-/// The most bytes of frames one duty cycle can append: two batches of datagrams, each of
-/// [`MAX_DATAGRAM`] bytes holding as many empty messages as fit (16,375 frames of 40 bytes
-/// a datagram), about 42 MB.
-const MAX_CYCLE_FRAME_BYTES: usize = 2 * BATCH * (MAX_DATAGRAM - datagram::HEADER_LEN)
-    / datagram::ENTRY_OVERHEAD
-    * seqstream_store::format::frame_span(0);
+/// At most the bytes of frames one datagram's messages become (835,125): each message takes
+/// at least [`datagram::ENTRY_OVERHEAD`] bytes of a [`MAX_DATAGRAM`]-byte datagram and at
+/// most a frame header, its payload and 7 bytes of alignment in the store.
+const DATAGRAM_FRAME_BYTES: u64 = ((MAX_DATAGRAM - datagram::HEADER_LEN) / datagram::ENTRY_OVERHEAD
+    * (FRAME_HEADER_LEN + FRAME_ALIGNMENT - 1)
+    + (MAX_DATAGRAM - datagram::HEADER_LEN)) as u64;
 
-/// The shortest segments (bytes) on which a fenced sequencer ([`Sequencer::fenced_by`]) rolls
-/// at most once a duty cycle, so that no cycle waits for a segment's preparation: about
-/// 40 MiB, the most frames one cycle appends (64 datagrams of 65,536 bytes, each as many
-/// empty messages as fit). Shorter ones work, but a cycle of many datagrams may roll several
-/// times, and from the second roll on wait for the next segment, which the fence's margin
-/// must then cover.
-pub const MIN_FENCED_SEGMENT_SIZE: u64 = StoreConfig::segment_size_for(MAX_CYCLE_FRAME_BYTES);
+/// The longest frame a datagram's message becomes, padding included.
+const MAX_FRAME_SPAN: u64 = format::frame_span(LONGEST_MESSAGE) as u64;
+
+/// The shortest segments (bytes) a fenced sequencer ([`Sequencer::fenced_by`], a group
+/// member) takes: 884 KiB, whose frames hold one datagram's most frames beside the longest
+/// frame a roll can leave room for unused, so that a duty cycle may always take a datagram
+/// once the next segment is prepared, and never rolls twice.
+pub const MIN_FENCED_SEGMENT_SIZE: u64 =
+    StoreConfig::segment_size_for((DATAGRAM_FRAME_BYTES + MAX_FRAME_SPAN) as usize);
+
+/// Checks a fenced sequencer's segment size (bytes): [`check_segment_size`]'s rules, and at
+/// least [`MIN_FENCED_SEGMENT_SIZE`].
+///
+/// Errors: those of [`check_segment_size`]; `Config` below the fenced minimum.
+pub fn check_fenced_segment_size(bytes: u64) -> Result<(), Error> {
+    check_segment_size(bytes)?;
+    if bytes < MIN_FENCED_SEGMENT_SIZE {
+        return Err(Error::Config(format!(
+            "segments of {bytes} bytes: a sequencer group member's must hold one datagram's \
+             most frames beside a roll's unused end, at least {MIN_FENCED_SEGMENT_SIZE} bytes"
+        )));
+    }
+    Ok(())
+}
 
 /// Checks a sequencer's segment size (bytes): at least [`MIN_SEGMENT_SIZE`], so that every
 /// message of a valid datagram fits a frame (were such a message refused instead, its source
@@ -751,22 +770,51 @@ impl Sequencer {
     ///
     /// Nothing is appended after the gate's permission lapses, as long as a duty cycle ends
     /// within the gate's margin: a cycle's datagrams are bounded (two `recvmmsg` batches),
-    /// and a fenced sequencer never starts work that may wait on the store — it starts a term
-    /// in a cycle of its own and only once the next segment is prepared, and near the end of
-    /// a segment ([`ROLL_HEADROOM`] bytes) it sequences only while the next one is ready
-    /// (`Appender::roll_would_wait`). What is left is a flush policy's `msync` at a roll:
-    /// with one set, the margin must cover it. The store must prepare segments ahead (the
-    /// default): without, a fenced sequencer stops sequencing near each segment's end.
-    /// Segments shorter than [`MIN_FENCED_SEGMENT_SIZE`] may roll more than once in a cycle,
-    /// and wait: a warning says so.
-    pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Self {
-        let segment_size = self.cfg.store_config.segment_size;
-        if segment_size < MIN_FENCED_SEGMENT_SIZE {
-            tracing::warn!(role = %self.role, segment_size, advised = MIN_FENCED_SEGMENT_SIZE, "segments shorter than one duty cycle's frames: a cycle may roll more than once and wait for the next segment's preparation, which the fence's margin must cover");
-        }
+    /// and a fenced sequencer never starts work that may wait on the store. It starts a term
+    /// in a cycle of its own and only once the next segment is prepared; near the end of a
+    /// segment ([`ROLL_HEADROOM`] bytes) it sequences only while the next one is ready
+    /// (`Appender::roll_would_wait`); and it receives only as many datagrams as surely fit,
+    /// with at most one roll, into the active segment's room and, when it is prepared, the
+    /// next segment (each datagram counted at its most frames, 835,125 bytes). What is left
+    /// is a flush policy's `msync` at a roll: with one set, the margin must cover it. The
+    /// store must prepare segments ahead (the default): without, a fenced sequencer stops
+    /// sequencing near each segment's end.
+    ///
+    /// Errors: `Config` when the store's segments are shorter than
+    /// [`MIN_FENCED_SEGMENT_SIZE`] ([`check_fenced_segment_size`]).
+    pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Result<Self, Error> {
+        check_fenced_segment_size(self.cfg.store_config.segment_size)?;
         self.gate = Some(gate);
         self.counters.leading.set(0);
-        self
+        Ok(self)
+    }
+
+    /// How many datagrams the cycle may receive now: [`BATCH`], or for a fenced sequencer as
+    /// many as surely fit ([`fenced_batch_limit`](Self::fenced_batch_limit)).
+    #[inline]
+    fn batch_limit(&self) -> usize {
+        match self.gate {
+            None => BATCH,
+            Some(_) => self.fenced_batch_limit(),
+        }
+    }
+
+    /// How many datagrams a fenced sequencer may receive now: as many as surely fit the store
+    /// with at most one roll, and that one only into a prepared segment
+    /// ([`fenced_by`](Self::fenced_by)). Out of line: a plain sequencer's cycle carries none of
+    /// it.
+    #[inline(never)]
+    fn fenced_batch_limit(&self) -> usize {
+        let room = self.appender.room();
+        let bytes = if self.appender.roll_would_wait() {
+            room
+        } else {
+            // A roll leaves the active segment's room unused by less than the frame that
+            // rolls; the prepared segment holds the configured length.
+            (room + self.cfg.store_config.segment_size - SEGMENT_HEADER_LEN as u64)
+                .saturating_sub(MAX_FRAME_SPAN)
+        };
+        ((bytes / DATAGRAM_FRAME_BYTES) as usize).min(BATCH)
     }
 
     /// Checks the gate, if any, and says what this cycle may do. Starts the term in the
@@ -883,7 +931,11 @@ impl Sequencer {
             .expect("the receive buffers are lent out only within `sequence`");
         let result = (|| -> Result<(), Error> {
             for _ in 0..2 {
-                let n = rx.recv(&self.socket).map_err(|e| Error::Io {
+                let limit = self.batch_limit();
+                if limit == 0 {
+                    break; // the next segment is being prepared
+                }
+                let n = rx.recv(&self.socket, limit).map_err(|e| Error::Io {
                     op: "recvmmsg",
                     source: e,
                 })?;
@@ -900,7 +952,7 @@ impl Sequencer {
                         None => self.refusals.refuse(Refusal::NoAddress, None),
                     }
                 }
-                if n < BATCH {
+                if n < limit {
                     break;
                 }
             }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use seqstream_agent::counters::CountersWriter;
 use seqstream_agent::LeaderGate;
 use seqstream_election::{Election, ElectionConfig, NodeSet};
-use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, MIN_SEGMENT_SIZE};
+use seqstream_sequencer::sequencer::{Sequencer, SequencerConfig, MIN_FENCED_SEGMENT_SIZE};
 use seqstream_store::{pattern, StoreConfig, Tailer};
 use seqstream_testkit::etcd::Etcd;
 use seqstream_testkit::proxy::TcpProxy;
@@ -22,7 +22,7 @@ const SOURCE: u32 = 1;
 
 fn store_config() -> StoreConfig {
     StoreConfig::new(STREAM)
-        .segment_size(MIN_SEGMENT_SIZE)
+        .segment_size(MIN_FENCED_SEGMENT_SIZE)
         .pretouch(false)
 }
 
@@ -55,7 +55,7 @@ fn sequencer_with(
         keys: Default::default(),
     };
     let w = CountersWriter::create(&dir.join(format!("{}.counters", gate.node_id())), 64).unwrap();
-    Sequencer::open(cfg, &w).unwrap().fenced_by(gate)
+    Sequencer::open(cfg, &w).unwrap().fenced_by(gate).unwrap()
 }
 
 /// Runs duty cycles until `done`, at most 15 s.
@@ -252,4 +252,67 @@ fn a_sequencer_its_gate_holds_back_still_flushes() {
         flushes + 1,
         "what the leader appended was not flushed"
     );
+}
+
+/// A datagram of source `SOURCE`'s empty messages `seqs`: the most frames a datagram's bytes
+/// can become (40 bytes of frame for each 4 bytes of datagram).
+fn empty_messages(seqs: std::ops::Range<u64>) -> Vec<u8> {
+    let mut buf = vec![0u8; 65_000];
+    let mut e = seqstream_schemas::wire::DatagramHeaderEncoder::new(&mut buf).unwrap();
+    e.set_protocol_version(seqstream_schemas::DATAGRAM_PROTOCOL_VERSION)
+        .set_stream_id(STREAM)
+        .set_source_id(SOURCE)
+        .set_session_epoch(1)
+        .set_first_source_seq(seqs.start);
+    {
+        let mut g = e.messages().unwrap();
+        for _ in seqs {
+            g.next_entry().unwrap().set_payload(&[]).unwrap();
+        }
+    }
+    let n = e.encoded_length();
+    buf.truncate(n);
+    buf
+}
+
+/// A fenced cycle must never wait for a segment's preparation: it takes only the datagrams
+/// that surely fit with at most one roll, into a segment already prepared. Twelve datagrams
+/// of 4,000 empty messages (1.9 MB of frames, two of the shortest segments a fenced
+/// sequencer takes) queued at once would roll twice in one cycle if it took them all.
+#[test]
+fn a_fenced_cycle_rolls_at_most_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let gate = Arc::new(CountedGate {
+        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
+    });
+    let mut seq = sequencer(dir.path(), &store, gate);
+    pump("term 1 starts", &mut seq, |s| s.appender().term() == 1);
+    let source = UdpSocket::bind("127.0.0.1:0").unwrap();
+    const PER: u64 = 4_000;
+    const DATAGRAMS: u64 = 12;
+    for i in 0..DATAGRAMS {
+        let d = empty_messages(1 + i * PER..1 + (i + 1) * PER);
+        source.send_to(&d, seq.local_addr()).unwrap();
+    }
+    let first = seq.appender().segment_index();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seq.appender().next_seq() < 2 + DATAGRAMS * PER {
+        assert!(
+            Instant::now() < deadline,
+            "the datagrams were not all sequenced"
+        );
+        let before = seq.appender().segment_index();
+        seq.do_work().unwrap();
+        let rolls = seq.appender().segment_index() - before;
+        assert!(rolls <= 1, "one duty cycle rolled {rolls} times");
+    }
+    assert!(
+        seq.appender().segment_index() >= first + 2,
+        "the frames span segments"
+    );
+    let expected: Vec<(u64, u32, u64)> = std::iter::once((1, 1, 0))
+        .chain((1..=DATAGRAMS * PER).map(|s| (s + 1, 0, s)))
+        .collect();
+    assert_eq!(frames(&store), expected);
 }

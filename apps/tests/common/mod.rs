@@ -148,8 +148,9 @@ pub(crate) fn finish(
     (status, out)
 }
 
-/// Runs the demo small and on loopback (1,000 CME frames, 68 KiB segments, a sequencer's
-/// shortest, so that every store rolls, a short floor, `--idle backoff:100us`) with `extra` arguments, in a new work
+/// Runs the demo small and on loopback (1,000 CME frames; 68 KiB segments, a sequencer's
+/// shortest, so that the composite's stores roll, and the groups' 884 KiB, a group member's
+/// shortest; a short floor; `--idle backoff:100us`) with `extra` arguments, in a new work
 /// directory it keeps, on ports from `port_base`. Asserts the audit every run must pass:
 /// `"demo": "ok"` and exit 0, nothing lost, duplicated or missing, stores verified, replicas
 /// identical, every order answered by exactly one report, and the CME capture's A/B

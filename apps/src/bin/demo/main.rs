@@ -145,7 +145,8 @@ struct Cli {
     #[arg(long, default_value_t = 47100)]
     port_base: u16,
     /// Segment size of every store, bytes (small segments exercise rolls): a multiple of 4096
-    /// from 69632 (68 KiB, the shortest a sequencer takes) to under 4 GiB.
+    /// from 69632 (68 KiB, the shortest a sequencer takes) to under 4 GiB; the sequencer
+    /// groups' stores take at least 905216 (884 KiB, a group member's shortest).
     #[arg(long, default_value_t = 4 << 20, value_parser = seqstream_sequencer::cli::parse_segment_size)]
     segment_size: u64,
     /// Round trips timed by netfloor.

@@ -22,6 +22,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use seqstream_apps::streams::{COMPOSITE, ITCH, MARKET_DATA, ORDERS};
+use seqstream_sequencer::sequencer::MIN_FENCED_SEGMENT_SIZE;
 use toml::{Table, Value};
 
 /// Source ids of the publishers.
@@ -86,7 +87,8 @@ pub(crate) struct Site {
     /// servers on TCP `port_base + 10 + n` (each member on its own host's address); the
     /// composite's server on host 2, TCP `port_base + 13`.
     pub port_base: u16,
-    /// Segment size of every store, bytes.
+    /// Segment size of every store, bytes (the sequencer groups' at least
+    /// `MIN_FENCED_SEGMENT_SIZE`).
     pub segment_size: u64,
     /// Sequencers append heartbeat frames after this many ms without appending (`None`: never).
     pub heartbeat_ms: Option<u64>,
@@ -299,7 +301,10 @@ impl Site {
                 "source_key".into(),
                 self.source_keys(Self::sources(stream).into_iter().map(|(id, _)| id)),
             );
-            t.insert("segment_size".into(), (self.segment_size as i64).into());
+            // A group member takes no shorter segments (each duty cycle's datagrams must fit
+            // with at most one roll).
+            let segment_size = self.segment_size.max(MIN_FENCED_SEGMENT_SIZE);
+            t.insert("segment_size".into(), (segment_size as i64).into());
             match self.heartbeat_ms {
                 Some(ms) => t.insert("heartbeat_ms".into(), (ms as i64).into()),
                 None => t.insert("no_heartbeat".into(), true.into()),
