@@ -545,6 +545,9 @@ pub struct Sequencer {
     clock: Clock,
     /// When (monotonic ns) the last frame was appended.
     last_append_ns: u64,
+    /// A fenced sequencer's active segment when its gate last let a cycle sequence: the
+    /// cycle may roll once past it ([`fenced_batch_limit`](Self::fenced_batch_limit)).
+    cycle_segment: u64,
     /// When (monotonic ns) the active segment's file was last checked.
     last_file_check_ns: u64,
     /// When [`housekeeping`](Self::housekeeping) is next due.
@@ -745,6 +748,7 @@ impl Sequencer {
             rx: Some(Box::new(BatchReceiver::new())),
             nak: vec![0; 64 + TRAILER_LEN],
             last_append_ns: clock.monotonic_ns(),
+            cycle_segment: 0,
             last_file_check_ns: clock.monotonic_ns(),
             housekeeping: Housekeeping::new(clock.monotonic_ns()),
             nak_sealer,
@@ -777,13 +781,20 @@ impl Sequencer {
     /// with at most one roll, into the active segment's room and, when it is prepared, the
     /// next segment (each datagram counted at its most frames, 835,125 bytes). What is left
     /// is a flush policy's `msync` at a roll: with one set, the margin must cover it. The
-    /// store must prepare segments ahead (the default): without, a fenced sequencer stops
-    /// sequencing near each segment's end.
+    /// store must prepare segments ahead (the default).
     ///
     /// Errors: `Config` when the store's segments are shorter than
-    /// [`MIN_FENCED_SEGMENT_SIZE`] ([`check_fenced_segment_size`]).
+    /// [`MIN_FENCED_SEGMENT_SIZE`] ([`check_fenced_segment_size`]), or it does not prepare
+    /// them ahead (it would never start a term).
     pub fn fenced_by(mut self, gate: Arc<dyn LeaderGate>) -> Result<Self, Error> {
         check_fenced_segment_size(self.cfg.store_config.segment_size)?;
+        if !self.cfg.store_config.prepare_ahead {
+            return Err(Error::Config(
+                "a fenced sequencer's store must prepare its segments ahead (prepare_ahead): \
+                 it starts a term, and rolls, only into a prepared segment"
+                    .into(),
+            ));
+        }
         self.gate = Some(gate);
         self.counters.leading.set(0);
         Ok(self)
@@ -799,14 +810,17 @@ impl Sequencer {
         }
     }
 
-    /// How many datagrams a fenced sequencer may receive now: as many as surely fit the store
-    /// with at most one roll, and that one only into a prepared segment
-    /// ([`fenced_by`](Self::fenced_by)). Out of line: a plain sequencer's cycle carries none of
-    /// it.
+    /// How many datagrams a fenced sequencer's cycle may receive now: as many as surely fit
+    /// the store with at most one roll in the cycle, and that one only into a prepared
+    /// segment ([`fenced_by`](Self::fenced_by)). Once the cycle has rolled (it began in
+    /// `cycle_segment`), only the active segment's room counts, however soon the segment
+    /// after it is prepared. Out of line: a plain sequencer's cycle carries none of it.
     #[inline(never)]
     fn fenced_batch_limit(&self) -> usize {
         let room = self.appender.room();
-        let bytes = if self.appender.roll_would_wait() {
+        let may_roll =
+            self.appender.segment_index() == self.cycle_segment && !self.appender.roll_would_wait();
+        let bytes = if !may_roll {
             room
         } else {
             // A roll leaves the active segment's room unused by less than the frame that
@@ -852,6 +866,7 @@ impl Sequencer {
             self.counters.leading.set(1);
             tracing::info!(role = %self.role, term, "leading: sequencing");
         }
+        self.cycle_segment = self.appender.segment_index();
         Ok(Gated::Sequence)
     }
 

@@ -276,28 +276,49 @@ fn empty_messages(seqs: std::ops::Range<u64>) -> Vec<u8> {
 }
 
 /// A fenced cycle must never wait for a segment's preparation: it takes only the datagrams
-/// that surely fit with at most one roll, into a segment already prepared. Twelve datagrams
-/// of 4,000 empty messages (1.9 MB of frames, two of the shortest segments a fenced
-/// sequencer takes) queued at once would roll twice in one cycle if it took them all.
+/// that surely fit with at most one roll, into a segment already prepared. Each round queues
+/// three datagrams of 16,000 empty messages (640 KB of frames each, together more than two of
+/// the shortest segments a fenced sequencer takes) once the next segment is prepared, and runs
+/// one cycle: taking them all would roll twice. A flush policy's `msync` at the first roll
+/// gives the segment after it time to be prepared within the cycle: a second roll must still
+/// not follow.
 #[test]
 fn a_fenced_cycle_rolls_at_most_once() {
+    use seqstream_store::FlushPolicy;
+
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let gate = Arc::new(CountedGate {
         yes: std::sync::atomic::AtomicU32::new(u32::MAX),
     });
-    let mut seq = sequencer(dir.path(), &store, gate);
+    let mut seq = sequencer_with(
+        dir.path(),
+        &store,
+        store_config().flush(FlushPolicy::EveryFrames(1000)),
+        gate,
+    );
     pump("term 1 starts", &mut seq, |s| s.appender().term() == 1);
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
-    const PER: u64 = 4_000;
-    const DATAGRAMS: u64 = 12;
-    for i in 0..DATAGRAMS {
-        let d = empty_messages(1 + i * PER..1 + (i + 1) * PER);
-        source.send_to(&d, seq.local_addr()).unwrap();
+    const PER: u64 = 16_000;
+    const ROUNDS: u64 = 8;
+    let mut next = 1;
+    for _ in 0..ROUNDS {
+        wait("the next segment is prepared", || {
+            !seq.appender().roll_would_wait()
+        });
+        for _ in 0..3 {
+            source
+                .send_to(&empty_messages(next..next + PER), seq.local_addr())
+                .unwrap();
+            next += PER;
+        }
+        let before = seq.appender().segment_index();
+        seq.do_work().unwrap();
+        let rolls = seq.appender().segment_index() - before;
+        assert!(rolls <= 1, "one duty cycle rolled {rolls} times");
     }
-    let first = seq.appender().segment_index();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while seq.appender().next_seq() < 2 + DATAGRAMS * PER {
+    while seq.appender().next_seq() < next + 1 {
         assert!(
             Instant::now() < deadline,
             "the datagrams were not all sequenced"
@@ -307,12 +328,34 @@ fn a_fenced_cycle_rolls_at_most_once() {
         let rolls = seq.appender().segment_index() - before;
         assert!(rolls <= 1, "one duty cycle rolled {rolls} times");
     }
-    assert!(
-        seq.appender().segment_index() >= first + 2,
-        "the frames span segments"
-    );
     let expected: Vec<(u64, u32, u64)> = std::iter::once((1, 1, 0))
-        .chain((1..=DATAGRAMS * PER).map(|s| (s + 1, 0, s)))
+        .chain((1..next).map(|s| (s + 1, 0, s)))
         .collect();
     assert_eq!(frames(&store), expected);
+}
+
+/// A fenced sequencer's store must prepare its segments ahead: it would never start a term.
+#[test]
+fn a_fenced_sequencer_needs_segments_prepared_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SequencerConfig {
+        store: dir.path().join("store"),
+        store_config: store_config().prepare_ahead(false),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sources: vec![format!("{SOURCE}@127.0.0.1").parse().unwrap()],
+        recv_buffer: None,
+        heartbeat: None,
+        nak_interval: Duration::from_millis(1),
+        keys: Default::default(),
+    };
+    let w = CountersWriter::create(&dir.path().join("c.counters"), 64).unwrap();
+    let gate = Arc::new(CountedGate {
+        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
+    });
+    let e = Sequencer::open(cfg, &w)
+        .unwrap()
+        .fenced_by(gate)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("prepare_ahead"), "{e}");
 }
