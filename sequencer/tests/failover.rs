@@ -178,6 +178,15 @@ struct CountedGate {
     yes: std::sync::atomic::AtomicU32,
 }
 
+impl CountedGate {
+    /// A gate that says yes (term 1) until told otherwise.
+    fn always() -> Arc<CountedGate> {
+        Arc::new(CountedGate {
+            yes: std::sync::atomic::AtomicU32::new(u32::MAX),
+        })
+    }
+}
+
 impl LeaderGate for CountedGate {
     fn term_if_leading(&self) -> Option<u32> {
         let left = self.yes.load(std::sync::atomic::Ordering::Relaxed);
@@ -198,9 +207,7 @@ impl LeaderGate for CountedGate {
 fn every_cycle_asks_the_gate_again_after_starting_a_term() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let gate = Arc::new(CountedGate {
-        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
-    });
+    let gate = CountedGate::always();
     let mut seq = sequencer(dir.path(), &store, gate.clone());
     let source = UdpSocket::bind("127.0.0.1:0").unwrap();
     send(&source, &seq, 1..11);
@@ -227,9 +234,7 @@ fn a_sequencer_its_gate_holds_back_still_flushes() {
     let store = dir.path().join("store");
     let clock = ManualClock::new(1 << 40, 1 << 40);
     let interval = Duration::from_millis(5);
-    let gate = Arc::new(CountedGate {
-        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
-    });
+    let gate = CountedGate::always();
     let mut seq = sequencer_with(
         dir.path(),
         &store,
@@ -288,9 +293,7 @@ fn a_fenced_cycle_rolls_at_most_once() {
 
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let gate = Arc::new(CountedGate {
-        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
-    });
+    let gate = CountedGate::always();
     let mut seq = sequencer_with(
         dir.path(),
         &store,
@@ -349,9 +352,7 @@ fn a_fenced_sequencer_needs_segments_prepared_ahead() {
         keys: Default::default(),
     };
     let w = CountersWriter::create(&dir.path().join("c.counters"), 64).unwrap();
-    let gate = Arc::new(CountedGate {
-        yes: std::sync::atomic::AtomicU32::new(u32::MAX),
-    });
+    let gate = CountedGate::always();
     let e = Sequencer::open(cfg, &w)
         .unwrap()
         .fenced_by(gate)
