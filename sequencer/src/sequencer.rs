@@ -282,7 +282,7 @@ pub fn check_fenced_segment_size(bytes: u64) -> Result<(), Error> {
 /// Checks a sequencer's segment size (bytes): at least [`MIN_SEGMENT_SIZE`], so that every
 /// message of a valid datagram fits a frame (were such a message refused instead, its source
 /// would resend it forever, holding back every message after it), and one the store takes
-/// (`StoreConfig::validate`: a multiple of 4096, under 4 GiB).
+/// (`seqstream_store::config::check_segment_size`: a multiple of 4096, under 4 GiB).
 ///
 /// Errors: `Config`, saying what the size must be; `Store(Config)` for the store's rules.
 pub fn check_segment_size(bytes: u64) -> Result<(), Error> {
@@ -292,7 +292,7 @@ pub fn check_segment_size(bytes: u64) -> Result<(), Error> {
              {LONGEST_MESSAGE} bytes): use segments of at least {MIN_SEGMENT_SIZE} bytes"
         )));
     }
-    StoreConfig::new(0).segment_size(bytes).validate()?;
+    seqstream_store::config::check_segment_size(bytes)?;
     Ok(())
 }
 

@@ -13,6 +13,27 @@ pub const DEFAULT_INDEX_STRIDE: u64 = 64 << 10;
 /// The smallest segment accepted: 16 KiB (tests use small segments to roll often).
 pub const MIN_SEGMENT_SIZE: u64 = 16 << 10;
 
+/// Checks a segment size (bytes): at least [`MIN_SEGMENT_SIZE`], a multiple of 4096, and under
+/// 4 GiB (frame lengths are `u32`). `StoreError::Config` says which rule it breaks.
+pub fn check_segment_size(bytes: u64) -> Result<()> {
+    if bytes < MIN_SEGMENT_SIZE {
+        return Err(StoreError::Config(format!(
+            "segment_size {bytes} must be at least {MIN_SEGMENT_SIZE}"
+        )));
+    }
+    if !bytes.is_multiple_of(4096) {
+        return Err(StoreError::Config(format!(
+            "segment_size {bytes} must be a multiple of 4096"
+        )));
+    }
+    if bytes > u32::MAX as u64 {
+        return Err(StoreError::Config(format!(
+            "segment_size {bytes} exceeds 4 GiB - 1 (frame lengths are u32)"
+        )));
+    }
+    Ok(())
+}
+
 /// When the appender forces committed frames to disk with `msync(MS_SYNC)`.
 ///
 /// What survives, by failure:
@@ -175,24 +196,7 @@ impl StoreConfig {
 
     /// Checks every field; `StoreError::Config` says which is wrong.
     pub fn validate(&self) -> Result<()> {
-        if self.segment_size < MIN_SEGMENT_SIZE {
-            return Err(StoreError::Config(format!(
-                "segment_size {} must be at least {MIN_SEGMENT_SIZE}",
-                self.segment_size
-            )));
-        }
-        if !self.segment_size.is_multiple_of(4096) {
-            return Err(StoreError::Config(format!(
-                "segment_size {} must be a multiple of 4096",
-                self.segment_size
-            )));
-        }
-        if self.segment_size > u32::MAX as u64 {
-            return Err(StoreError::Config(format!(
-                "segment_size {} exceeds 4 GiB - 1 (frame lengths are u32)",
-                self.segment_size
-            )));
-        }
+        check_segment_size(self.segment_size)?;
         if !self.index_stride.is_power_of_two() || self.index_stride < 512 {
             return Err(StoreError::Config(format!(
                 "index_stride {} must be a power of two >= 512",
